@@ -1,0 +1,272 @@
+"""The typed run config: every knob of a fine-tuning run, validated before anything is applied.
+
+Defaults reproduce the reference run (google/gemma-3-4b-it, QLoRA, 2 x 8 B200) with the reference
+script's defects fixed (sdpa attention, loss on the answer only, max_length applied).
+Every string is constrained by a pattern: values end up in Kubernetes objects and a shell entrypoint.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
+
+DNS_LABEL = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
+# Hub id ("org/name"), local absolute path, gs:// URI, or tiny:// (built offline by trainer/tiny.py).
+SOURCE = (
+    r"^(tiny://[a-z0-9-]+"
+    r"|gs://[a-z0-9][a-z0-9._-]{1,61}[a-z0-9](/[A-Za-z0-9._=/-]*)?"
+    r"|/[A-Za-z0-9._/-]+"
+    r"|[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?)$"
+)
+STORAGE = r"^(gs://[a-z0-9][a-z0-9._-]{1,61}[a-z0-9](/[A-Za-z0-9._=/-]*)?|/[A-Za-z0-9._/-]+)$"
+IMAGE = r"^[a-z0-9.-]+(:[0-9]+)?(/[a-z0-9._-]+)+(:[A-Za-z0-9._-]{1,128})?(@sha256:[a-f0-9]{64})?$"
+PIP_REQUIREMENT = r"^[A-Za-z0-9][A-Za-z0-9._-]*(\[[A-Za-z0-9,._-]+\])?((==|>=|<=|~=|!=|<|>)[A-Za-z0-9.*+!_-]+)?$"
+QUANTITY = r"^[0-9]+(\.[0-9]+)?(m|k|Ki|Mi|Gi|Ti|M|G|T)?$"
+LABEL_KEY = r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
+LABEL_VALUE = r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$"
+VERSION = r"^[0-9]+\.[0-9]+\.[0-9]+$"
+MODULE = r"^[A-Za-z_][A-Za-z0-9_.]*$"
+REGION = r"^[a-z]+-[a-z]+[0-9]+$"
+PROJECT = r"^[a-z][-a-z0-9]{4,28}[a-z0-9]$"
+
+Name = Annotated[str, StringConstraints(pattern=DNS_LABEL, max_length=40)]
+Source = Annotated[str, StringConstraints(pattern=SOURCE, max_length=256)]
+Image = Annotated[str, StringConstraints(pattern=IMAGE, max_length=256)]
+Quantity = Annotated[str, StringConstraints(pattern=QUANTITY, max_length=16)]
+LabelKey = Annotated[str, StringConstraints(pattern=LABEL_KEY, max_length=253)]
+LabelValue = Annotated[str, StringConstraints(pattern=LABEL_VALUE, max_length=63)]
+Module = Annotated[str, StringConstraints(pattern=MODULE, max_length=100)]
+FieldName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9 _.-]+$", max_length=64)]
+# Prompt text: free prose, but no control characters beyond newline and tab.
+Prose = Annotated[str, StringConstraints(pattern=r"^[^\x00-\x08\x0b-\x1f\x7f]*$", min_length=1, max_length=4000)]
+
+# GKE accelerator labels for the Ray accelerator types we schedule on.
+GKE_ACCELERATORS = {
+    "B200": "nvidia-b200",
+    "H200": "nvidia-h200-141gb",
+    "H100": "nvidia-h100-80gb",
+    "A100": "nvidia-tesla-a100",
+    "L4": "nvidia-l4",
+}
+
+REFERENCE_SYSTEM_PROMPT = (
+    "You are an expert product description writer for Amazon."
+)
+REFERENCE_USER_PROMPT = (
+    "Create a Short Product description based on the provided <PRODUCT> and <CATEGORY> and image.\n"
+    "Only return description. The description should be SEO optimized and for a better mobile search experience.\n\n"
+    "<PRODUCT>\n{product}\n</PRODUCT>\n\n<CATEGORY>\n{category}\n</CATEGORY>\n"
+)
+PROMPT_PLACEHOLDERS = {"product", "category"}
+
+# Versions the trainer is tested with (pyproject's `trainer` extra); the RayJob installs the same.
+TRAINER_PIP = (
+    "torch==2.13.0",
+    "transformers==5.24.0",
+    "trl==1.16.0",
+    "peft==0.21.2",
+    "datasets==5.2.0",
+    "accelerate==1.16.0",
+    "bitsandbytes==0.50.2",
+    "pillow==13.0.0",
+    "tensorboard==2.21.0",
+    "google-cloud-pubsub==2.44.0",
+)
+RAY_VERSION = "2.60.0"
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", protected_namespaces=(), validate_default=True)
+
+
+class ModelSpec(Strict):
+    id: Source = "google/gemma-3-4b-it"
+    revision: Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9._-]{1,64}$")] | None = None
+    dtype: Literal["bfloat16", "float16", "float32"] = "bfloat16"
+    attn_implementation: Literal["sdpa", "eager", "flash_attention_2"] = "sdpa"
+    quantization: Literal["nf4", "int8", "none"] = "nf4"
+    double_quant: bool = True
+
+
+class DatasetSpec(Strict):
+    id: Source = "philschmid/amazon-product-descriptions-vlm"
+    split: Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.\[\]:%-]{1,64}$")] = "train"
+    max_samples: Annotated[int, Field(ge=1, le=10_000_000)] | None = None
+    product_field: FieldName = "Product Name"
+    category_field: FieldName = "Category"
+    answer_field: FieldName = "description"
+    image_field: FieldName = "image"
+
+
+class PromptSpec(Strict):
+    system: Prose = REFERENCE_SYSTEM_PROMPT
+    user: Prose = REFERENCE_USER_PROMPT
+
+    @field_validator("user")
+    @classmethod
+    def only_known_placeholders(cls, template: str) -> str:
+        import string
+
+        used = {name for _, name, _, _ in string.Formatter().parse(template) if name is not None}
+        unknown = used - PROMPT_PLACEHOLDERS
+        if unknown:
+            raise ValueError(f"unknown placeholders {sorted(unknown)}; allowed: {sorted(PROMPT_PLACEHOLDERS)}")
+        return template
+
+
+class LoraSpec(Strict):
+    r: Annotated[int, Field(ge=1, le=1024)] = 16
+    alpha: Annotated[int, Field(ge=1, le=4096)] = 16
+    dropout: Annotated[float, Field(ge=0.0, lt=1.0)] = 0.05
+    bias: Literal["none", "all", "lora_only"] = "none"
+    target_modules: Literal["all-linear"] | Annotated[list[Module], Field(min_length=1, max_length=64)] = "all-linear"
+    modules_to_save: Annotated[list[Module], Field(max_length=16)] = ["lm_head", "embed_tokens"]
+
+
+class TrainingSpec(Strict):
+    epochs: Annotated[float, Field(gt=0, le=1000)] = 3
+    max_steps: Annotated[int, Field(ge=1, le=10_000_000)] | None = None
+    per_device_batch_size: Annotated[int, Field(ge=1, le=1024)] = 1
+    gradient_accumulation_steps: Annotated[int, Field(ge=1, le=1024)] = 4
+    gradient_checkpointing: bool = True
+    learning_rate: Annotated[float, Field(gt=0, le=1.0)] = 2e-4
+    lr_scheduler: Literal["constant", "constant_with_warmup", "linear", "cosine"] = "constant"
+    warmup_ratio: Annotated[float, Field(ge=0, lt=1)] = 0.03
+    max_grad_norm: Annotated[float, Field(gt=0, le=1000)] = 0.3
+    optim: Literal["adamw_torch_fused", "adamw_torch", "paged_adamw_8bit"] = "adamw_torch_fused"
+    max_length: Annotated[int, Field(ge=64, le=131072)] = 1024
+    assistant_only_loss: bool = True
+    logging_steps: Annotated[int, Field(ge=1, le=100_000)] = 10
+    save_strategy: Literal["epoch", "steps"] = "epoch"
+    save_steps: Annotated[int, Field(ge=1, le=10_000_000)] | None = None
+    seed: Annotated[int, Field(ge=0, le=2**31 - 1)] = 42
+
+    @model_validator(mode="after")
+    def steps_need_save_steps(self) -> TrainingSpec:
+        if self.save_strategy == "steps" and self.save_steps is None:
+            raise ValueError("save_strategy 'steps' needs save_steps")
+        return self
+
+
+class ScalingSpec(Strict):
+    nodes: Annotated[int, Field(ge=1, le=64)] = 2
+    gpus_per_node: Annotated[int, Field(ge=0, le=16)] = 8
+    accelerator: Literal["B200", "H200", "H100", "A100", "L4"] = "B200"
+    reservation: Name | None = None
+    node_selector: Annotated[dict[LabelKey, LabelValue], Field(max_length=16)] = {}
+    cpus_per_worker: Annotated[int, Field(ge=1, le=256)] = 1
+    max_failures: Annotated[int, Field(ge=0, le=100)] = 2
+
+    @property
+    def num_workers(self) -> int:
+        """One Ray Train worker per GPU; one per node on CPU."""
+        return self.nodes * (self.gpus_per_node or 1)
+
+    @property
+    def use_gpu(self) -> bool:
+        return self.gpus_per_node > 0
+
+
+class ResourcesSpec(Strict):
+    cpu: Quantity
+    memory: Quantity
+    ephemeral_storage: Quantity
+
+
+class ClusterSpec(Strict):
+    gke_cluster: Name = "raytune"
+    region: Annotated[str, StringConstraints(pattern=REGION, max_length=32)] = "us-central1"
+    namespace: Name = "default"
+    ray_cluster: Name = "gemma3-tuning"
+    ray_version: Annotated[str, StringConstraints(pattern=VERSION)] = RAY_VERSION
+    head_image: Image | None = None
+    worker_image: Image | None = None
+    head: ResourcesSpec = ResourcesSpec(cpu="24", memory="64Gi", ephemeral_storage="9Gi")
+    # None: only the GPUs are requested and Autopilot sizes the rest of the A4 node.
+    worker: ResourcesSpec | None = None
+    max_worker_nodes: Annotated[int, Field(ge=1, le=64)] = 5
+    # "pip": install the trainer's pinned packages at job start (cached per node by Ray);
+    # "image": the worker image already has them (fast start, recommended for production).
+    dependencies: Literal["pip", "image"] = "pip"
+    pip: Annotated[list[Annotated[str, StringConstraints(pattern=PIP_REQUIREMENT, max_length=100)]], Field(max_length=64)] = list(TRAINER_PIP)
+
+    @property
+    def head_image_ref(self) -> str:
+        return self.head_image or f"rayproject/ray:{self.ray_version}-py311"
+
+    @property
+    def worker_image_ref(self) -> str:
+        return self.worker_image or f"rayproject/ray:{self.ray_version}-py311-gpu"
+
+
+class DeadlineSpec(Strict):
+    # KubeRay jobs can hang in Initializing/PENDING: give up after this long.
+    pending_seconds: Annotated[int, Field(ge=60, le=7 * 86400)] = 3600
+    # Hard limit on the whole job (RayJob activeDeadlineSeconds).
+    run_seconds: Annotated[int, Field(ge=60, le=30 * 86400)] = 86400
+
+
+class RunConfig(Strict):
+    name: Name = "gemma3-vision"
+    labels: Annotated[dict[LabelKey, LabelValue], Field(max_length=16)] = {}
+    model: ModelSpec = ModelSpec()
+    dataset: DatasetSpec = DatasetSpec()
+    prompts: PromptSpec = PromptSpec()
+    lora: LoraSpec = LoraSpec()
+    training: TrainingSpec = TrainingSpec()
+    scaling: ScalingSpec = ScalingSpec()
+    cluster: ClusterSpec = ClusterSpec()
+    deadlines: DeadlineSpec = DeadlineSpec()
+    # Where checkpoints go; None means the controller's bucket (gs://<bucket>/checkpoints).
+    storage_path: Annotated[str, StringConstraints(pattern=STORAGE, max_length=256)] | None = None
+
+    @model_validator(mode="after")
+    def gpu_only_knobs(self) -> RunConfig:
+        if not self.scaling.use_gpu and self.model.quantization != "none" and not self.model.id.startswith("tiny://"):
+            raise ValueError("4-bit/8-bit quantization of a real model needs GPUs (scaling.gpus_per_node > 0)")
+        return self
+
+
+MAX_CONFIG_BYTES = 64 * 1024
+
+
+class ConfigError(ValueError):
+    """A run config that cannot be accepted; `errors` lists one line per bad field."""
+
+    def __init__(self, errors: list[str]):
+        super().__init__("; ".join(errors))
+        self.errors = errors
+
+
+def parse_config(raw: bytes | str | dict) -> RunConfig:
+    """Validate raw JSON (or a decoded dict) into a RunConfig, raising ConfigError with per-field reasons."""
+    from pydantic import ValidationError
+
+    if isinstance(raw, (bytes, str)):
+        size = len(raw.encode() if isinstance(raw, str) else raw)
+        if size > MAX_CONFIG_BYTES:
+            raise ConfigError([f"config is {size} bytes; the limit is {MAX_CONFIG_BYTES}"])
+        try:
+            raw = json.loads(raw)
+        except (json.JSONDecodeError, UnicodeDecodeError) as err:
+            raise ConfigError([f"not valid JSON: {err}"]) from None
+    if not isinstance(raw, dict):
+        raise ConfigError(["config must be a JSON object"])
+    try:
+        return RunConfig.model_validate(raw)
+    except ValidationError as err:
+        raise ConfigError([_describe(e) for e in err.errors()]) from None
+
+
+def _describe(error: dict) -> str:
+    where = ".".join(str(part) for part in error["loc"]) or "config"
+    return f"{where}: {error['msg']}"
+
+
+def json_schema() -> dict:
+    schema = RunConfig.model_json_schema()
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["$id"] = "https://raytune.dev/schemas/run-config.schema.json"
+    return schema

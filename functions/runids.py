@@ -1,0 +1,46 @@
+"""Deterministic run ids: the same event always names the same run, so duplicates collapse.
+
+A run id is a DNS label of at most 40 characters; it names the run record and the RayJob
+(KubeRay allows 47) and is the Ray job submission id.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import re
+
+MAX_LEN = 40
+_HASH_LEN = 10
+
+
+def _slug(text: str, limit: int) -> str:
+    slug = re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
+    slug = slug[:limit].strip("-")
+    if not slug or not slug[0].isalpha():
+        slug = ("r-" + slug)[:limit].strip("-")
+    return slug
+
+
+def _digest(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()[:_HASH_LEN]
+
+
+def _compose(prefix: str, key: str) -> str:
+    return f"{_slug(prefix, MAX_LEN - _HASH_LEN - 1)}-{_digest(key)}"
+
+
+def for_object(bucket: str, name: str, generation: int | str) -> str:
+    """A config uploaded to gs://bucket/name: keyed by the object's generation (a re-upload is a new run)."""
+    stem = name.rsplit("/", 1)[-1].removesuffix(".json")
+    return _compose(stem, f"gs://{bucket}/{name}#{generation}")
+
+
+def for_message(message_id: str, run_name: str | None = None) -> str:
+    """A launch message from another system: keyed by the Pub/Sub message id (redeliveries share it)."""
+    return _compose(run_name or "msg", f"pubsub:{message_id}")
+
+
+def for_nightly(day: dt.date, run_name: str = "nightly") -> str:
+    """The nightly fine-tune: one run per calendar day (UTC) however often the scheduler fires."""
+    return f"{_slug(run_name, MAX_LEN - 9)}-{day:%Y%m%d}"
