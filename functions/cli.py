@@ -25,19 +25,10 @@ def cmd_validate(args: argparse.Namespace) -> int:
     return 0
 
 
-def resolve_storage(cfg: configs.RunConfig, bucket: str | None) -> configs.RunConfig:
-    """Fill in the default checkpoint location (the controller's bucket) when the config names none."""
-    if cfg.storage_path:
-        return cfg
-    if not bucket:
-        raise configs.ConfigError(["storage_path: not set and no bucket given (pass --bucket or set storage_path)"])
-    return cfg.model_copy(update={"storage_path": f"gs://{bucket}/checkpoints"})
-
-
 def cmd_render(args: argparse.Namespace) -> int:
     from trainer.codehash import code_sha256, package_files
 
-    cfg = resolve_storage(_load(args.config), args.bucket)
+    cfg = _load(args.config).with_storage(args.bucket)
     if args.run_id and not re.fullmatch(configs.DNS_LABEL, args.run_id):
         raise configs.ConfigError([f"--run-id: {args.run_id!r} is not a DNS label (a-z, 0-9, '-')"])
     files = package_files()

@@ -222,6 +222,14 @@ class RunConfig(Strict):
     # Where checkpoints go; None means the controller's bucket (gs://<bucket>/checkpoints).
     storage_path: Annotated[str, StringConstraints(pattern=STORAGE, max_length=256)] | None = None
 
+    def with_storage(self, bucket: str | None) -> RunConfig:
+        """Fill in the default checkpoint location (the controller's bucket) when the config names none."""
+        if self.storage_path:
+            return self
+        if not bucket:
+            raise ConfigError(["storage_path: not set and no bucket given (pass --bucket or set storage_path)"])
+        return self.model_copy(update={"storage_path": f"gs://{bucket}/checkpoints"})
+
     @model_validator(mode="after")
     def gpu_only_knobs(self) -> RunConfig:
         if not self.scaling.use_gpu and self.model.quantization != "none" and not self.model.id.startswith("tiny://"):

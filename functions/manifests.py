@@ -64,7 +64,9 @@ def _container(name: str, image: str, resources: dict, ports: list[dict] | None 
     container = {
         "name": name,
         "image": image,
-        "env": [{"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": HF_SECRET, "key": HF_SECRET_KEY}}}],
+        # optional: a public model needs no token, and a pod must not hang on a missing Secret.
+        "env": [{"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {
+            "name": HF_SECRET, "key": HF_SECRET_KEY, "optional": True}}}],
         "resources": resources,
         "volumeMounts": [{"name": "code", "mountPath": CODE_MOUNT}, {"name": "local-ssd", "mountPath": "/mnt/local-ssd/"}],
     }

@@ -44,3 +44,16 @@ def for_message(message_id: str, run_name: str | None = None) -> str:
 def for_nightly(day: dt.date, run_name: str = "nightly") -> str:
     """The nightly fine-tune: one run per calendar day (UTC) however often the scheduler fires."""
     return f"{_slug(run_name, MAX_LEN - 9)}-{day:%Y%m%d}"
+
+
+_NAME = re.compile(r"^[a-z]([-a-z0-9]{0,23}[a-z0-9])?$")
+_ID = re.compile(r"^[a-z]([-a-z0-9]{0,38}[a-z0-9])?$")
+
+
+def is_valid_name(name: str) -> bool:
+    """A run name given by another system: short enough to leave room for the hash."""
+    return bool(_NAME.match(name))
+
+
+def is_valid_id(run_id: str) -> bool:
+    return bool(_ID.match(run_id))

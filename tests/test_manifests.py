@@ -48,7 +48,7 @@ def test_reference_cluster_follows_the_recipe():
     assert container["resources"]["requests"] == container["resources"]["limits"] == {
         "cpu": "24", "memory": "64Gi", "ephemeral-storage": "9Gi"}
     assert container["env"] == [{"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {
-        "name": "hf-secret", "key": "hf_api_token"}}}]
+        "name": "hf-secret", "key": "hf_api_token", "optional": True}}}]
     [group] = cluster["spec"]["workerGroupSpecs"]
     assert (group["groupName"], group["replicas"], group["minReplicas"], group["maxReplicas"]) == ("gpu-group", 2, 2, 5)
     worker = group["template"]["spec"]

@@ -1,0 +1,30 @@
+"""Controller settings, read once from the environment (Terraform sets them on each function)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Settings:
+    project: str
+    bucket: str  # run records (runs/) and default checkpoints (checkpoints/)
+    watch_topic: str | None  # full topic path; the trainer's completion notice goes here
+    events_topic: str | None  # full topic path; run-finished events for other systems
+    max_event_age_s: int  # older deliveries are recorded as rejected, not launched
+    hf_token: str | None  # bound from Secret Manager; never logged or stored
+
+    @classmethod
+    def from_env(cls, env: os._Environ | dict = os.environ) -> Settings:
+        missing = [name for name in ("RAYTUNE_PROJECT", "RAYTUNE_BUCKET") if not env.get(name)]
+        if missing:
+            raise RuntimeError(f"missing environment: {', '.join(missing)}")
+        return cls(
+            project=env["RAYTUNE_PROJECT"],
+            bucket=env["RAYTUNE_BUCKET"],
+            watch_topic=env.get("RAYTUNE_WATCH_TOPIC") or None,
+            events_topic=env.get("RAYTUNE_EVENTS_TOPIC") or None,
+            max_event_age_s=int(env.get("RAYTUNE_MAX_EVENT_AGE_S", 12 * 3600)),
+            hf_token=env.get("HF_TOKEN") or None,
+        )
