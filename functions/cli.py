@@ -26,12 +26,12 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_render(args: argparse.Namespace) -> int:
-    from trainer.codehash import code_sha256, package_files
+    from trainer.codehash import code_sha256, code_files
 
     cfg = _load(args.config).with_storage(args.bucket)
     if args.run_id and not re.fullmatch(configs.DNS_LABEL, args.run_id):
         raise configs.ConfigError([f"--run-id: {args.run_id!r} is not a DNS label (a-z, 0-9, '-')"])
-    files = package_files()
+    files = code_files()
     objects = manifests.run_objects(cfg, args.run_id or cfg.name, files, code_sha256(files),
                                     worker_replicas=cfg.scaling.nodes, env={})
     sys.stdout.write(

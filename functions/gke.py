@@ -146,12 +146,12 @@ class GkePlatform:
         return readiness
 
     def submit(self, cfg: RunConfig, run_id: str, worker_replicas: int, env: dict[str, str]) -> None:
-        from trainer.codehash import code_sha256, package_files
+        from trainer.codehash import code_sha256, code_files
 
         kube = self._kube(cfg)
         if self.hf_token:
             kube.apply(manifests.secret(cfg, self.hf_token))
-        files = package_files()
+        files = code_files()
         for obj in manifests.run_objects(cfg, run_id, files, code_sha256(files), worker_replicas, env):
             kube.apply(obj)
 

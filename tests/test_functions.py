@@ -68,10 +68,10 @@ def test_upload_launches_a_run(controller, functions_server, bucket):
     assert record.config["storage_path"] == f"gs://{bucket}/checkpoints"
     assert h.kube.names("rayjobs") == [record.run_id]
     assert h.kube.get("secrets", "hf-secret")["stringData"]["hf_api_token"] == HF_TOKEN
-    from trainer.codehash import package_files
+    from trainer.codehash import code_files
 
     shipped = h.kube.get("configmaps", "ray-job-cm")["data"]
-    assert sorted(shipped) == sorted(path.replace("/", "-") for path in package_files())
+    assert sorted(shipped) == sorted(path.replace("/", "-") for path in code_files())
     assert (workers(h)["replicas"], workers(h)["minReplicas"]) == (2, 2)
     runtime = yaml.safe_load(h.kube.get("rayjobs", record.run_id)["spec"]["runtimeEnvYAML"])
     assert runtime["env_vars"]["RAYTUNE_WATCH_TOPIC"] == h.ctx.settings.watch_topic

@@ -1,21 +1,26 @@
-"""Fingerprint of the trainer code: the controller stamps it on the ConfigMap and RayJob,
-and the job checks the code mounted at /code/ carries the same one before it trains."""
+"""The code the Ray job runs, and its fingerprint. The controller ships these files in the ConfigMap
+mounted at /code/ and stamps the fingerprint on the RayJob; the job checks the mounted code carries
+the same one before it trains (ConfigMap volumes update late)."""
 
 from __future__ import annotations
 
 import hashlib
 from pathlib import Path
 
-PACKAGE_DIR = Path(__file__).resolve().parent
+ROOT = Path(__file__).resolve().parents[1]
+# The trainer package, and the run config model it shares with the controller (pydantic only).
+SHIPPED = ("trainer", "functions/__init__.py", "functions/config.py")
 
 
-def package_files(root: Path = PACKAGE_DIR) -> dict[str, bytes]:
-    """The trainer package's Python sources, keyed by their path under /code/ (e.g. trainer/train.py)."""
-    return {
-        f"{root.name}/{path.relative_to(root).as_posix()}": path.read_bytes()
-        for path in sorted(root.rglob("*.py"))
-        if "__pycache__" not in path.parts
-    }
+def code_files(root: Path = ROOT) -> dict[str, bytes]:
+    """The shipped sources keyed by their path under /code/ (e.g. trainer/train.py)."""
+    files: dict[str, bytes] = {}
+    for entry in SHIPPED:
+        path = root / entry
+        for source in sorted(path.rglob("*.py")) if path.is_dir() else [path]:
+            if "__pycache__" not in source.parts:
+                files[source.relative_to(root).as_posix()] = source.read_bytes()
+    return files
 
 
 def code_sha256(files: dict[str, bytes]) -> str:

@@ -1,0 +1,61 @@
+"""The model and processor to fine-tune: a hub id or path (AutoModelForImageTextToText, optionally
+4-bit NF4 / 8-bit through bitsandbytes) or the tiny Gemma 3 built offline; and the LoRA adapter config."""
+
+from __future__ import annotations
+
+import os
+
+from functions.config import LoraSpec, ModelSpec
+
+TINY = "tiny://gemma3"
+
+
+def resolve_source(spec: ModelSpec, workdir: str | None = None) -> str:
+    """Where from_pretrained loads the model and processor: the hub id or path, or for tiny://gemma3 a
+    folder the tiny model is saved to first (on the driver: under torch.distributed only rank 0 saves),
+    so it loads through the same path (dtype, attention, quantization) as a hub model."""
+    if spec.id != TINY:
+        return spec.id
+    import tempfile
+    from pathlib import Path
+
+    from trainer import tiny
+
+    return str(tiny.save(Path(tempfile.mkdtemp(prefix="tiny-gemma3-", dir=workdir))))
+
+
+def load_processor(spec: ModelSpec, source: str):
+    from transformers import AutoProcessor
+
+    return AutoProcessor.from_pretrained(source, revision=spec.revision, use_fast=True, token=os.environ.get("HF_TOKEN"))
+
+
+def quantization_config(spec: ModelSpec):
+    import torch
+    from transformers import BitsAndBytesConfig
+
+    dtype = getattr(torch, spec.dtype)
+    if spec.quantization == "nf4":
+        return BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=spec.double_quant,
+                                  bnb_4bit_compute_dtype=dtype, bnb_4bit_quant_storage=dtype)
+    if spec.quantization == "int8":
+        return BitsAndBytesConfig(load_in_8bit=True)
+    return None
+
+
+def load_model(spec: ModelSpec, source: str):
+    import torch
+    from transformers import AutoModelForImageTextToText
+
+    return AutoModelForImageTextToText.from_pretrained(
+        source, revision=spec.revision, dtype=getattr(torch, spec.dtype), attn_implementation=spec.attn_implementation,
+        quantization_config=quantization_config(spec), token=os.environ.get("HF_TOKEN"),
+    )
+
+
+def lora_config(spec: LoraSpec):
+    from peft import LoraConfig
+
+    return LoraConfig(r=spec.r, lora_alpha=spec.alpha, lora_dropout=spec.dropout, bias=spec.bias,
+                      target_modules=spec.target_modules, task_type="CAUSAL_LM",
+                      modules_to_save=list(spec.modules_to_save) or None)

@@ -1,0 +1,282 @@
+"""The RayJob entrypoint: `python -m trainer.train --run-id ID --config-json JSON` (or --config FILE).
+
+Ray Train TorchTrainer (workers = nodes x GPUs per node) running TRL's SFTTrainer with a PEFT LoRA
+adapter (QLoRA when configured). Checkpoints go to <storage_path>/<run_id>/ through Ray Train; a
+restarted worker group resumes from the latest one. At the end: the final adapter under
+<storage_path>/<run_id>/adapter/, a result.json summary beside it, and a completion notice on the
+watch topic so the controller scales the GPUs down at once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from functions.config import RunConfig
+from trainer.codehash import ROOT, code_files, code_sha256
+
+log = logging.getLogger("raytune.trainer")
+CODE_WAIT_S = 180  # kubelet refreshes ConfigMap volumes within about a minute
+ADAPTER_DIR = "adapter"
+
+
+def check_code(expected: str | None, root: Path = ROOT, wait_s: float = CODE_WAIT_S) -> None:
+    """Refuse to train on other code than the controller submitted (a ConfigMap volume not yet updated)."""
+    if not expected:
+        return
+    deadline = time.monotonic() + wait_s
+    while (actual := code_sha256(code_files(root))) != expected:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"code under {root} has sha256 {actual}, the RayJob expects {expected}")
+        time.sleep(5)
+
+
+# --- per worker --------------------------------------------------------------------------------
+
+def _report_callback():
+    import ray.train
+    from ray.train.huggingface.transformers import RayTrainReportCallback
+
+    class RankZeroReportCallback(RayTrainReportCallback):
+        """Only rank 0 hands its checkpoint to Ray Train (every rank still reports, as Ray requires):
+        the Trainer writes one checkpoint, and multi-node workers must not upload copies of it."""
+
+        def on_save(self, args, state, control, **kwargs):
+            if ray.train.get_context().get_world_rank() == 0:
+                return super().on_save(args, state, control, **kwargs)
+            metrics = {}
+            for entry in state.log_history:
+                metrics.update(entry)
+            ray.train.report(metrics=metrics, checkpoint=None)
+
+    return RankZeroReportCallback()
+
+
+def sft_config(cfg: RunConfig, output_dir: str):
+    from trl import SFTConfig
+
+    t = cfg.training
+    return SFTConfig(
+        output_dir=output_dir,
+        num_train_epochs=t.epochs,
+        max_steps=t.max_steps or -1,
+        per_device_train_batch_size=t.per_device_batch_size,
+        gradient_accumulation_steps=t.gradient_accumulation_steps,
+        gradient_checkpointing=t.gradient_checkpointing,
+        gradient_checkpointing_kwargs={"use_reentrant": False} if t.gradient_checkpointing else None,
+        optim=t.optim,
+        learning_rate=t.learning_rate,
+        lr_scheduler_type=t.lr_scheduler,
+        warmup_steps=t.warmup_ratio,  # transformers 5: a float below 1 is a ratio of the total steps
+        max_grad_norm=t.max_grad_norm,
+        logging_steps=t.logging_steps,
+        save_strategy=t.save_strategy,
+        save_steps=t.save_steps or 500,
+        bf16=cfg.model.dtype == "bfloat16",
+        fp16=cfg.model.dtype == "float16",
+        use_cpu=not cfg.scaling.use_gpu,
+        seed=t.seed,
+        report_to=["tensorboard"],
+        # Our collator renders, tokenizes, truncates to max_length and masks labels itself.
+        dataset_kwargs={"skip_prepare_dataset": True},
+        remove_unused_columns=False,
+        max_length=None,
+        ddp_find_unused_parameters=False,
+        disable_tqdm=True,
+    )
+
+
+def train_loop(loop_config: dict) -> None:
+    import ray.train
+    from ray.train.huggingface.transformers import prepare_trainer
+    from trl import SFTTrainer
+
+    from trainer import data, model as models
+    from trainer.collator import VisionSFTCollator
+
+    cfg = RunConfig.model_validate(loop_config["config"])
+    context = ray.train.get_context()
+    output_dir = tempfile.mkdtemp(prefix=f"{loop_config['run_id']}-rank{context.get_world_rank()}-")
+    os.environ["TENSORBOARD_LOGGING_DIR"] = os.path.join(output_dir, "tensorboard")
+    source = loop_config["model_source"]
+    processor = models.load_processor(cfg.model, source)
+    collator = VisionSFTCollator(processor, cfg.dataset, cfg.prompts, cfg.training.max_length,
+                                 assistant_only=cfg.training.assistant_only_loss)
+    trainer = SFTTrainer(
+        model=models.load_model(cfg.model, source),
+        args=sft_config(cfg, output_dir),
+        train_dataset=data.load(cfg.dataset, seed=cfg.training.seed),
+        data_collator=collator,
+        processing_class=processor,
+        peft_config=models.lora_config(cfg.lora),
+    )
+    trainer.add_callback(_report_callback())
+    trainer = prepare_trainer(trainer)
+    checkpoint = ray.train.get_checkpoint()
+    started = time.monotonic()
+    if checkpoint:
+        with checkpoint.as_directory() as restored:
+            trainer.train(resume_from_checkpoint=os.path.join(restored, "checkpoint"))
+    else:
+        trainer.train()
+    final = {key: value for key, value in trainer.state.log_history[-1].items() if isinstance(value, (int, float))}
+    logged = [entry for entry in trainer.state.log_history if "num_tokens" in entry]
+    final.update(
+        num_tokens=logged[-1]["num_tokens"] if logged else None,
+        mean_token_accuracy=next((e["mean_token_accuracy"] for e in reversed(logged) if "mean_token_accuracy" in e), None),
+        global_step=trainer.state.global_step,
+        epoch=trainer.state.epoch,
+        resumed=checkpoint is not None,
+        loop_seconds=time.monotonic() - started,
+        world_size=context.get_world_size(),
+    )
+    report_final_adapter(trainer, processor, final, context.get_world_rank())
+
+
+def report_final_adapter(trainer, processor, final: dict, rank: int) -> None:
+    """The last report: rank 0 hands Ray Train the trained adapter (with the processor, ready to load),
+    which Ray stores under the run's storage path; every rank reports the final metrics."""
+    import ray.train
+
+    if rank != 0:
+        ray.train.report(metrics={"final": final}, checkpoint=None)
+        return
+    with tempfile.TemporaryDirectory() as staging:
+        adapter = Path(staging, ADAPTER_DIR)
+        trainer.accelerator.unwrap_model(trainer.model).save_pretrained(adapter)
+        processor.save_pretrained(adapter)
+        ray.train.report(metrics={"final": final}, checkpoint=ray.train.Checkpoint.from_directory(staging))
+
+
+# --- driver -------------------------------------------------------------------------------------
+
+def ray_train_configs(cfg: RunConfig, run_id: str):
+    import ray.train
+
+    scaling = cfg.scaling
+    resources = {"CPU": scaling.cpus_per_worker, **({"GPU": 1} if scaling.use_gpu else {})}
+    scaling_config = ray.train.ScalingConfig(
+        num_workers=scaling.num_workers, use_gpu=scaling.use_gpu, resources_per_worker=resources,
+        accelerator_type=scaling.accelerator if scaling.use_gpu else None)
+    run_config = ray.train.RunConfig(
+        name=run_id, storage_path=cfg.storage_path,
+        failure_config=ray.train.FailureConfig(max_failures=scaling.max_failures),
+        checkpoint_config=ray.train.CheckpointConfig(num_to_keep=None))
+    return scaling_config, run_config
+
+
+def summarize(result, cfg: RunConfig, run_id: str, wall_seconds: float) -> dict:
+    """result.json: where the adapter and the final and best checkpoints are, and what the run measured."""
+    metrics = dict(result.metrics.get("final", {}))
+    # Training checkpoints carry the logged loss; the last report is the adapter alone.
+    checkpoints = [(c, m) for c, m in (result.best_checkpoints or []) if c is not None and "loss" in m]
+    best = min(checkpoints, key=lambda pair: pair[1]["loss"])[0] if checkpoints else None
+    final = checkpoints[-1][0] if checkpoints else None
+    runtime = metrics.get("train_runtime") or metrics.get("loop_seconds")
+    tokens = metrics.get("num_tokens")
+
+    def uri(checkpoint, leaf: str) -> str | None:
+        if checkpoint is None:
+            return None
+        path = f"{checkpoint.path.rstrip('/')}/{leaf}"
+        return f"gs://{path}" if cfg.storage_path.startswith("gs://") and not path.startswith("gs://") else path
+
+    return {
+        "run_id": run_id,
+        "name": cfg.name,
+        "model": cfg.model.id,
+        "workers": cfg.scaling.num_workers,
+        "storage_path": f"{cfg.storage_path.rstrip('/')}/{run_id}",
+        "adapter_path": uri(result.checkpoint, ADAPTER_DIR) if result.checkpoint is not None else None,
+        "final_checkpoint": uri(final, "checkpoint"),
+        "best_checkpoint": uri(best, "checkpoint"),
+        "checkpoints": [uri(c, "checkpoint") for c, _ in checkpoints],
+        "metrics": {
+            "train_loss": metrics.get("train_loss"),
+            "best_checkpoint_loss": min(m["loss"] for _, m in checkpoints) if checkpoints else None,
+            "num_tokens": tokens,
+            "mean_token_accuracy": metrics.get("mean_token_accuracy"),
+            "tokens_per_second": tokens / runtime if tokens and runtime else None,
+            "samples_per_second": metrics.get("train_samples_per_second"),
+            "train_runtime_seconds": runtime,
+            "global_step": metrics.get("global_step"),
+            "epochs": metrics.get("epoch"),
+            "resumed": metrics.get("resumed"),
+        },
+        "wall_seconds": wall_seconds,
+    }
+
+
+def write_result(summary: dict, cfg: RunConfig, run_id: str) -> None:
+    """<storage>/<run_id>/result.json, which the watcher copies into the run record."""
+    import pyarrow.fs as pafs
+
+    uri = f"{cfg.storage_path.rstrip('/')}/{run_id}/result.json"
+    fs, path = pafs.FileSystem.from_uri(uri) if uri.startswith("gs://") else (pafs.LocalFileSystem(), uri)
+    fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
+    with fs.open_output_stream(path) as out:
+        out.write(json.dumps(summary, indent=2, sort_keys=True).encode())
+
+
+def notify(run_id: str, outcome: str) -> None:
+    """Tell the watcher the job is ending, so it reconciles (and scales down) now, not at the next tick."""
+    topic = os.environ.get("RAYTUNE_WATCH_TOPIC")
+    if not topic:
+        return
+    try:
+        from google.cloud import pubsub_v1
+
+        message = json.dumps({"kind": "finished", "run_id": run_id, "outcome": outcome}).encode()
+        pubsub_v1.PublisherClient().publish(topic, message).result(timeout=30)
+    except Exception as exc:  # noqa: BLE001 - the watcher's tick catches up within a minute
+        log.warning("completion notice to %s failed: %s", topic, exc)
+
+
+def run(cfg: RunConfig, run_id: str) -> dict:
+    import ray
+    from ray.train.torch import TorchTrainer
+
+    from trainer.model import resolve_source
+
+    started = time.monotonic()
+    ray.init(ignore_reinit_error=True, log_to_driver=True)
+    scaling_config, run_config = ray_train_configs(cfg, run_id)
+    loop_config = {"config": cfg.model_dump(mode="json"), "run_id": run_id, "model_source": resolve_source(cfg.model)}
+    trainer = TorchTrainer(train_loop, train_loop_config=loop_config,
+                           scaling_config=scaling_config, run_config=run_config)
+    result = trainer.fit()
+    summary = summarize(result, cfg, run_id, time.monotonic() - started)
+    write_result(summary, cfg, run_id)
+    return summary
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="trainer.train", description=__doc__)
+    parser.add_argument("--run-id", required=True)
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--config-json")
+    source.add_argument("--config")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    cfg = RunConfig.model_validate_json(args.config_json if args.config_json else Path(args.config).read_text())
+    if not cfg.storage_path:
+        parser.error("the config has no storage_path (the controller fills it in)")
+    check_code(os.environ.get("RAYTUNE_CODE_SHA256"))
+    try:
+        summary = run(cfg, args.run_id)
+    except BaseException:
+        notify(args.run_id, "failed")
+        raise
+    notify(args.run_id, "succeeded")
+    print(json.dumps(summary, indent=2, sort_keys=True))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
