@@ -52,6 +52,13 @@ def cmd_schema(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_local(args: argparse.Namespace) -> int:
+    from functions import local
+
+    _load(args.config)  # a bad config fails here, before any process starts
+    return local.run(args.config, Path(args.workdir).resolve())
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="raytune", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -65,6 +72,12 @@ def build_parser() -> argparse.ArgumentParser:
     render.add_argument("--bucket", help="checkpoint bucket when the config sets no storage_path")
     render.add_argument("--run-id", help="RayJob name (default: the config's name)")
     render.set_defaults(func=cmd_render)
+
+    run_local = sub.add_parser("local", help="run a fine-tune end to end on this machine (local Ray, fake-gcs-server)")
+    run_local.add_argument("config", nargs="?", default="examples/quickstart.json")
+    run_local.add_argument("--workdir", default=".raytune/local",
+                           help="bucket data, checkpoints and Ray logs (kept between runs)")
+    run_local.set_defaults(func=cmd_local)
 
     schema = sub.add_parser("schema", help="print or write the run config JSON Schema")
     schema.add_argument("--output", "-o")

@@ -8,6 +8,7 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,17 +19,24 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def wait_for_port(port: int, timeout_s: float = 30.0, proc: subprocess.Popen | None = None) -> None:
+def port_open(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+def wait_until(ready: Callable[[], bool], what: str, timeout_s: float = 30.0,
+               proc: subprocess.Popen | None = None) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if proc is not None and proc.poll() is not None:
-            raise RuntimeError(f"{proc.args[0]} exited with {proc.returncode}")
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                return
-        except OSError:
-            time.sleep(0.05)
-    raise TimeoutError(f"nothing listens on 127.0.0.1:{port} after {timeout_s}s")
+            raise RuntimeError(f"{proc.args[0]} exited with {proc.returncode} before {what}")
+        if ready():
+            return
+        time.sleep(0.05)
+    raise TimeoutError(f"not {what} after {timeout_s}s")
 
 
 @dataclass
@@ -51,14 +59,16 @@ class Service:
                 self.proc.wait()
 
 
-def start(args: list[str], port: int, log_file: Path, env: dict | None = None, timeout_s: float = 30.0) -> Service:
+def start(args: list[str], port: int, log_file: Path, env: dict | None = None, timeout_s: float = 30.0,
+          ready: Callable[[], bool] | None = None) -> Service:
+    """Start a service in its own process group; wait until `ready` (default: its port accepts)."""
     log_file.parent.mkdir(parents=True, exist_ok=True)
     with open(log_file, "ab") as log:
         proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 start_new_session=True, env={**os.environ, **(env or {})})
     service = Service(proc, port)
     try:
-        wait_for_port(port, timeout_s, proc)
+        wait_until(ready or (lambda: port_open(port)), f"ready ({args[0]})", timeout_s, proc)
     except Exception:
         service.stop()
         raise

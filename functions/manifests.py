@@ -141,9 +141,9 @@ def ray_cluster(cfg: RunConfig, code_paths: list[str], code_hash: str, worker_re
     }
 
 
-def entrypoint(cfg: RunConfig, run_id: str) -> str:
+def entrypoint(cfg: RunConfig, run_id: str, python: str = "python") -> str:
     """The job command; every argument is shell-quoted (Ray runs entrypoints through a shell)."""
-    args = ["python", "-m", "trainer.train", "--run-id", run_id, "--config-json", cfg.model_dump_json(exclude_defaults=True)]
+    args = [python, "-m", "trainer.train", "--run-id", run_id, "--config-json", cfg.model_dump_json(exclude_defaults=True)]
     return shlex.join(args)
 
 
