@@ -59,6 +59,16 @@ def cmd_local(args: argparse.Namespace) -> int:
     return local.run(args.config, Path(args.workdir).resolve())
 
 
+def cmd_package(args: argparse.Namespace) -> int:
+    from functions import package
+
+    report = package.build(Path(args.output).resolve())
+    print(f"{report['path']}: {report['files']} files, {report['bytes'] / 1024:.1f} KiB zipped "
+          f"({report['source_bytes'] / 1024:.1f} KiB of source)")
+    print("requirements.txt: " + ", ".join(report["requirements"]))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="raytune", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -78,6 +88,10 @@ def build_parser() -> argparse.ArgumentParser:
     run_local.add_argument("--workdir", default=".raytune/local",
                            help="bucket data, checkpoints and Ray logs (kept between runs)")
     run_local.set_defaults(func=cmd_local)
+
+    pack = sub.add_parser("package", help="build the Cloud Functions source archive for Terraform")
+    pack.add_argument("--output", "-o", default="build/raytune-functions.zip")
+    pack.set_defaults(func=cmd_package)
 
     schema = sub.add_parser("schema", help="print or write the run config JSON Schema")
     schema.add_argument("--output", "-o")

@@ -1,0 +1,126 @@
+# The functions' runtime identity.
+resource "google_service_account" "functions" {
+  account_id   = "${var.name}-functions"
+  display_name = "raytune launch and watch functions"
+}
+
+# Eventarc and Pub/Sub push deliver events as this identity; it may only invoke the functions.
+resource "google_service_account" "trigger" {
+  account_id   = "${var.name}-trigger"
+  display_name = "raytune event delivery"
+}
+
+# Run records and checkpoints: read and write objects in the runs bucket only.
+resource "google_storage_bucket_iam_member" "functions_runs" {
+  bucket = google_storage_bucket.runs.name
+  role   = "roles/storage.objectUser"
+  member = google_service_account.functions.member
+}
+
+# Uploaded run configs: read only.
+resource "google_storage_bucket_iam_member" "functions_configs" {
+  bucket = google_storage_bucket.configs.name
+  role   = "roles/storage.objectViewer"
+  member = google_service_account.functions.member
+}
+
+resource "google_pubsub_topic_iam_member" "functions_run_events" {
+  topic  = google_pubsub_topic.run_events.id
+  role   = "roles/pubsub.publisher"
+  member = google_service_account.functions.member
+}
+
+resource "google_secret_manager_secret_iam_member" "functions_hf_token" {
+  secret_id = google_secret_manager_secret.hf_token.id
+  role      = "roles/secretmanager.secretAccessor"
+  member    = google_service_account.functions.member
+}
+
+# Kubernetes objects in the cluster (Secret, ConfigMap, RayCluster, RayJob); creating clusters only if allowed.
+resource "google_project_iam_member" "functions_gke" {
+  project = var.project_id
+  role    = var.functions_create_clusters ? "roles/container.admin" : "roles/container.developer"
+  member  = google_service_account.functions.member
+}
+
+# Creating an Autopilot cluster acts as the default compute service account on its nodes.
+resource "google_service_account_iam_member" "functions_node_sa" {
+  count              = var.functions_create_clusters ? 1 : 0
+  service_account_id = "projects/${var.project_id}/serviceAccounts/${data.google_project.this.number}-compute@developer.gserviceaccount.com"
+  role               = "roles/iam.serviceAccountUser"
+  member             = google_service_account.functions.member
+}
+
+# Storage triggers: the Cloud Storage service agent publishes the object events.
+resource "google_project_iam_member" "gcs_pubsub_publisher" {
+  project = var.project_id
+  role    = "roles/pubsub.publisher"
+  member  = "serviceAccount:${data.google_storage_project_service_account.gcs.email_address}"
+}
+
+resource "google_project_iam_member" "trigger_event_receiver" {
+  project = var.project_id
+  role    = "roles/eventarc.eventReceiver"
+  member  = google_service_account.trigger.member
+}
+
+resource "google_cloud_run_service_iam_member" "trigger_invoker" {
+  for_each = {
+    launch_upload  = google_cloudfunctions2_function.launch_upload.name
+    launch_message = google_cloudfunctions2_function.launch_message.name
+    watch          = google_cloudfunctions2_function.watch.name
+  }
+  location = var.region
+  service  = each.value
+  role     = "roles/run.invoker"
+  member   = google_service_account.trigger.member
+}
+
+# Pub/Sub moves undeliverable messages to the dead letter topic as its own service agent.
+locals {
+  pubsub_agent = "serviceAccount:service-${data.google_project.this.number}@gcp-sa-pubsub.iam.gserviceaccount.com"
+}
+
+resource "google_pubsub_topic_iam_member" "dead_letter_publisher" {
+  topic  = google_pubsub_topic.dead_letter.id
+  role   = "roles/pubsub.publisher"
+  member = local.pubsub_agent
+}
+
+resource "google_pubsub_subscription_iam_member" "dead_letter_subscriber" {
+  for_each     = local.pushed
+  subscription = google_pubsub_subscription.push[each.key].id
+  role         = "roles/pubsub.subscriber"
+  member       = local.pubsub_agent
+}
+
+# The trainer in the Ray pods (Workload Identity, Kubernetes service account default/default):
+# writes checkpoints and result.json, and sends its completion notice to the watch topic.
+locals {
+  trainer_principal = "principal://iam.googleapis.com/projects/${data.google_project.this.number}/locations/global/workloadIdentityPools/${var.project_id}.svc.id.goog/subject/ns/default/sa/default"
+}
+
+resource "google_storage_bucket_iam_member" "trainer_runs" {
+  bucket = google_storage_bucket.runs.name
+  role   = "roles/storage.objectUser"
+  member = local.trainer_principal
+}
+
+resource "google_pubsub_topic_iam_member" "trainer_watch" {
+  topic  = google_pubsub_topic.watch.id
+  role   = "roles/pubsub.publisher"
+  member = local.trainer_principal
+}
+
+# Cloud Scheduler publishes ticks and nightly launches as this identity.
+resource "google_service_account" "scheduler" {
+  account_id   = "${var.name}-scheduler"
+  display_name = "raytune scheduler"
+}
+
+resource "google_pubsub_topic_iam_member" "scheduler_publish" {
+  for_each = { watch = google_pubsub_topic.watch.id, launch = google_pubsub_topic.launch.id }
+  topic    = each.value
+  role     = "roles/pubsub.publisher"
+  member   = google_service_account.scheduler.member
+}

@@ -1,0 +1,33 @@
+output "configs_bucket" {
+  description = "Upload run configs to gs://<this>/configs/*.json to launch runs."
+  value       = google_storage_bucket.configs.name
+}
+
+output "runs_bucket" {
+  description = "Run records (runs/<run_id>.json) and checkpoints (checkpoints/<run_id>/)."
+  value       = google_storage_bucket.runs.name
+}
+
+output "topics" {
+  description = "Pub/Sub topics: launch (other systems launch runs), watch (ticks, notices, cancels), run_events (run-finished), dead_letter."
+  value = {
+    launch      = google_pubsub_topic.launch.id
+    watch       = google_pubsub_topic.watch.id
+    run_events  = google_pubsub_topic.run_events.id
+    dead_letter = google_pubsub_topic.dead_letter.id
+  }
+}
+
+output "functions" {
+  description = "The three Cloud Functions."
+  value = {
+    launch_upload  = google_cloudfunctions2_function.launch_upload.name
+    launch_message = google_cloudfunctions2_function.launch_message.name
+    watch          = google_cloudfunctions2_function.watch.name
+  }
+}
+
+output "gke_cluster" {
+  description = "The Autopilot cluster run configs refer to (cluster.gke_cluster, cluster.region)."
+  value       = { name = var.gke_cluster_name, region = var.region, reservation = var.reservation }
+}

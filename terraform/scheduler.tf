@@ -1,0 +1,25 @@
+resource "google_cloud_scheduler_job" "watch_tick" {
+  name      = "${var.name}-watch-tick"
+  region    = var.region
+  schedule  = var.watch_schedule
+  time_zone = var.time_zone
+  pubsub_target {
+    topic_name = google_pubsub_topic.watch.id
+    data       = base64encode(jsonencode({ kind = "tick" }))
+  }
+  depends_on = [google_project_service.apis]
+}
+
+# The nightly fine-tune: one run a day (its run id is nightly-<date>, however often the job fires).
+resource "google_cloud_scheduler_job" "nightly" {
+  count     = var.nightly_config_uri == "" ? 0 : 1
+  name      = "${var.name}-nightly"
+  region    = var.region
+  schedule  = var.nightly_schedule
+  time_zone = var.time_zone
+  pubsub_target {
+    topic_name = google_pubsub_topic.launch.id
+    data       = base64encode(jsonencode({ config_uri = var.nightly_config_uri, nightly = true, run_name = "nightly" }))
+  }
+  depends_on = [google_project_service.apis]
+}

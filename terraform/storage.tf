@@ -1,0 +1,42 @@
+# Run records (runs/), checkpoints (checkpoints/) and the function source (source/).
+resource "google_storage_bucket" "runs" {
+  name                        = "${var.name}-runs-${var.project_id}"
+  location                    = var.region
+  uniform_bucket_level_access = true
+  public_access_prevention    = "enforced"
+  force_destroy               = false
+  versioning {
+    enabled = true
+  }
+  # Superseded versions of run records and checkpoints are kept 30 days, then deleted.
+  lifecycle_rule {
+    condition {
+      days_since_noncurrent_time = 30
+    }
+    action {
+      type = "Delete"
+    }
+  }
+  #checkov:skip=CKV_GCP_62:Access logs go to Cloud Audit Logs (data access), not a second logging bucket.
+  depends_on = [google_project_service.apis]
+}
+
+# Uploads here launch runs. A bucket of its own, so the records and checkpoints the controller writes
+# never trigger the launch function.
+resource "google_storage_bucket" "configs" {
+  name                        = "${var.name}-configs-${var.project_id}"
+  location                    = var.region
+  uniform_bucket_level_access = true
+  public_access_prevention    = "enforced"
+  versioning {
+    enabled = true
+  }
+  #checkov:skip=CKV_GCP_62:Access logs go to Cloud Audit Logs (data access), not a second logging bucket.
+  depends_on = [google_project_service.apis]
+}
+
+resource "google_storage_bucket_object" "function_source" {
+  name   = "source/raytune-functions-${filemd5(var.function_source_zip)}.zip"
+  bucket = google_storage_bucket.runs.name
+  source = var.function_source_zip
+}

@@ -1,0 +1,86 @@
+variable "project_id" {
+  description = "Google Cloud project that runs the controller."
+  type        = string
+}
+
+variable "region" {
+  description = "Region of the bucket, the functions and the GKE cluster: the region of the A4 (B200) reservation."
+  type        = string
+  default     = "us-central1"
+}
+
+variable "name" {
+  description = "Prefix of every resource name (buckets get the project id appended to be globally unique)."
+  type        = string
+  default     = "raytune"
+  validation {
+    condition     = can(regex("^[a-z][a-z0-9-]{1,20}$", var.name))
+    error_message = "name: lowercase letters, digits and '-', at most 21 characters."
+  }
+}
+
+variable "function_source_zip" {
+  description = "Path of the function source archive built by `raytune package` (no torch inside)."
+  type        = string
+  default     = "../build/raytune-functions.zip"
+}
+
+variable "hf_token_secret_id" {
+  description = "Secret Manager secret holding the Hugging Face read token (add a version with gcloud; never in Terraform state)."
+  type        = string
+  default     = "raytune-hf-token"
+}
+
+variable "create_gke_cluster" {
+  description = "Create the GKE Autopilot cluster with the Ray operator add-on here. If false, the launch function creates it on first use."
+  type        = bool
+  default     = true
+}
+
+variable "gke_cluster_name" {
+  description = "GKE cluster name; run configs name it in cluster.gke_cluster."
+  type        = string
+  default     = "raytune"
+}
+
+variable "reservation" {
+  description = "Name of the A4 GPU reservation run configs refer to (scaling.reservation); informational output."
+  type        = string
+  default     = ""
+}
+
+variable "functions_create_clusters" {
+  description = "Allow the functions to create GKE clusters (roles/container.admin). If false they only use existing clusters (roles/container.developer)."
+  type        = bool
+  default     = false
+}
+
+variable "max_event_age_seconds" {
+  description = "Deliveries older than this are recorded as rejected instead of launching (Cloud Functions retry for up to 24 h)."
+  type        = number
+  default     = 43200
+}
+
+variable "watch_schedule" {
+  description = "Cron of the watch tick (reconciles runs, scales GPU workers down)."
+  type        = string
+  default     = "* * * * *"
+}
+
+variable "nightly_schedule" {
+  description = "Cron of the nightly fine-tune."
+  type        = string
+  default     = "0 2 * * *"
+}
+
+variable "nightly_config_uri" {
+  description = "gs:// URI of the run config the nightly fine-tune launches; empty: no nightly job."
+  type        = string
+  default     = ""
+}
+
+variable "time_zone" {
+  description = "Time zone of the scheduler jobs."
+  type        = string
+  default     = "Etc/UTC"
+}
