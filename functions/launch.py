@@ -32,8 +32,6 @@ def handle(event, ctx: Context | None = None) -> RunRecord | None:
     except events.Ignored as why:
         log.info("ignored: %s", why)
         return None
-    # Marked before the record exists: a crash in between leaves the watcher a trail, never a lost run.
-    ctx.store.mark_active(request.run_id)
     record, created = receive(ctx, request)
     if record.state == State.RECEIVED and (created or lifecycle.claim_expired(ctx, record)):
         record = lifecycle.advance(ctx, record)
@@ -70,6 +68,8 @@ def receive(ctx: Context, request: events.LaunchRequest) -> tuple[RunRecord, boo
         raw_config=_kept(raw) if errors else None,
         reason=reason, errors=errors, history=[Transition(state=state, at=now, reason=reason)],
     )
+    # Marked before the record exists: a crash in between leaves the watcher a trail, never a lost run.
+    ctx.store.mark_active(request.run_id)
     return ctx.store.create(record)
 
 

@@ -1,0 +1,147 @@
+"""Controller benchmark: cold import of main.py, and launch / watch handler latency with the number of
+API calls each makes, on fake-gcs-server and the Kubernetes API fake (the same stand-ins as the tests).
+
+    .venv/bin/python bench/controller.py [--runs 20]
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+
+def cold_import(repeats: int) -> list[float]:
+    probe = "import time; t = time.perf_counter(); import main; print(time.perf_counter() - t)"
+    return [float(subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True,
+                                 check=True).stdout.split()[-1]) for _ in range(repeats)]
+
+
+class CountingBlobs:
+    """The run store's bucket, counting calls by operation."""
+
+    def __init__(self, inner, counts: Counter):
+        self.inner, self.counts = inner, counts
+
+    def __getattr__(self, name):
+        method = getattr(self.inner, name)
+
+        def counted(*args, **kwargs):
+            self.counts[f"gcs.{name}"] += 1
+            return method(*args, **kwargs)
+
+        return counted
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--runs", type=int, default=20, help="launches to time")
+    args = parser.parse_args()
+
+    imports = cold_import(5)
+    print(f"cold import of main.py: median {statistics.median(imports) * 1000:.0f} ms "
+          f"(min {min(imports) * 1000:.0f}, max {max(imports) * 1000:.0f}; 5 fresh interpreters)")
+
+    import os
+
+    from cloudevents.http import CloudEvent
+
+    from functions import emulators
+    from functions.context import Context
+    from functions.events import PUBSUB_PUBLISHED, STORAGE_FINALIZED
+    from functions.gcs import Bucket, storage_client
+    from functions.gke import GkeClusters, GkePlatform
+    from functions.kube import Kube, api_client
+    from functions.launch import handle as launch
+    from functions.runs import RunStore
+    from functions.settings import Settings
+    from functions.watch import handle as watch
+    from tests.conftest import CLUSTER_PATH, PROJECT, FakeClusterManager
+    from tests.fake_kube import FakeKube
+
+    workdir = Path(tempfile.mkdtemp(prefix="bench-controller-"))
+    gcs = emulators.fake_gcs(workdir / "fake-gcs.log")
+    os.environ["STORAGE_EMULATOR_HOST"] = gcs.url
+    kube = FakeKube().start()
+    try:
+        client = storage_client()
+        client.create_bucket("bench-runs")
+        counts: Counter = Counter()
+        manager = FakeClusterManager()
+        manager.add_running(CLUSTER_PATH)
+        platform = GkePlatform(PROJECT, "hf_benchtoken000000000000000000", clusters=GkeClusters(PROJECT, client=manager),
+                               kube_factory=lambda cluster: Kube(api_client(kube.url)))
+
+        class NoPublish:
+            def publish(self, topic, message, **attributes):
+                counts["pubsub.publish"] += 1
+                return "1"
+
+        ctx = Context(settings=Settings(PROJECT, "bench-runs", None, "projects/bench/topics/events", 3600, None),
+                      store=RunStore(CountingBlobs(Bucket("bench-runs"), counts)), platform=platform,
+                      publisher=NoPublish())
+        config = json.dumps({"name": "bench", "scaling": {"nodes": 2}}).encode()
+        blobs = []
+        for i in range(args.runs):
+            blob = client.bucket("bench-runs").blob(f"configs/bench-{i}.json")
+            blob.upload_from_string(config)
+            blobs.append(blob)
+
+        def upload_event(blob):
+            return CloudEvent({"type": STORAGE_FINALIZED, "source": "//storage", "id": blob.name},
+                              {"bucket": "bench-runs", "name": blob.name, "generation": str(blob.generation)})
+
+        def measure(call) -> tuple[float, Counter]:
+            before_kube, before = len(kube.requests), Counter(counts)
+            started = time.perf_counter()
+            call()
+            elapsed = time.perf_counter() - started
+            delta = counts - before
+            delta["kube"] = len(kube.requests) - before_kube
+            return elapsed, delta
+
+        # The first launch also builds clients and the GKE connection: reported apart.
+        first, first_calls = measure(lambda: launch(upload_event(blobs[0]), ctx))
+        samples = [measure(lambda b=b: launch(upload_event(b), ctx)) for b in blobs[1:args.runs]]
+        latencies = [s for s, _ in samples]
+        calls = samples[-1][1]
+        print(f"launch (upload -> SUBMITTED): first {first * 1000:.0f} ms; then median "
+              f"{statistics.median(latencies) * 1000:.0f} ms, p90 {sorted(latencies)[int(0.9 * len(latencies))] * 1000:.0f} ms"
+              f" over {len(latencies)}")
+        print(f"  API calls per launch: {dict(sorted(calls.items()))} (first: kube {first_calls['kube']})")
+        duplicate, dup_calls = measure(lambda: launch(upload_event(blobs[1]), ctx))
+        print(f"duplicate delivery: {duplicate * 1000:.0f} ms, API calls {dict(sorted(dup_calls.items()))}")
+
+        tick = CloudEvent({"type": PUBSUB_PUBLISHED, "source": "//pubsub", "id": "t"},
+                          {"message": {"data": base64.b64encode(b'{"kind":"tick"}').decode(), "messageId": "t"}})
+        for name in kube.names("rayjobs"):
+            kube.set_status("rayjobs", name, {"jobStatus": "RUNNING", "jobDeploymentStatus": "Running"})
+        measure(lambda: watch(tick, ctx))  # records move to RUNNING once
+        live = len(ctx.store.active())
+        quiet, quiet_calls = measure(lambda: watch(tick, ctx))
+        print(f"watch tick, {live} live runs, nothing changed: {quiet * 1000:.0f} ms, "
+              f"API calls {dict(sorted(quiet_calls.items()))}")
+        ended = kube.names("rayjobs")
+        for name in ended:
+            kube.set_status("rayjobs", name, {"jobStatus": "SUCCEEDED", "jobDeploymentStatus": "Complete"})
+        finish, finish_calls = measure(lambda: watch(tick, ctx))
+        print(f"watch tick, {len(ended)} runs ending at once (records, events, scale-down): {finish * 1000:.0f} ms, "
+              f"API calls {dict(sorted(finish_calls.items()))}")
+    finally:
+        kube.stop()
+        gcs.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
