@@ -6,33 +6,25 @@ Local absolute paths are read from disk: the embedded local default keeps checkp
 
 from __future__ import annotations
 
-import threading
-from functools import cached_property
+import functools
 from pathlib import Path
 
 from functions.retry import with_retries
 from functions.runs import Conflict
 
-_client_lock = threading.Lock()
-_client = None
 
-
+@functools.cache
 def storage_client():
-    global _client
-    with _client_lock:
-        if _client is None:
-            import os
+    """One client per process, made on first use (cold starts stay fast); the client is thread-safe."""
+    import os
 
-            from google.cloud import storage
+    from google.cloud import storage
 
-            if os.environ.get("STORAGE_EMULATOR_HOST"):
-                from google.auth.credentials import AnonymousCredentials
+    if os.environ.get("STORAGE_EMULATOR_HOST"):
+        from google.auth.credentials import AnonymousCredentials
 
-                _client = storage.Client(project=os.environ.get("RAYTUNE_PROJECT", "local"),
-                                         credentials=AnonymousCredentials())
-            else:
-                _client = storage.Client()
-        return _client
+        return storage.Client(project=os.environ.get("RAYTUNE_PROJECT", "local"), credentials=AnonymousCredentials())
+    return storage.Client()
 
 
 def split_uri(uri: str) -> tuple[str, str]:
@@ -67,7 +59,7 @@ class Bucket:
     def __init__(self, name: str):
         self.name = name
 
-    @cached_property
+    @functools.cached_property
     def _bucket(self):
         return storage_client().bucket(self.name)
 

@@ -5,23 +5,17 @@ The client is created lazily and honours PUBSUB_EMULATOR_HOST by itself.
 
 from __future__ import annotations
 
+import functools
 import json
-import threading
 
 from functions.retry import with_retries
 
-_lock = threading.Lock()
-_publisher = None
 
-
+@functools.cache
 def _client():
-    global _publisher
-    with _lock:
-        if _publisher is None:
-            from google.cloud import pubsub_v1
+    from google.cloud import pubsub_v1
 
-            _publisher = pubsub_v1.PublisherClient()
-        return _publisher
+    return pubsub_v1.PublisherClient()
 
 
 class Publisher:

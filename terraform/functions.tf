@@ -8,20 +8,22 @@ locals {
     LOG_EXECUTION_ID        = "true"
   }
   functions = {
-    launch_upload  = { name = "${var.name}-launch-upload", entry_point = "launch", instances = 10 }
-    launch_message = { name = "${var.name}-launch-message", entry_point = "launch", instances = 10 }
-    # One watcher at a time is enough; more would only contend on the same records.
-    watch = { name = "${var.name}-watch", entry_point = "watch", instances = 1 }
+    # A run config uploaded to the configs bucket (storage finalize through Eventarc, retried).
+    launch_upload = { entry_point = "launch", instances = 10, concurrency = 8, trigger_bucket = google_storage_bucket.configs.name }
+    # Launch messages from other systems and the nightly scheduler (Pub/Sub push, see pubsub.tf).
+    launch_message = { entry_point = "launch", instances = 10, concurrency = 8, trigger_bucket = null }
+    # Ticks, completion notices, cancels (Pub/Sub push). One watcher at a time: more would only contend.
+    watch = { entry_point = "watch", instances = 1, concurrency = 1, trigger_bucket = null }
   }
 }
 
-# A run config uploaded to the configs bucket (storage finalize through Eventarc).
-resource "google_cloudfunctions2_function" "launch_upload" {
-  name     = local.functions.launch_upload.name
+resource "google_cloudfunctions2_function" "fn" {
+  for_each = local.functions
+  name     = "${var.name}-${replace(each.key, "_", "-")}"
   location = var.region
   build_config {
     runtime     = "python311"
-    entry_point = local.functions.launch_upload.entry_point
+    entry_point = each.value.entry_point
     source {
       storage_source {
         bucket = google_storage_bucket.runs.name
@@ -33,9 +35,9 @@ resource "google_cloudfunctions2_function" "launch_upload" {
     service_account_email            = google_service_account.functions.email
     timeout_seconds                  = 540
     available_memory                 = "512Mi"
-    max_instance_count               = local.functions.launch_upload.instances
-    max_instance_request_concurrency = 8
     available_cpu                    = "1"
+    max_instance_count               = each.value.instances
+    max_instance_request_concurrency = each.value.concurrency
     ingress_settings                 = "ALLOW_INTERNAL_ONLY"
     environment_variables            = local.function_env
     secret_environment_variables {
@@ -45,79 +47,18 @@ resource "google_cloudfunctions2_function" "launch_upload" {
       version    = "latest"
     }
   }
-  event_trigger {
-    trigger_region        = var.region # the bucket's location
-    event_type            = "google.cloud.storage.object.v1.finalized"
-    retry_policy          = "RETRY_POLICY_RETRY"
-    service_account_email = google_service_account.trigger.email
-    event_filters {
-      attribute = "bucket"
-      value     = google_storage_bucket.configs.name
+  dynamic "event_trigger" {
+    for_each = each.value.trigger_bucket == null ? [] : [each.value.trigger_bucket]
+    content {
+      trigger_region        = var.region # the bucket's location
+      event_type            = "google.cloud.storage.object.v1.finalized"
+      retry_policy          = "RETRY_POLICY_RETRY"
+      service_account_email = google_service_account.trigger.email
+      event_filters {
+        attribute = "bucket"
+        value     = event_trigger.value
+      }
     }
   }
   depends_on = [google_project_iam_member.gcs_pubsub_publisher, google_project_iam_member.trigger_event_receiver]
-}
-
-# Launch messages from other systems and the nightly scheduler (Pub/Sub push, see pubsub.tf).
-resource "google_cloudfunctions2_function" "launch_message" {
-  name     = local.functions.launch_message.name
-  location = var.region
-  build_config {
-    runtime     = "python311"
-    entry_point = local.functions.launch_message.entry_point
-    source {
-      storage_source {
-        bucket = google_storage_bucket.runs.name
-        object = google_storage_bucket_object.function_source.name
-      }
-    }
-  }
-  service_config {
-    service_account_email            = google_service_account.functions.email
-    timeout_seconds                  = 540
-    available_memory                 = "512Mi"
-    max_instance_count               = local.functions.launch_message.instances
-    max_instance_request_concurrency = 8
-    available_cpu                    = "1"
-    ingress_settings                 = "ALLOW_INTERNAL_ONLY"
-    environment_variables            = local.function_env
-    secret_environment_variables {
-      key        = "HF_TOKEN"
-      project_id = var.project_id
-      secret     = google_secret_manager_secret.hf_token.secret_id
-      version    = "latest"
-    }
-  }
-}
-
-# Scheduler ticks, trainer completion notices and cancel requests (Pub/Sub push, see pubsub.tf).
-resource "google_cloudfunctions2_function" "watch" {
-  name     = local.functions.watch.name
-  location = var.region
-  build_config {
-    runtime     = "python311"
-    entry_point = local.functions.watch.entry_point
-    source {
-      storage_source {
-        bucket = google_storage_bucket.runs.name
-        object = google_storage_bucket_object.function_source.name
-      }
-    }
-  }
-  service_config {
-    service_account_email            = google_service_account.functions.email
-    timeout_seconds                  = 540
-    available_memory                 = "512Mi"
-    max_instance_count               = local.functions.watch.instances
-    max_instance_request_concurrency = 1
-    available_cpu                    = "1"
-    ingress_settings                 = "ALLOW_INTERNAL_ONLY"
-    environment_variables            = local.function_env
-    secret_environment_variables {
-      key        = "HF_TOKEN"
-      project_id = var.project_id
-      secret     = google_secret_manager_secret.hf_token.secret_id
-      version    = "latest"
-    }
-  }
 }

@@ -65,13 +65,9 @@ resource "google_project_iam_member" "trigger_event_receiver" {
 }
 
 resource "google_cloud_run_service_iam_member" "trigger_invoker" {
-  for_each = {
-    launch_upload  = google_cloudfunctions2_function.launch_upload.name
-    launch_message = google_cloudfunctions2_function.launch_message.name
-    watch          = google_cloudfunctions2_function.watch.name
-  }
+  for_each = google_cloudfunctions2_function.fn
   location = var.region
-  service  = each.value
+  service  = each.value.name
   role     = "roles/run.invoker"
   member   = google_service_account.trigger.member
 }

@@ -20,11 +20,7 @@ output "topics" {
 
 output "functions" {
   description = "The three Cloud Functions."
-  value = {
-    launch_upload  = google_cloudfunctions2_function.launch_upload.name
-    launch_message = google_cloudfunctions2_function.launch_message.name
-    watch          = google_cloudfunctions2_function.watch.name
-  }
+  value       = { for key, function in google_cloudfunctions2_function.fn : key => function.name }
 }
 
 output "gke_cluster" {

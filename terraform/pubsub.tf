@@ -39,8 +39,8 @@ resource "google_pubsub_subscription" "dead_letter" {
 # that cannot be handled is retried, then parked, never lost and never retried forever.
 locals {
   pushed = {
-    launch = { topic = google_pubsub_topic.launch.id, uri = google_cloudfunctions2_function.launch_message.service_config[0].uri }
-    watch  = { topic = google_pubsub_topic.watch.id, uri = google_cloudfunctions2_function.watch.service_config[0].uri }
+    launch = { topic = google_pubsub_topic.launch.id, uri = google_cloudfunctions2_function.fn["launch_message"].service_config[0].uri }
+    watch  = { topic = google_pubsub_topic.watch.id, uri = google_cloudfunctions2_function.fn["watch"].service_config[0].uri }
   }
 }
 

@@ -59,34 +59,41 @@ def env_vars_read() -> set[str]:
 
 
 def test_every_function_has_an_entry_point_and_its_environment(tf):
-    functions = resources(tf, "google_cloudfunctions2_function")
-    assert set(functions) == {"launch_upload", "launch_message", "watch"}
-    entry_points = {name: spec["entry_point"] for name, spec in tf["locals"]["functions"].items()}
-    assert set(entry_points.values()) <= cloud_event_targets() == {"launch", "watch"}
+    function = resources(tf, "google_cloudfunctions2_function")["fn"]
+    assert function["for_each"] == "${local.functions}"
+    specs = tf["locals"]["functions"]
+    assert set(specs) == {"launch_upload", "launch_message", "watch"}
+    assert {spec["entry_point"] for spec in specs.values()} <= cloud_event_targets() == {"launch", "watch"}
+    build = function["build_config"][0]
+    assert build["runtime"] == "python311" and build["entry_point"] == "${each.value.entry_point}"
+    service = function["service_config"][0]
+    assert service["environment_variables"] == "${local.function_env}"
     env = set(tf["locals"]["function_env"])
+    secrets = {s["key"] for s in service["secret_environment_variables"]}
     needed = env_vars_read()
     assert {"RAYTUNE_PROJECT", "RAYTUNE_BUCKET", "RAYTUNE_WATCH_TOPIC", "HF_TOKEN"} <= needed
-    for name, function in functions.items():
-        build = function["build_config"][0]
-        assert build["runtime"] == "python311"
-        assert build["entry_point"] == f"${{local.functions.{name}.entry_point}}"
-        service = function["service_config"][0]
-        assert service["environment_variables"] == "${local.function_env}"
-        secrets = {s["key"] for s in service["secret_environment_variables"]}
-        assert needed <= env | secrets, needed - env - secrets
-        assert secrets == {"HF_TOKEN"} and "HF_TOKEN" not in env  # from Secret Manager, never plain
-        assert service["timeout_seconds"] <= 540  # the event-driven maximum
-        assert service["service_account_email"] == "${google_service_account.functions.email}"
+    assert needed <= env | secrets, needed - env - secrets
+    assert secrets == {"HF_TOKEN"} and "HF_TOKEN" not in env  # from Secret Manager, never plain
+    assert service["timeout_seconds"] <= 540  # the event-driven maximum
+    assert service["service_account_email"] == "${google_service_account.functions.email}"
 
 
 def test_storage_trigger_retries_and_matches_the_bucket_region(tf):
-    trigger = resources(tf, "google_cloudfunctions2_function")["launch_upload"]["event_trigger"][0]
-    assert trigger["event_type"] == "google.cloud.storage.object.v1.finalized"
-    assert trigger["retry_policy"] == "RETRY_POLICY_RETRY"
-    assert trigger["event_filters"][0] == {"attribute": "bucket", "value": "${google_storage_bucket.configs.name}"}
+    function = resources(tf, "google_cloudfunctions2_function")["fn"]
+    [dynamic] = function["dynamic"]
+    trigger = dynamic["event_trigger"]
+    # Only the upload function gets a trigger: the configs bucket's.
+    assert trigger["for_each"] == "${each.value.trigger_bucket == null ? [] : [each.value.trigger_bucket]}"
+    specs = tf["locals"]["functions"]
+    assert specs["launch_upload"]["trigger_bucket"] == "${google_storage_bucket.configs.name}"
+    assert specs["launch_message"]["trigger_bucket"] is None and specs["watch"]["trigger_bucket"] is None
+    content = trigger["content"][0]
+    assert content["event_type"] == "google.cloud.storage.object.v1.finalized"
+    assert content["retry_policy"] == "RETRY_POLICY_RETRY"
+    assert content["event_filters"][0] == {"attribute": "bucket", "value": "${event_trigger.value}"}
     configs = resources(tf, "google_storage_bucket")["configs"]
-    assert trigger["trigger_region"] == configs["location"] == "${var.region}"
-    assert trigger["service_account_email"] == "${google_service_account.trigger.email}"
+    assert content["trigger_region"] == configs["location"] == "${var.region}"
+    assert content["service_account_email"] == "${google_service_account.trigger.email}"
 
 
 def test_pubsub_deliveries_retry_with_a_dead_letter_topic(tf):
@@ -109,7 +116,7 @@ def test_iam_for_triggers_and_least_privilege(tf):
     assert ("roles/eventarc.eventReceiver", "${google_service_account.trigger.member}") in project_roles
     invoker = resources(tf, "google_cloud_run_service_iam_member")["trigger_invoker"]
     assert invoker["role"] == "roles/run.invoker" and invoker["member"] == "${google_service_account.trigger.member}"
-    assert set(invoker["for_each"]) == {"launch_upload", "launch_message", "watch"}
+    assert invoker["for_each"] == "${google_cloudfunctions2_function.fn}"  # every function, nothing more
     # No project-wide storage or owner/editor roles for anyone.
     assert not {r for r, _ in project_roles} & {"roles/owner", "roles/editor", "roles/storage.admin",
                                                 "roles/storage.objectAdmin"}
