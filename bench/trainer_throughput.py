@@ -17,6 +17,7 @@ sdpa, batch 4); prints tokens/s/GPU and MFU (6 x parameters x tokens / peak bf16
 from __future__ import annotations
 
 import argparse
+import gc
 import statistics
 import sys
 import tempfile
@@ -128,6 +129,7 @@ def gpu_variant(name: str, checkpoint: str, steps: int, seq: int) -> dict:
     from trainer.model import lora_config, quantization_config
 
     settings = VARIANTS[name]
+    torch.cuda.reset_peak_memory_stats()
     quantized = name == "reference"
     spec = ModelSpec(quantization="nf4" if quantized else "none", attn_implementation=settings["attn"])
     model = AutoModelForImageTextToText.from_pretrained(checkpoint, dtype=torch.bfloat16, device_map={"": 0},
@@ -161,12 +163,8 @@ def gpu_variant(name: str, checkpoint: str, steps: int, seq: int) -> dict:
     torch.cuda.synchronize()
     elapsed = time.perf_counter() - started
     tokens = steps * settings["batch"] * settings["accumulation"] * seq
-    result = {"tokens_per_s": tokens / elapsed, "samples_per_s": tokens / seq / elapsed, "parameters": parameters,
-              "memory_gib": torch.cuda.max_memory_allocated() / 2**30}
-    del model, optimizer
-    torch.cuda.empty_cache()
-    torch.cuda.reset_peak_memory_stats()
-    return result
+    return {"tokens_per_s": tokens / elapsed, "samples_per_s": tokens / seq / elapsed, "parameters": parameters,
+            "memory_gib": torch.cuda.max_memory_allocated() / 2**30}
 
 
 def run_gpu(args) -> None:
@@ -183,7 +181,11 @@ def run_gpu(args) -> None:
         del model
         torch.cuda.empty_cache()
         print(f"{name}: random Gemma-3-4B architecture built and saved in {time.perf_counter() - started:.0f} s")
-        results = {variant: gpu_variant(variant, checkpoint, args.steps, args.seq) for variant in ("ours", "reference")}
+        results = {}
+        for variant in ("ours", "reference"):
+            results[variant] = gpu_variant(variant, checkpoint, args.steps, args.seq)
+            gc.collect()  # the variant's model and optimizer are gone: give their memory back
+            torch.cuda.empty_cache()
     for variant, r in results.items():
         mfu = 6 * r["parameters"] * r["tokens_per_s"] / (peak * 1e12) if peak else float("nan")
         print(f"  {variant:9s} {VARIANTS[variant]}: {r['tokens_per_s']:.0f} tokens/s/GPU, "

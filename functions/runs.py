@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import datetime as dt
 import enum
-import json
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -159,6 +158,3 @@ class RunStore:
         records = [self.get(path.removeprefix(ACTIVE)) for path in self.blobs.list(ACTIVE)]
         return sorted((r for r in records if r is not None), key=lambda r: r.created_at)
 
-
-def summary(record: RunRecord) -> str:
-    return json.dumps({"run_id": record.run_id, "state": record.state.value, "reason": record.reason})

@@ -2,7 +2,6 @@
 and light pinned requirements."""
 
 import zipfile
-from pathlib import Path
 
 from functions.cli import main as cli
 from trainer.codehash import code_files
