@@ -44,7 +44,12 @@ def cmd_render(args: argparse.Namespace) -> int:
 
 
 def cmd_schema(args: argparse.Namespace) -> int:
-    text = json.dumps(configs.json_schema(), indent=2, sort_keys=True) + "\n"
+    if args.markdown:
+        from functions.reference import markdown
+
+        text = markdown(configs.json_schema())
+    else:
+        text = json.dumps(configs.json_schema(), indent=2, sort_keys=True) + "\n"
     if args.output:
         Path(args.output).write_text(text)
     else:
@@ -95,6 +100,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     schema = sub.add_parser("schema", help="print or write the run config JSON Schema")
     schema.add_argument("--output", "-o")
+    schema.add_argument("--markdown", action="store_true", help="the field reference as a Markdown table")
     schema.set_defaults(func=cmd_schema)
     return parser
 

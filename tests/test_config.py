@@ -109,3 +109,21 @@ def test_validate_command_reports_each_bad_field(tmp_path, capsys):
     assert err[1].startswith("error: training.epochs: Input should be greater than 0")
     assert cli(["validate", str(ROOT / "examples" / "reference.json")]) == 0
     assert "google/gemma-3-4b-it on 2 x 8 B200 (16 Ray Train workers), 3 epochs" in capsys.readouterr().out
+
+
+def test_committed_config_reference_is_current():
+    from functions.reference import markdown
+
+    committed = (ROOT / "docs" / "config-reference.md").read_text()
+    assert committed == markdown(json_schema()), "run: raytune schema --markdown -o docs/config-reference.md"
+    assert "| `training.max_length` | integer | `1024` | >= 64; <= 131072 |" in committed
+    assert "| `cluster.head.memory` | string | `\"64Gi\"` |" in committed
+
+
+def test_main_py_is_the_cli_too():
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "main.py", "validate", "examples/quickstart.json"], cwd=ROOT,
+                         capture_output=True, text=True)
+    assert out.returncode == 0 and out.stdout.startswith("ok: examples/quickstart.json: tiny://gemma3 on 2 x CPU")

@@ -24,6 +24,7 @@ from trainer.codehash import ROOT, code_files, code_sha256
 log = logging.getLogger("raytune.trainer")
 CODE_WAIT_S = 180  # kubelet refreshes ConfigMap volumes within about a minute
 ADAPTER_DIR = "adapter"
+NOTICE_TIMEOUT_S = 30
 
 
 def check_code(expected: str | None, root: Path = ROOT, wait_s: float = CODE_WAIT_S) -> None:
@@ -233,7 +234,7 @@ def notify(run_id: str, outcome: str) -> None:
         from google.cloud import pubsub_v1
 
         message = json.dumps({"kind": "finished", "run_id": run_id, "outcome": outcome}).encode()
-        pubsub_v1.PublisherClient().publish(topic, message).result(timeout=30)
+        pubsub_v1.PublisherClient().publish(topic, message).result(timeout=NOTICE_TIMEOUT_S)
     except Exception as exc:  # noqa: BLE001 - the watcher's tick catches up within a minute
         log.warning("completion notice to %s failed: %s", topic, exc)
 

@@ -1,0 +1,66 @@
+"""The run config reference (docs/config-reference.md), generated from the JSON Schema so it never drifts."""
+
+from __future__ import annotations
+
+import json
+
+LIMITS = (("minimum", ">= {}"), ("exclusiveMinimum", "> {}"), ("maximum", "<= {}"), ("exclusiveMaximum", "< {}"),
+          ("minLength", "length >= {}"), ("maxLength", "length <= {}"), ("minItems", ">= {} items"),
+          ("maxItems", "<= {} items"), ("maxProperties", "<= {} entries"), ("pattern", "pattern `{}`"))
+
+
+def _kind(node: dict, defs: dict) -> tuple[str, list[str]]:
+    """A readable type and its constraints."""
+    if "$ref" in node:
+        return node["$ref"].rsplit("/", 1)[-1], []
+    if "anyOf" in node:
+        kinds, limits = zip(*(_kind(option, defs) for option in node["anyOf"]))
+        return " or ".join(kinds), [limit for group in limits for limit in group]
+    if "enum" in node:
+        return " \\| ".join(f"`{value}`" for value in node["enum"]), []
+    if "const" in node:
+        return f"`{node['const']}`", []
+    kind = node.get("type", "any")
+    if kind == "array":
+        inner, limits = _kind(node.get("items", {}), defs)
+        kind = f"list of {inner}"
+    elif kind == "object" and isinstance(node.get("additionalProperties"), dict):
+        inner, limits = _kind(node["additionalProperties"], defs)
+        kind = f"map of {inner}"
+    else:
+        limits = []
+    limits = limits + [text.format(node[key]).replace("|", "\\|") for key, text in LIMITS if key in node]
+    return kind, limits
+
+
+def _rows(properties: dict, defs: dict, prefix: str = "", defaults: dict | None = None):
+    for name, node in properties.items():
+        path = f"{prefix}{name}"
+        ref = node.get("$ref")
+        if ref:  # a section: its fields, with the section's default values
+            yield from _rows(defs[ref.rsplit("/", 1)[-1]]["properties"], defs, f"{path}.", node.get("default"))
+            continue
+        kind, limits = _kind(node, defs)
+        if "default" in node:
+            default = json.dumps(node["default"])
+        elif defaults and name in defaults:
+            default = json.dumps(defaults[name])
+        else:
+            default = "required"
+        if len(default) > 60:
+            default = default[:57] + "..."
+        yield f"| `{path}` | {kind} | `{default}` | {'; '.join(limits)} |"
+
+
+def markdown(schema: dict) -> str:
+    lines = [
+        "# Run config reference",
+        "",
+        "Generated from `schemas/run-config.schema.json` (`raytune schema --markdown -o docs/config-reference.md`).",
+        "Unknown keys are rejected everywhere; `null` means the field is unset.",
+        "",
+        "| field | type | default | constraints |",
+        "|---|---|---|---|",
+        *_rows(schema["properties"], schema["$defs"]),
+    ]
+    return "\n".join(lines) + "\n"
