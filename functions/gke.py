@@ -122,14 +122,11 @@ class GkePlatform:
         self._credentials = _Credentials()
 
     def _kube_for(self, cluster) -> Kube:
-        ca = tempfile.NamedTemporaryFile(prefix="gke-ca-", suffix=".pem", delete=False)
+        """The cluster's API server: its endpoint, its CA, our Google access token."""
+        ca = tempfile.NamedTemporaryFile(prefix="gke-ca-", suffix=".pem", delete=False)  # noqa: SIM115 - kept for the client
         ca.write(base64.b64decode(cluster.master_auth.cluster_ca_certificate))
         ca.close()
-        client = api_client(f"https://{cluster.endpoint}", ca_file=ca.name)
-        # Tokens expire after an hour: fetch a fresh one for every request (cached until then).
-        client.configuration.refresh_api_key_hook = lambda conf: conf.api_key.update(
-            authorization=f"Bearer {self._credentials.token()}")
-        return Kube(client)
+        return Kube(api_client(f"https://{cluster.endpoint}", token=self._credentials.token, ca_file=ca.name))
 
     def _kube(self, cfg: RunConfig) -> Kube:
         key = f"{cfg.cluster.region}/{cfg.cluster.gke_cluster}"

@@ -7,6 +7,7 @@ was read, and is reported to the caller instead of being retried here.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from functions.retry import with_retries
@@ -25,13 +26,16 @@ class WorkerGroup:
     index: int
 
 
-def api_client(host: str, token: str | None = None, ca_file: str | None = None):
+def api_client(host: str, token: Callable[[], str] | None = None, ca_file: str | None = None):
+    """A kubernetes ApiClient for `host`; `token` is asked for a bearer token on every request
+    (GKE access tokens expire after an hour: the source caches and refreshes them)."""
     from kubernetes import client
 
     configuration = client.Configuration()
     configuration.host = host
     if token:
-        configuration.api_key = {"authorization": f"Bearer {token}"}
+        configuration.api_key = {"authorization": f"Bearer {token()}"}
+        configuration.refresh_api_key_hook = lambda conf: conf.api_key.update(authorization=f"Bearer {token()}")
     if ca_file:
         configuration.ssl_ca_cert = ca_file
     configuration.retries = 0  # retries are ours (with_retries), not urllib3's

@@ -140,9 +140,9 @@ class FakeClusterManager:
 
         with self.lock:
             self.calls.append("update")
+            update = container_v1.ClusterUpdate(update)  # the request as the API would parse it
             cluster = self.clusters[name]
-            cluster.addons_config.ray_operator_config = container_v1.RayOperatorConfig(
-                update["desired_addons_config"]["ray_operator_config"])
+            cluster.addons_config.ray_operator_config = update.desired_addons_config.ray_operator_config
             cluster.status = container_v1.Cluster.Status.RECONCILING
             return container_v1.Operation(name="op-update")
 

@@ -37,6 +37,7 @@ class FakeKube:
     def __init__(self):
         self.objects: dict[tuple[str, str, str], dict] = {}  # (plural, namespace, name) -> object
         self.requests: list[tuple[str, str, str]] = []  # (method, path, content type)
+        self.authorization: list[str | None] = []  # the Authorization header of each request
         self.faults: list[list] = []  # [method, path part, status, times left]
         self._version = 0
         self._lock = threading.Lock()
@@ -111,6 +112,7 @@ class FakeKube:
                 body = self.rfile.read(length) if length else b""
                 with fake._lock:
                     fake.requests.append((method, url.path, content_type))
+                    fake.authorization.append(self.headers.get("Authorization"))
                     for fault in fake.faults:
                         if fault[0] == method and fault[1] in url.path and fault[3] > 0:
                             fault[3] -= 1

@@ -78,3 +78,11 @@ def test_missing_objects(kube):
     assert kube.get_rayjob("default", "nope") is None
     assert kube.worker_group("default", "nope", "gpu-group") is None
     kube.delete_rayjob("default", "nope")  # already gone is fine
+
+
+def test_bearer_token_is_asked_for_on_every_request(fake):
+    tokens = iter(["t0", "t1", "t2", "t3"])
+    kube = Kube(api_client(fake.url, token=lambda: next(tokens)))
+    kube.get_rayjob("default", "a")
+    kube.get_rayjob("default", "b")
+    assert fake.authorization == ["Bearer t1", "Bearer t2"]  # t0 seeded the client; each call refreshed
