@@ -43,13 +43,17 @@ def quantization_config(spec: ModelSpec):
     return None
 
 
-def load_model(spec: ModelSpec, source: str):
+def load_model(spec: ModelSpec, source: str, device=None):
+    """`device`: where a quantized model must be loaded (its worker's GPU); unquantized models are moved by
+    the Trainer itself."""
     import torch
     from transformers import AutoModelForImageTextToText
 
+    quantization = quantization_config(spec)
     return AutoModelForImageTextToText.from_pretrained(
         source, revision=spec.revision, dtype=getattr(torch, spec.dtype), attn_implementation=spec.attn_implementation,
-        quantization_config=quantization_config(spec), token=os.environ.get("HF_TOKEN"),
+        quantization_config=quantization, token=os.environ.get("HF_TOKEN"),
+        device_map={"": device} if quantization is not None and device is not None else None,
     )
 
 

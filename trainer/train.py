@@ -93,6 +93,15 @@ def sft_config(cfg: RunConfig, output_dir: str):
     )
 
 
+def gpu_device(cfg: RunConfig):
+    """This worker's GPU (Ray Train assigns one a worker), None on CPU."""
+    if not cfg.scaling.use_gpu:
+        return None
+    import ray.train.torch
+
+    return ray.train.torch.get_device()
+
+
 def train_loop(loop_config: dict) -> None:
     import ray.train
     from ray.train.huggingface.transformers import prepare_trainer
@@ -110,7 +119,7 @@ def train_loop(loop_config: dict) -> None:
     collator = VisionSFTCollator(processor, cfg.dataset, cfg.prompts, cfg.training.max_length,
                                  assistant_only=cfg.training.assistant_only_loss)
     trainer = SFTTrainer(
-        model=models.load_model(cfg.model, source),
+        model=models.load_model(cfg.model, source, device=gpu_device(cfg)),
         args=sft_config(cfg, output_dir),
         train_dataset=data.load(cfg.dataset, seed=cfg.training.seed),
         data_collator=collator,
