@@ -7,6 +7,7 @@ import logging
 from functions.config import RunConfig
 from functions.context import Context
 from functions.reconcile import cluster_key, gpu_demand
+from functions.retry import is_transient
 from functions.runs import InvalidTransition, RunRecord, State
 
 log = logging.getLogger(__name__)
@@ -44,18 +45,41 @@ def trainer_env(ctx: Context) -> dict[str, str]:
 
 
 def advance(ctx: Context, record: RunRecord) -> RunRecord:
-    """RECEIVED or PROVISIONING: submit the run when its cluster is ready, else start the cluster and wait."""
+    """RECEIVED or PROVISIONING: submit the run when its cluster is ready, else start the cluster and wait.
+
+    A permanent error from GKE or Kubernetes (403, 404, 400: missing namespace, denied permission,
+    rejected object) fails the run with the reason instead of a retry storm; transient ones raise."""
     cfg = RunConfig.model_validate(record.config)
-    readiness = ctx.platform.ensure_cluster(cfg)
-    if readiness.state == "provisioning":
-        return transition(ctx, record, State.PROVISIONING, readiness.message)
-    if readiness.state == "error":
-        return transition(ctx, record, State.FAILED, readiness.message)
-    # The shared cluster keeps enough workers for its largest live run (this one included).
-    replicas = max(cfg.scaling.nodes, gpu_demand(ctx.store.active(), cluster_key(cfg)))
-    ctx.platform.submit(cfg, record.run_id, replicas, trainer_env(ctx))
+    try:
+        readiness = ctx.platform.ensure_cluster(cfg)
+        if readiness.state == "provisioning":
+            return transition(ctx, record, State.PROVISIONING, readiness.message)
+        if readiness.state == "error":
+            return transition(ctx, record, State.FAILED, readiness.message)
+        # The shared cluster keeps enough workers for its largest live run (this one included).
+        replicas = max(cfg.scaling.nodes, gpu_demand(ctx.store.active(), cluster_key(cfg)))
+        ctx.platform.submit(cfg, record.run_id, replicas, trainer_env(ctx))
+    except Exception as exc:
+        if is_transient(exc):
+            raise
+        log.exception("%s: cannot submit", record.run_id)
+        return transition(ctx, record, State.FAILED, f"cannot submit: {_describe(exc)}")
     return transition(ctx, record, State.SUBMITTED,
                       f"RayJob {record.run_id} on RayCluster {cfg.cluster.ray_cluster} ({replicas} worker nodes)")
+
+
+def _describe(exc: Exception) -> str:
+    """A short reason: the API's own message where there is one (kubernetes ApiException carries JSON)."""
+    import json
+
+    body = getattr(exc, "body", None)
+    try:
+        message = json.loads(body).get("message") if body else None
+    except (TypeError, ValueError):
+        message = None
+    status = getattr(exc, "status", None) or getattr(exc, "code", None)
+    text = message or str(exc)
+    return (f"HTTP {status}: {text}" if status else f"{type(exc).__name__}: {text}")[:500]
 
 
 def finished_event(record: RunRecord) -> dict:

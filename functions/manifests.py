@@ -165,7 +165,7 @@ def ray_job(cfg: RunConfig, run_id: str, code_hash: str, env: dict[str, str]) ->
         "metadata": {
             "name": run_id,
             "namespace": cfg.cluster.namespace,
-            "labels": {**MANAGED_BY, RUN_LABEL: run_id, **cfg.labels},
+            "labels": {**cfg.labels, **MANAGED_BY, RUN_LABEL: run_id},  # ours win over the user's
             "annotations": {CODE_HASH_ANNOTATION: code_hash},
         },
         "spec": {

@@ -368,3 +368,22 @@ def test_hf_token_never_leaves_the_secret(controller, functions_server, bucket, 
     assert all(HF_TOKEN not in json.dumps(e) for e in h.finished_events())
     out, err = capfd.readouterr()
     assert "SUBMITTED" in out and HF_TOKEN not in out + err
+
+
+def test_permanent_kube_error_fails_the_run_instead_of_retrying(controller, functions_server, bucket):
+    h = controller
+    h.kube.fail("PATCH", "/configmaps/", 404, times=1)  # e.g. the namespace does not exist
+    response = launch_upload(functions_server, bucket, "configs/nons.json", QUICK)
+    assert response.status_code == 200  # acknowledged: redelivery would fail the same way
+    record = only_record(h)
+    assert record.state == State.FAILED and record.reason.startswith("cannot submit: HTTP 404: injected fault 404")
+    assert h.kube.names("rayjobs") == []
+    assert h.finished_events()[0]["state"] == "FAILED"
+
+
+def test_user_labels_cannot_hijack_ours(controller, functions_server, bucket):
+    labels = {"team": "vision", "raytune.dev/run-id": "someone-else"}
+    launch_upload(functions_server, bucket, "configs/labels.json", {**QUICK, "labels": labels})
+    record = only_record(controller)
+    job_labels = controller.kube.get("rayjobs", record.run_id)["metadata"]["labels"]
+    assert job_labels["team"] == "vision" and job_labels["raytune.dev/run-id"] == record.run_id
