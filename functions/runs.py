@@ -19,6 +19,8 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel, Field
 
+from functions.retry import TransientError
+
 
 class State(str, enum.Enum):
     RECEIVED = "RECEIVED"
@@ -84,6 +86,10 @@ class Conflict(Exception):
     """The object changed since it was read (HTTP 412 on a generation precondition)."""
 
 
+class Contended(TransientError):
+    """A record kept changing under a read-modify-write: worth another try later, not a failure."""
+
+
 class Blobs(Protocol):
     """The bucket operations the store needs (functions/gcs.py)."""
 
@@ -137,7 +143,7 @@ class RunStore:
                 return self.put(new)
             except Conflict:
                 continue
-        raise Conflict(f"{run_id}: still contended after {attempts} attempts")
+        raise Contended(f"{run_id}: still contended after {attempts} attempts")
 
     def _write(self, record: RunRecord, if_generation_match: int) -> RunRecord:
         data = record.model_dump_json(indent=2).encode()
