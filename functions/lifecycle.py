@@ -6,7 +6,6 @@ import logging
 
 from functions.config import RunConfig
 from functions.context import Context
-from functions.reconcile import cluster_key, gpu_demand
 from functions.retry import is_transient
 from functions.runs import InvalidTransition, RunRecord, State
 
@@ -56,8 +55,9 @@ def advance(ctx: Context, record: RunRecord) -> RunRecord:
             return transition(ctx, record, State.PROVISIONING, readiness.message)
         if readiness.state == "error":
             return transition(ctx, record, State.FAILED, readiness.message)
-        # The shared cluster keeps enough workers for its largest live run (this one included).
-        replicas = max(cfg.scaling.nodes, gpu_demand(ctx.store.active(), cluster_key(cfg)))
+        # Never shrink the shared cluster under a larger live run: shrinking is the watcher's job.
+        current = ctx.platform.workers(cfg)
+        replicas = max(cfg.scaling.nodes, current.replicas if current else 0)
         ctx.platform.submit(cfg, record.run_id, replicas, trainer_env(ctx))
     except Exception as exc:
         if is_transient(exc):
