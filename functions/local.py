@@ -32,6 +32,7 @@ BUCKET = "raytune-local"
 EVENTS_TOPIC = "local/run-events"
 TICK_S = 2.0
 PROGRESS = re.compile(r"\{'loss'|'train_runtime'|Checkpoint successfully created|Error|error:")
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
 JOB_DEPLOYMENT = {"PENDING": "Initializing", "RUNNING": "Running", "SUCCEEDED": "Complete",
                   "STOPPED": "Complete", "FAILED": "Failed"}
 
@@ -238,7 +239,7 @@ def _follow(ctx: Context, platform: LocalRay, run_id: str, say) -> int:
                 # Ray forwards a worker's line from several log streams: show each once.
                 if PROGRESS.search(line) and line not in shown:
                     shown.add(line)
-                    say("  " + line.strip()[:200])
+                    say("  " + ANSI.sub("", line).strip()[:200])
         if record.settled:
             say(f"worker group: {len(platform.nodes)} nodes (scaled down after the run)")
             print(json.dumps(record.model_dump(mode="json"), indent=2))
