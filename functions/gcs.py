@@ -6,6 +6,7 @@ Local absolute paths are read from disk: the embedded local default keeps checkp
 
 from __future__ import annotations
 
+import datetime as dt
 import functools
 from pathlib import Path
 
@@ -103,6 +104,10 @@ class Bucket:
 
         with_retries(call, f"delete gs://{self.name}/{path}")
 
-    def list(self, prefix: str) -> list[str]:
-        return with_retries(lambda: [b.name for b in storage_client().list_blobs(self.name, prefix=prefix)],
+    def listing(self, prefix: str) -> list[tuple[str, dt.datetime]]:
+        """Names and creation times under `prefix` (one list call)."""
+        return with_retries(lambda: [(b.name, b.time_created) for b in storage_client().list_blobs(self.name, prefix=prefix)],
                             f"list gs://{self.name}/{prefix}")
+
+    def list(self, prefix: str) -> list[str]:
+        return [name for name, _ in self.listing(prefix)]

@@ -97,10 +97,12 @@ class Blobs(Protocol):
     def write(self, path: str, data: bytes, if_generation_match: int) -> int: ...
     def delete(self, path: str) -> None: ...
     def list(self, prefix: str) -> list[str]: ...
+    def listing(self, prefix: str) -> list[tuple[str, dt.datetime]]: ...
 
 
 RECORDS = "runs/"
 ACTIVE = "runs/active/"
+ORPHAN_AFTER = dt.timedelta(minutes=10)
 
 
 class RunStore:
@@ -159,8 +161,16 @@ class RunStore:
     def unmark_active(self, run_id: str) -> None:
         self.blobs.delete(f"{ACTIVE}{run_id}")
 
-    def active(self) -> list[RunRecord]:
-        """Records the watcher still has to look at, oldest first."""
-        records = [self.get(path.removeprefix(ACTIVE)) for path in self.blobs.list(ACTIVE)]
-        return sorted((r for r in records if r is not None), key=lambda r: r.created_at)
+    def active(self, now: dt.datetime | None = None) -> list[RunRecord]:
+        """Records the watcher still has to look at, oldest first. Given `now`, a marker whose record never
+        came (its launch died between the two writes and was not redelivered) is dropped once it is old:
+        a redelivery marks the run again before it writes the record."""
+        records = []
+        for path, created in self.blobs.listing(ACTIVE):
+            record = self.get(path.removeprefix(ACTIVE))
+            if record is not None:
+                records.append(record)
+            elif now is not None and now - created > ORPHAN_AFTER:
+                self.blobs.delete(path)
+        return sorted(records, key=lambda r: r.created_at)
 

@@ -62,7 +62,7 @@ def await_job_end(ctx: Context, run_id: str) -> None:
 
 def reconcile_all(ctx: Context) -> list[RunRecord]:
     reconciled, transient = [], []
-    for record in ctx.store.active():
+    for record in ctx.store.active(now=ctx.clock()):
         try:
             reconciled.append(reconcile(ctx, record))
         except Exception as exc:  # one run's trouble must not stall the others

@@ -387,3 +387,13 @@ def test_user_labels_cannot_hijack_ours(controller, functions_server, bucket):
     record = only_record(controller)
     job_labels = controller.kube.get("rayjobs", record.run_id)["metadata"]["labels"]
     assert job_labels["team"] == "vision" and job_labels["raytune.dev/run-id"] == record.run_id
+
+
+def test_orphan_marker_is_dropped_once_old(controller, functions_server):
+    h = controller
+    h.ctx.store.mark_active("ghost-0123456789")  # a launch died between the marker and the record
+    watch(functions_server)
+    assert h.ctx.store.blobs.list("runs/active/") == ["runs/active/ghost-0123456789"]
+    h.clock.advance(601)
+    watch(functions_server)
+    assert h.ctx.store.blobs.list("runs/active/") == []
