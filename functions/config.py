@@ -94,6 +94,8 @@ class DatasetSpec(Strict):
     id: Source = "philschmid/amazon-product-descriptions-vlm"
     split: Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.\[\]:%-]{1,64}$")] = "train"
     max_samples: Annotated[int, Field(ge=1, le=10_000_000)] | None = None
+    # Held out for evaluation at every save; the best checkpoint is then the lowest eval loss.
+    eval_fraction: Annotated[float, Field(ge=0, le=0.5)] = 0.0
     product_field: FieldName = "Product Name"
     category_field: FieldName = "Category"
     answer_field: FieldName = "description"

@@ -24,6 +24,8 @@ def test_local_run_end_to_end(tmp_path):
     assert record["state"] == "SUCCEEDED" and record["settled"]
     assert [h["state"] for h in record["history"]] == ["RECEIVED", "SUBMITTED", "RUNNING", "SUCCEEDED"]
     result = record["result"]
-    assert result["metrics"]["global_step"] == 16 and Path(result["adapter_path"], "adapter_config.json").exists()
+    # 32 samples, 8 held out for evaluation: 24 / (2 workers x batch 2) = 6 steps an epoch, 2 epochs.
+    assert result["metrics"]["global_step"] == 12 and Path(result["adapter_path"], "adapter_config.json").exists()
+    assert result["metrics"]["best_checkpoint_by"] == "eval_loss"
     assert all(Path(c).is_dir() for c in result["checkpoints"])
     assert "run-events" in text  # the run-finished event went out

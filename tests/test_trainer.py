@@ -58,13 +58,16 @@ def finish(proc: subprocess.Popen, log: Path, timeout: float = 480) -> None:
 
 def test_ray_train_qlora_run_writes_checkpoints_result_and_adapter(tmp_path):
     cfg = tiny_config(tmp_path / "store")
-    cfg = cfg.model_copy(update={"model": cfg.model.model_copy(update={"quantization": "nf4"})})
+    cfg = cfg.model_copy(update={"model": cfg.model.model_copy(update={"quantization": "nf4"}),
+                                 "dataset": cfg.dataset.model_copy(update={"max_samples": 30, "eval_fraction": 0.2})})
     log = tmp_path / "job.log"
     finish(start_job(cfg, "tiny-qlora", log), log)
     result = json.loads((tmp_path / "store" / "tiny-qlora" / "result.json").read_text())
     metrics = result["metrics"]
-    # 24 samples / (2 workers x batch 2) = 6 steps an epoch, 2 epochs.
+    # 30 samples, 6 held out: 24 / (2 workers x batch 2) = 6 steps an epoch, 2 epochs.
     assert metrics["global_step"] == 12 and metrics["epochs"] == 2
+    # Each checkpoint was evaluated on the held-out samples; the best one is the lowest eval loss.
+    assert metrics["best_checkpoint_by"] == "eval_loss" and 0 < metrics["best_checkpoint_score"] < 20
     assert metrics["num_tokens"] > 1000 and metrics["tokens_per_second"] > 0 and metrics["samples_per_second"] > 0
     assert 0 < metrics["train_loss"] < 20 and metrics["resumed"] is False
     assert len(result["checkpoints"]) == 2  # one a epoch

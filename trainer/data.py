@@ -54,6 +54,14 @@ def load(spec: DatasetSpec, seed: int = 0):
     return dataset
 
 
+def split(dataset, fraction: float, seed: int):
+    """(train, eval or None): the same split on every worker (seeded)."""
+    if not fraction:
+        return dataset, None
+    parts = dataset.train_test_split(test_size=fraction, seed=seed)
+    return parts["train"], parts["test"]
+
+
 def to_messages(row: dict, spec: DatasetSpec, prompts: PromptSpec) -> list[dict]:
     """One sample as a chat: system, user (prompt + image), assistant (the description)."""
     user = prompts.user.format(product=row[spec.product_field], category=row[spec.category_field])

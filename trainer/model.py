@@ -50,11 +50,25 @@ def load_model(spec: ModelSpec, source: str, device=None):
     from transformers import AutoModelForImageTextToText
 
     quantization = quantization_config(spec)
-    return AutoModelForImageTextToText.from_pretrained(
+    model = AutoModelForImageTextToText.from_pretrained(
         source, revision=spec.revision, dtype=getattr(torch, spec.dtype), attn_implementation=spec.attn_implementation,
         quantization_config=quantization, token=os.environ.get("HF_TOKEN"),
         device_map={"": device} if quantization is not None and device is not None else None,
     )
+    if quantization is not None and device is None:
+        _keep_cpu_4bit_weights_trainable(model)
+    return model
+
+
+def _keep_cpu_4bit_weights_trainable(model) -> None:
+    """bitsandbytes (0.50) repacks 4-bit weights for its fast CPU inference path the first time a layer runs
+    in eval mode, and never unpacks them: training after an evaluation then fails ("a view of a leaf
+    Variable ... in-place operation"). On CPU, keep every layer on the training layout. GPUs are unaffected."""
+    import bitsandbytes as bnb
+
+    for module in model.modules():
+        if isinstance(module, bnb.nn.Linear4bit):
+            module.support_avx512bf16_for_cpu = False
 
 
 def lora_config(spec: LoraSpec):

@@ -59,11 +59,15 @@ def _report_callback():
     return RankZeroReportCallback()
 
 
-def sft_config(cfg: RunConfig, output_dir: str):
+def sft_config(cfg: RunConfig, output_dir: str, evaluate: bool):
     from trl import SFTConfig
 
     t = cfg.training
     return SFTConfig(
+        # Evaluated right before each save, so every checkpoint carries its eval loss.
+        eval_strategy=t.save_strategy if evaluate else "no",
+        eval_steps=t.save_steps if evaluate and t.save_strategy == "steps" else None,
+        per_device_eval_batch_size=t.per_device_batch_size,
         output_dir=output_dir,
         num_train_epochs=t.epochs,
         max_steps=t.max_steps or -1,
@@ -118,10 +122,13 @@ def train_loop(loop_config: dict) -> None:
     processor = models.load_processor(cfg.model, source)
     collator = VisionSFTCollator(processor, cfg.dataset, cfg.prompts, cfg.training.max_length,
                                  assistant_only=cfg.training.assistant_only_loss)
+    train_set, eval_set = data.split(data.load(cfg.dataset, seed=cfg.training.seed), cfg.dataset.eval_fraction,
+                                     cfg.training.seed)
     trainer = SFTTrainer(
         model=models.load_model(cfg.model, source, device=gpu_device(cfg)),
-        args=sft_config(cfg, output_dir),
-        train_dataset=data.load(cfg.dataset, seed=cfg.training.seed),
+        args=sft_config(cfg, output_dir, evaluate=eval_set is not None),
+        train_dataset=train_set,
+        eval_dataset=eval_set,
         data_collator=collator,
         processing_class=processor,
         peft_config=models.lora_config(cfg.lora),
@@ -184,9 +191,11 @@ def ray_train_configs(cfg: RunConfig, run_id: str):
 def summarize(result, cfg: RunConfig, run_id: str, wall_seconds: float) -> dict:
     """result.json: where the adapter and the final and best checkpoints are, and what the run measured."""
     metrics = dict(result.metrics.get("final", {}))
-    # Training checkpoints carry the logged loss; the last report is the adapter alone.
+    # Training checkpoints carry the logged losses; the last report is the adapter alone.
     checkpoints = [(c, m) for c, m in (result.best_checkpoints or []) if c is not None and "loss" in m]
-    best = min(checkpoints, key=lambda pair: pair[1]["loss"])[0] if checkpoints else None
+    # Best by eval loss where every checkpoint was evaluated, else by training loss.
+    score = "eval_loss" if checkpoints and all("eval_loss" in m for _, m in checkpoints) else "loss"
+    best = min(checkpoints, key=lambda pair: pair[1][score])[0] if checkpoints else None
     final = checkpoints[-1][0] if checkpoints else None
     runtime = metrics.get("train_runtime") or metrics.get("loop_seconds")
     tokens = metrics.get("num_tokens")
@@ -209,7 +218,8 @@ def summarize(result, cfg: RunConfig, run_id: str, wall_seconds: float) -> dict:
         "checkpoints": [uri(c, "checkpoint") for c, _ in checkpoints],
         "metrics": {
             "train_loss": metrics.get("train_loss"),
-            "best_checkpoint_loss": min(m["loss"] for _, m in checkpoints) if checkpoints else None,
+            "best_checkpoint_by": score,
+            "best_checkpoint_score": min(m[score] for _, m in checkpoints) if checkpoints else None,
             "num_tokens": tokens,
             "mean_token_accuracy": metrics.get("mean_token_accuracy"),
             "tokens_per_second": tokens / runtime if tokens and runtime else None,
