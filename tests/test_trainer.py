@@ -75,6 +75,7 @@ def test_ray_train_qlora_run_writes_checkpoints_result_and_adapter(tmp_path):
         assert (Path(checkpoint) / "adapter_model.safetensors").exists()
         assert (Path(checkpoint) / "trainer_state.json").exists()
     assert result["best_checkpoint"] in result["checkpoints"] and result["final_checkpoint"] == result["checkpoints"][-1]
+    assert list(Path(result["tensorboard_path"]).rglob("events.out.tfevents.*"))  # the run's TensorBoard logs
     adapter = Path(result["adapter_path"])
     config = json.loads((adapter / "adapter_config.json").read_text())
     assert (config["r"], config["lora_alpha"], config["task_type"]) == (16, 16, "CAUSAL_LM")

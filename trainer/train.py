@@ -24,6 +24,7 @@ from trainer.codehash import ROOT, code_files, code_sha256
 log = logging.getLogger("raytune.trainer")
 CODE_WAIT_S = 180  # kubelet refreshes ConfigMap volumes within about a minute
 ADAPTER_DIR = "adapter"
+TENSORBOARD_DIR = "tensorboard"
 NOTICE_TIMEOUT_S = 30
 
 
@@ -117,7 +118,7 @@ def train_loop(loop_config: dict) -> None:
     cfg = RunConfig.model_validate(loop_config["config"])
     context = ray.train.get_context()
     output_dir = tempfile.mkdtemp(prefix=f"{loop_config['run_id']}-rank{context.get_world_rank()}-")
-    os.environ["TENSORBOARD_LOGGING_DIR"] = os.path.join(output_dir, "tensorboard")
+    os.environ["TENSORBOARD_LOGGING_DIR"] = os.path.join(output_dir, TENSORBOARD_DIR)
     source = loop_config["model_source"]
     processor = models.load_processor(cfg.model, source)
     collator = VisionSFTCollator(processor, cfg.dataset, cfg.prompts, cfg.training.max_length,
@@ -153,12 +154,14 @@ def train_loop(loop_config: dict) -> None:
         loop_seconds=time.monotonic() - started,
         world_size=context.get_world_size(),
     )
-    report_final_adapter(trainer, processor, final, context.get_world_rank())
+    report_final_adapter(trainer, processor, final, context.get_world_rank(), os.environ["TENSORBOARD_LOGGING_DIR"])
 
 
-def report_final_adapter(trainer, processor, final: dict, rank: int) -> None:
-    """The last report: rank 0 hands Ray Train the trained adapter (with the processor, ready to load),
-    which Ray stores under the run's storage path; every rank reports the final metrics."""
+def report_final_adapter(trainer, processor, final: dict, rank: int, tensorboard_dir: str) -> None:
+    """The last report: rank 0 hands Ray Train the trained adapter (with the processor, ready to load) and
+    its TensorBoard logs, which Ray stores under the run's storage path; every rank reports the final metrics."""
+    import shutil
+
     import ray.train
 
     if rank != 0:
@@ -168,6 +171,8 @@ def report_final_adapter(trainer, processor, final: dict, rank: int) -> None:
         adapter = Path(staging, ADAPTER_DIR)
         trainer.accelerator.unwrap_model(trainer.model).save_pretrained(adapter)
         processor.save_pretrained(adapter)
+        if os.path.isdir(tensorboard_dir):
+            shutil.copytree(tensorboard_dir, Path(staging, TENSORBOARD_DIR))
         ray.train.report(metrics={"final": final}, checkpoint=ray.train.Checkpoint.from_directory(staging))
 
 
@@ -212,7 +217,8 @@ def summarize(result, cfg: RunConfig, run_id: str, wall_seconds: float) -> dict:
         "model": cfg.model.id,
         "workers": cfg.scaling.num_workers,
         "storage_path": f"{cfg.storage_path.rstrip('/')}/{run_id}",
-        "adapter_path": uri(result.checkpoint, ADAPTER_DIR) if result.checkpoint is not None else None,
+        "adapter_path": uri(result.checkpoint, ADAPTER_DIR),
+        "tensorboard_path": uri(result.checkpoint, TENSORBOARD_DIR),
         "final_checkpoint": uri(final, "checkpoint"),
         "best_checkpoint": uri(best, "checkpoint"),
         "checkpoints": [uri(c, "checkpoint") for c, _ in checkpoints],
