@@ -128,18 +128,27 @@ class GkePlatform:
         ca.close()
         return Kube(api_client(f"https://{cluster.endpoint}", token=self._credentials.token, ca_file=ca.name))
 
-    def _kube(self, cfg: RunConfig) -> Kube:
+    def _connect(self, cfg: RunConfig, cluster) -> Kube:
         key = f"{cfg.cluster.region}/{cfg.cluster.gke_cluster}"
         with self._lock:
             if key not in self._kubes:
-                readiness, cluster = self.clusters.ensure(cfg.cluster)
-                if readiness.state != "ready":
-                    raise RuntimeError(f"cluster {key} not ready: {readiness.message}")
                 self._kubes[key] = self._kube_factory(cluster)
             return self._kubes[key]
 
+    def _kube(self, cfg: RunConfig) -> Kube:
+        key = f"{cfg.cluster.region}/{cfg.cluster.gke_cluster}"
+        with self._lock:
+            if key in self._kubes:
+                return self._kubes[key]
+        readiness, cluster = self.clusters.ensure(cfg.cluster)
+        if readiness.state != "ready":
+            raise RuntimeError(f"cluster {key} not ready: {readiness.message}")
+        return self._connect(cfg, cluster)
+
     def ensure_cluster(self, cfg: RunConfig) -> ClusterReadiness:
-        readiness, _ = self.clusters.ensure(cfg.cluster)
+        readiness, cluster = self.clusters.ensure(cfg.cluster)
+        if readiness.state == "ready":
+            self._connect(cfg, cluster)  # the cluster as just read: no second lookup to reach its API
         return readiness
 
     def submit(self, cfg: RunConfig, run_id: str, worker_replicas: int, env: dict[str, str]) -> None:

@@ -64,6 +64,7 @@ def test_upload_launches_a_run(controller, functions_server, bucket):
     assert response.status_code == 200, response.text
     record = only_record(h)
     assert record.state == State.SUBMITTED and record.run_id.startswith("shop-")
+    assert h.gke.calls == ["get"]  # one cluster lookup reaches its API too
     assert [t.state for t in record.history] == [State.RECEIVED, State.SUBMITTED]
     assert record.config["storage_path"] == f"gs://{bucket}/checkpoints"
     assert h.kube.names("rayjobs") == [record.run_id]
