@@ -7,7 +7,6 @@ API calls each makes, on fake-gcs-server and the Kubernetes API fake (the same s
 from __future__ import annotations
 
 import argparse
-import base64
 import json
 import statistics
 import subprocess
@@ -54,11 +53,9 @@ def main() -> int:
 
     import os
 
-    from cloudevents.http import CloudEvent
-
     from functions import emulators
     from functions.context import Context
-    from functions.events import PUBSUB_PUBLISHED, STORAGE_FINALIZED
+    from functions.events import message_published, object_finalized
     from functions.gcs import Bucket, storage_client
     from functions.gke import GkeClusters, GkePlatform
     from functions.kube import Kube, api_client
@@ -98,8 +95,7 @@ def main() -> int:
             blobs.append(blob)
 
         def upload_event(blob):
-            return CloudEvent({"type": STORAGE_FINALIZED, "source": "//storage", "id": blob.name},
-                              {"bucket": "bench-runs", "name": blob.name, "generation": str(blob.generation)})
+            return object_finalized("bench-runs", blob.name, blob.generation)
 
         def measure(call) -> tuple[float, Counter]:
             before_kube, before = len(kube.requests), Counter(counts)
@@ -122,8 +118,7 @@ def main() -> int:
         duplicate, dup_calls = measure(lambda: launch(upload_event(blobs[1]), ctx))
         print(f"duplicate delivery: {duplicate * 1000:.0f} ms, API calls {dict(sorted(dup_calls.items()))}")
 
-        tick = CloudEvent({"type": PUBSUB_PUBLISHED, "source": "//pubsub", "id": "t"},
-                          {"message": {"data": base64.b64encode(b'{"kind":"tick"}').decode(), "messageId": "t"}})
+        tick = message_published({"kind": "tick"}, "t")
         for name in kube.names("rayjobs"):
             kube.set_status("rayjobs", name, {"jobStatus": "RUNNING", "jobDeploymentStatus": "Running"})
         measure(lambda: watch(tick, ctx))  # records move to RUNNING once

@@ -153,3 +153,27 @@ def watch_request(event) -> WatchRequest:
     if kind != "tick" and not (isinstance(run_id, str) and runids.is_valid_id(run_id)):
         raise Ignored(f"{kind} message without a valid run_id")
     return WatchRequest(kind=kind, run_id=run_id)
+
+
+# The same events built in-process, where no Eventarc or Pub/Sub push delivers them (the local
+# default, benchmarks, tests).
+
+def object_finalized(bucket: str, name: str, generation: int | str, size: int | None = None,
+                     created: dt.datetime | None = None):
+    from cloudevents.http import CloudEvent
+
+    data = {"bucket": bucket, "name": name, "generation": str(generation)}
+    if size is not None:
+        data["size"] = str(size)
+    if created is not None:
+        data["timeCreated"] = created.isoformat()
+    return CloudEvent({"type": STORAGE_FINALIZED, "source": f"//storage.googleapis.com/projects/_/buckets/{bucket}",
+                       "id": f"{name}#{generation}", "subject": f"objects/{name}"}, data)
+
+
+def message_published(body: dict, message_id: str, topic: str = "projects/_/topics/raytune"):
+    from cloudevents.http import CloudEvent
+
+    message = {"data": base64.b64encode(json.dumps(body).encode()).decode(), "messageId": message_id}
+    return CloudEvent({"type": PUBSUB_PUBLISHED, "source": f"//pubsub.googleapis.com/{topic}", "id": message_id},
+                      {"message": message})

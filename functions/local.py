@@ -20,7 +20,7 @@ import threading
 import time
 from pathlib import Path
 
-from functions import emulators, launch, manifests, watch
+from functions import emulators, events, launch, manifests, watch
 from functions.config import RunConfig
 from functions.context import Context
 from functions.platform import ClusterReadiness, Workers
@@ -166,29 +166,6 @@ class Console:
         print(f"[{time.monotonic() - self.started:6.1f}s] {text}", flush=True)
 
 
-def _storage_event(bucket: str, blob):
-    from cloudevents.http import CloudEvent
-
-    from functions.events import STORAGE_FINALIZED
-
-    return CloudEvent({"type": STORAGE_FINALIZED, "source": f"//storage.googleapis.com/projects/_/buckets/{bucket}",
-                       "id": f"{blob.name}#{blob.generation}", "subject": f"objects/{blob.name}"},
-                      {"bucket": bucket, "name": blob.name, "generation": str(blob.generation), "size": str(blob.size),
-                       "timeCreated": blob.time_created.isoformat()})
-
-
-def _tick():
-    import base64
-
-    from cloudevents.http import CloudEvent
-
-    from functions.events import PUBSUB_PUBLISHED
-
-    message_id = str(time.time_ns())
-    return CloudEvent({"type": PUBSUB_PUBLISHED, "source": "//pubsub.googleapis.com/local/watch", "id": message_id},
-                      {"message": {"data": base64.b64encode(b'{"kind": "tick"}').decode(), "messageId": message_id}})
-
-
 def run(config_path: str, workdir: Path = ROOT / ".raytune" / "local") -> int:
     """`raytune local CONFIG`: upload the config, launch, watch to the end, print the run record."""
     from functions.gcs import Bucket, storage_client
@@ -217,7 +194,8 @@ def run(config_path: str, workdir: Path = ROOT / ".raytune" / "local") -> int:
                             max_event_age_s=3600, hf_token=os.environ.get("HF_TOKEN") or None)
         ctx = Context(settings=settings, store=RunStore(Bucket(BUCKET)), platform=platform,
                       publisher=ConsolePublisher(say))
-        record = launch.handle(_storage_event(BUCKET, blob), ctx)
+        event = events.object_finalized(BUCKET, blob.name, blob.generation, blob.size, blob.time_created)
+        record = launch.handle(event, ctx)
         say(f"launch: run {record.run_id} is {record.state.value}: {record.reason}")
         say(f"worker group: {len(platform.nodes)} nodes")
         return _follow(ctx, platform, record.run_id, say)
@@ -229,7 +207,7 @@ def run(config_path: str, workdir: Path = ROOT / ".raytune" / "local") -> int:
 def _follow(ctx: Context, platform: LocalRay, run_id: str, say) -> int:
     state, shown = None, set()
     while True:
-        watch.handle(_tick(), ctx)
+        watch.handle(events.message_published({"kind": "tick"}, str(time.time_ns())), ctx)
         record = ctx.store.get(run_id)
         if record.state != state:
             state = record.state

@@ -3,7 +3,6 @@ Kubernetes API fake and a fake GKE ClusterManager."""
 
 from __future__ import annotations
 
-import base64
 import datetime as dt
 import json
 import time
@@ -250,18 +249,12 @@ def test_no_scale_down_while_another_run_needs_the_workers(controller, functions
 def test_scale_down_loses_the_race_to_a_launch(controller, bucket):
     """A launch that scales the cluster up between the watcher's read and its patch wins (409)."""
     from functions import watch as watch_handler
+    from functions.events import message_published, object_finalized
     from functions.launch import handle as launch_handle
-    from tests.cloudevents_http import STORAGE
 
     h = controller
     generation = upload(bucket, "configs/first.json", QUICK)
-    from cloudevents.http import CloudEvent
-
-    def event(name, generation):
-        return CloudEvent({"type": STORAGE, "source": "//storage", "id": name},
-                          {"bucket": bucket, "name": name, "generation": str(generation)})
-
-    first = launch_handle(event("configs/first.json", generation), h.ctx)
+    first = launch_handle(object_finalized(bucket, "configs/first.json", generation), h.ctx)
     h.kube.set_status("rayjobs", first.run_id, {"jobStatus": "SUCCEEDED", "jobDeploymentStatus": "Complete"})
     real_workers = h.ctx.platform.workers
     second = {}
@@ -270,13 +263,11 @@ def test_scale_down_loses_the_race_to_a_launch(controller, bucket):
         read = real_workers(cfg)
         if not second:  # another launch lands right after the watcher read the group
             g = upload(bucket, "configs/second.json", QUICK)
-            second["record"] = launch_handle(event("configs/second.json", g), h.ctx)
+            second["record"] = launch_handle(object_finalized(bucket, "configs/second.json", g), h.ctx)
         return read
 
     h.ctx.platform.workers = workers_then_launch
-    watch_handler.handle(CloudEvent({"type": "google.cloud.pubsub.topic.v1.messagePublished", "source": "//ps",
-                                     "id": "1"}, {"message": {"data": base64.b64encode(b'{"kind":"tick"}').decode(),
-                                                              "messageId": "1"}}), h.ctx)
+    watch_handler.handle(message_published({"kind": "tick"}, "1"), h.ctx)
     assert h.ctx.store.get(first.run_id).state == State.SUCCEEDED
     assert second["record"].state == State.SUBMITTED
     assert workers(h)["replicas"] == 2  # the second run keeps its workers
