@@ -57,6 +57,5 @@ def cluster_key(cfg: RunConfig) -> tuple[str, str, str, str]:
 def gpu_demand(records: list[RunRecord], key: tuple[str, str, str, str]) -> int:
     """Worker nodes the RayCluster must keep: the largest live run on it (runs queue on Ray's resources),
     0 when none is live."""
-    return max((RunConfig.model_validate(r.config).scaling.nodes for r in records
-                if not r.state.terminal and r.config and cluster_key(RunConfig.model_validate(r.config)) == key),
-               default=0)
+    live = [RunConfig.model_validate(r.config) for r in records if not r.state.terminal and r.config]
+    return max((cfg.scaling.nodes for cfg in live if cluster_key(cfg) == key), default=0)
