@@ -7,8 +7,8 @@ import sys
 
 import functions_framework
 
-from functions import launch as launch_handler
-from functions import watch as watch_handler
+from functions.handlers import launch as launch_handler
+from functions.handlers import watch as watch_handler
 
 
 @functions_framework.cloud_event

@@ -53,18 +53,19 @@ def main() -> int:
 
     import os
 
-    from functions import emulators
-    from functions.context import Context
-    from functions.events import message_published, object_finalized
-    from functions.gcs import Bucket, storage_client
-    from functions.gke import GkeClusters, GkePlatform
-    from functions.kube import Kube, api_client
-    from functions.launch import handle as launch
-    from functions.runs import RunStore
-    from functions.settings import Settings
-    from functions.watch import handle as watch
-    from tests.conftest import CLUSTER_PATH, PROJECT, FakeClusterManager
-    from tests.fake_kube import FakeKube
+    from functions.local import emulators
+    from functions.handlers.context import Context
+    from functions.local.cloudevents import message_published, object_finalized
+    from functions.adapters.gcs import Bucket, storage_client
+    from functions.adapters.gke import GkeClusters, GkePlatform
+    from functions.adapters.kube import Kube, api_client
+    from functions.handlers.launch import handle as launch
+    from functions.adapters.store import RunStore
+    from functions.handlers.settings import Settings
+    from functions.handlers.watch import handle as watch
+    from tests.conftest import CLUSTER_PATH, PROJECT
+    from tests.fakes.gke import FakeClusterManager
+    from tests.fakes.kube import FakeKube
 
     workdir = Path(tempfile.mkdtemp(prefix="bench-controller-"))
     gcs = emulators.fake_gcs(workdir / "fake-gcs.log")

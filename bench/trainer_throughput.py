@@ -38,7 +38,7 @@ def cpu_variant(name: str, source: str, steps: int) -> dict:
     from transformers import PrinterCallback
     from trl import SFTConfig, SFTTrainer
 
-    from functions.config import DatasetSpec, LoraSpec, ModelSpec, PromptSpec
+    from functions.core.config import DatasetSpec, LoraSpec, ModelSpec, PromptSpec
     from trainer import tiny
     from trainer.collator import VisionSFTCollator
     from trainer.model import load_model, load_processor, lora_config
@@ -74,7 +74,7 @@ def cpu_variant(name: str, source: str, steps: int) -> dict:
 
 def run_cpu(args) -> None:
     from trainer.model import resolve_source
-    from functions.config import ModelSpec
+    from functions.core.config import ModelSpec
 
     source = resolve_source(ModelSpec(id="tiny://gemma3"))
     cpu_variant("ours", source, 2)  # warm-up: imports, allocator, kernels
@@ -125,7 +125,7 @@ def gpu_variant(name: str, checkpoint: str, steps: int, seq: int) -> dict:
     from peft import get_peft_model, prepare_model_for_kbit_training
     from transformers import AutoModelForImageTextToText
 
-    from functions.config import LoraSpec, ModelSpec
+    from functions.core.config import LoraSpec, ModelSpec
     from trainer.model import lora_config, quantization_config
 
     settings = VARIANTS[name]

@@ -8,7 +8,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from functions.config import DatasetSpec, PromptSpec
+from functions.core.config import DatasetSpec, PromptSpec
 
 LOCAL_CACHE = Path(os.environ.get("RAYTUNE_DATA_CACHE", "/mnt/local-ssd/raytune-data"))
 

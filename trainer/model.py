@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 
-from functions.config import LoraSpec, ModelSpec
+from functions.core.config import LoraSpec, ModelSpec
 
 TINY = "tiny://gemma3"
 

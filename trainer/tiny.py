@@ -104,7 +104,7 @@ def product_dataset(count: int = 64, seed: int = 0):
 
 
 def _corpus() -> list[str]:
-    from functions.config import REFERENCE_SYSTEM_PROMPT, REFERENCE_USER_PROMPT
+    from functions.core.config import REFERENCE_SYSTEM_PROMPT, REFERENCE_USER_PROMPT
 
     lines = [REFERENCE_SYSTEM_PROMPT, REFERENCE_USER_PROMPT, "model user system\n\n"]
     for row in product_rows(200, seed=12345):

@@ -18,7 +18,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from functions.config import RunConfig
+from functions.core.config import RunConfig
+from functions.core.result import RunMetrics, RunResult
 from trainer.codehash import ROOT, code_files, code_sha256
 
 log = logging.getLogger("raytune.trainer")
@@ -193,7 +194,7 @@ def ray_train_configs(cfg: RunConfig, run_id: str):
     return scaling_config, run_config
 
 
-def summarize(result, cfg: RunConfig, run_id: str, wall_seconds: float) -> dict:
+def summarize(result, cfg: RunConfig, run_id: str, wall_seconds: float) -> RunResult:
     """result.json: where the adapter and the final and best checkpoints are, and what the run measured."""
     metrics = dict(result.metrics.get("final", {}))
     # Training checkpoints carry the logged losses; the last report is the adapter alone.
@@ -211,35 +212,35 @@ def summarize(result, cfg: RunConfig, run_id: str, wall_seconds: float) -> dict:
         path = f"{checkpoint.path.rstrip('/')}/{leaf}"
         return f"gs://{path}" if cfg.storage_path.startswith("gs://") and not path.startswith("gs://") else path
 
-    return {
-        "run_id": run_id,
-        "name": cfg.name,
-        "model": cfg.model.id,
-        "workers": cfg.scaling.num_workers,
-        "storage_path": f"{cfg.storage_path.rstrip('/')}/{run_id}",
-        "adapter_path": uri(result.checkpoint, ADAPTER_DIR),
-        "tensorboard_path": uri(result.checkpoint, TENSORBOARD_DIR),
-        "final_checkpoint": uri(final, "checkpoint"),
-        "best_checkpoint": uri(best, "checkpoint"),
-        "checkpoints": [uri(c, "checkpoint") for c, _ in checkpoints],
-        "metrics": {
-            "train_loss": metrics.get("train_loss"),
-            "best_checkpoint_by": score,
-            "best_checkpoint_score": min(m[score] for _, m in checkpoints) if checkpoints else None,
-            "num_tokens": tokens,
-            "mean_token_accuracy": metrics.get("mean_token_accuracy"),
-            "tokens_per_second": tokens / runtime if tokens and runtime else None,
-            "samples_per_second": metrics.get("train_samples_per_second"),
-            "train_runtime_seconds": runtime,
-            "global_step": metrics.get("global_step"),
-            "epochs": metrics.get("epoch"),
-            "resumed": metrics.get("resumed"),
-        },
-        "wall_seconds": wall_seconds,
-    }
+    return RunResult(
+        run_id=run_id,
+        name=cfg.name,
+        model=cfg.model.id,
+        workers=cfg.scaling.num_workers,
+        storage_path=f"{cfg.storage_path.rstrip('/')}/{run_id}",
+        adapter_path=uri(result.checkpoint, ADAPTER_DIR),
+        tensorboard_path=uri(result.checkpoint, TENSORBOARD_DIR),
+        final_checkpoint=uri(final, "checkpoint"),
+        best_checkpoint=uri(best, "checkpoint"),
+        checkpoints=[uri(c, "checkpoint") for c, _ in checkpoints],
+        metrics=RunMetrics(
+            train_loss=metrics.get("train_loss"),
+            best_checkpoint_by=score,
+            best_checkpoint_score=min(m[score] for _, m in checkpoints) if checkpoints else None,
+            num_tokens=tokens,
+            mean_token_accuracy=metrics.get("mean_token_accuracy"),
+            tokens_per_second=tokens / runtime if tokens and runtime else None,
+            samples_per_second=metrics.get("train_samples_per_second"),
+            train_runtime_seconds=runtime,
+            global_step=metrics.get("global_step"),
+            epochs=metrics.get("epoch"),
+            resumed=metrics.get("resumed"),
+        ),
+        wall_seconds=wall_seconds,
+    )
 
 
-def write_result(summary: dict, cfg: RunConfig, run_id: str) -> None:
+def write_result(summary: RunResult, cfg: RunConfig, run_id: str) -> None:
     """<storage>/<run_id>/result.json, which the watcher copies into the run record."""
     import pyarrow.fs as pafs
 
@@ -247,7 +248,7 @@ def write_result(summary: dict, cfg: RunConfig, run_id: str) -> None:
     fs, path = pafs.FileSystem.from_uri(uri) if uri.startswith("gs://") else (pafs.LocalFileSystem(), uri)
     fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
     with fs.open_output_stream(path) as out:
-        out.write(json.dumps(summary, indent=2, sort_keys=True).encode())
+        out.write(summary.model_dump_json(indent=2).encode())
 
 
 def notify(run_id: str, outcome: str) -> None:
@@ -264,7 +265,7 @@ def notify(run_id: str, outcome: str) -> None:
         log.warning("completion notice to %s failed: %s", topic, exc)
 
 
-def run(cfg: RunConfig, run_id: str) -> dict:
+def run(cfg: RunConfig, run_id: str) -> RunResult:
     import ray
     from ray.train.torch import TorchTrainer
 
@@ -300,7 +301,7 @@ def main(argv: list[str] | None = None) -> int:
         notify(args.run_id, "failed")
         raise
     notify(args.run_id, "succeeded")
-    print(json.dumps(summary, indent=2, sort_keys=True))
+    print(summary.model_dump_json(indent=2))
     return 0
 
 

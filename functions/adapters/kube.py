@@ -1,0 +1,149 @@
+"""Kubernetes adapter: server-side apply of our objects and the RayJob/RayCluster calls the controller needs.
+
+Driven by the official `kubernetes` client (imported lazily). Every call retries transient errors
+(429, 5xx, dropped connections); a 409 on a scale patch means someone changed the RayCluster since it
+was read, and is reported to the caller instead of being retried here. Client exceptions leave this
+module as functions.core.errors, with the API's own message.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from functions.adapters.retry import with_retries
+from functions.core import errors
+
+FIELD_MANAGER = "raytune"
+APPLY = "application/apply-patch+yaml"
+JSON_PATCH = "application/json-patch+json"
+RAY_GROUP, RAY_VERSION = "ray.io", "v1"
+PLURALS = {"RayCluster": "rayclusters", "RayJob": "rayjobs"}
+
+
+@dataclass(frozen=True)
+class WorkerGroup:
+    replicas: int
+    resource_version: str  # the RayCluster's, read together with replicas: the scale precondition
+    index: int
+
+
+def api_client(host: str, token: Callable[[], str] | None = None, ca_file: str | None = None) -> Any:
+    """A kubernetes ApiClient for `host`; `token` is asked for a bearer token on every request
+    (GKE access tokens expire after an hour: the source caches and refreshes them)."""
+    from kubernetes import client
+
+    configuration = client.Configuration()
+    configuration.host = host
+    if token:
+        configuration.api_key = {"authorization": f"Bearer {token()}"}
+        configuration.refresh_api_key_hook = lambda conf: conf.api_key.update(authorization=f"Bearer {token()}")
+    if ca_file:
+        configuration.ssl_ca_cert = ca_file
+    configuration.retries = 0  # retries are ours (with_retries), not urllib3's
+    return client.ApiClient(configuration)
+
+
+def _status(exc: Exception) -> int | None:
+    return getattr(exc, "status", None)
+
+
+URLLIB3_TRANSIENT = frozenset({"MaxRetryError", "NewConnectionError", "ProtocolError", "ReadTimeoutError",
+                               "ConnectTimeoutError", "TimeoutError", "SSLError"})
+
+
+def translate(exc: Exception) -> Exception:
+    """kubernetes ApiException (status and a Status body) and urllib3 errors as functions.core.errors."""
+    from kubernetes.client.exceptions import ApiException
+
+    if isinstance(exc, ApiException):
+        try:
+            message = json.loads(getattr(exc, "body", None) or "{}").get("message")
+        except (TypeError, ValueError, AttributeError):
+            message = None
+        return errors.from_status(_status(exc), message or getattr(exc, "reason", None) or str(exc))
+    if type(exc).__name__ in URLLIB3_TRANSIENT:
+        return errors.TransientError(f"{type(exc).__name__}: {exc}")
+    return exc
+
+
+class Kube:
+    def __init__(self, api_client: Any):
+        from kubernetes import client
+
+        self.core = client.CoreV1Api(api_client)
+        self.custom = client.CustomObjectsApi(api_client)
+
+    def apply(self, obj: dict) -> None:
+        """Server-side apply (creates or updates; force: our field manager owns what it applies)."""
+        kind, meta = obj["kind"], obj["metadata"]
+        common = {"field_manager": FIELD_MANAGER, "force": True, "field_validation": "Strict", "_content_type": APPLY}
+        if kind == "Secret":
+            call = lambda: self.core.patch_namespaced_secret(meta["name"], meta["namespace"], obj, **common)
+        elif kind == "ConfigMap":
+            call = lambda: self.core.patch_namespaced_config_map(meta["name"], meta["namespace"], obj, **common)
+        else:
+            call = lambda: self.custom.patch_namespaced_custom_object(
+                RAY_GROUP, RAY_VERSION, meta["namespace"], PLURALS[kind], meta["name"], obj, **common)
+        with_retries(call, f"apply {kind} {meta['namespace']}/{meta['name']}", translate=translate)
+
+    def _get(self, kind: str, namespace: str, name: str) -> dict | None:
+        def call():
+            try:
+                return self.custom.get_namespaced_custom_object(RAY_GROUP, RAY_VERSION, namespace, PLURALS[kind], name)
+            except Exception as exc:
+                if _status(exc) == 404:
+                    return None
+                raise
+
+        return with_retries(call, f"get {kind} {namespace}/{name}", translate=translate)
+
+    def get_rayjob(self, namespace: str, name: str) -> dict | None:
+        return self._get("RayJob", namespace, name)
+
+    def delete_rayjob(self, namespace: str, name: str) -> None:
+        """Deleting the RayJob makes KubeRay stop its Ray job (finalizer); the shared cluster stays."""
+
+        def call():
+            try:
+                self.custom.delete_namespaced_custom_object(RAY_GROUP, RAY_VERSION, namespace, "rayjobs", name)
+            except Exception as exc:
+                if _status(exc) != 404:
+                    raise
+
+        with_retries(call, f"delete RayJob {namespace}/{name}", translate=translate)
+
+    def worker_group(self, namespace: str, cluster: str, group: str) -> WorkerGroup | None:
+        found = self._get("RayCluster", namespace, cluster)
+        if found is None:
+            return None
+        for index, spec in enumerate(found["spec"].get("workerGroupSpecs", [])):
+            if spec["groupName"] == group:
+                return WorkerGroup(int(spec.get("replicas", 0)), found["metadata"]["resourceVersion"], index)
+        return None
+
+    def scale_worker_group(self, namespace: str, cluster: str, group: str, current: WorkerGroup, replicas: int) -> bool:
+        """Set replicas and minReplicas (KubeRay clamps replicas up to minReplicas) if the RayCluster is
+        still at `current.resource_version`; False when it changed meanwhile (HTTP 409)."""
+        base = f"/spec/workerGroupSpecs/{current.index}"
+        patch = [
+            {"op": "test", "path": f"{base}/groupName", "value": group},
+            {"op": "replace", "path": "/metadata/resourceVersion", "value": current.resource_version},
+            {"op": "replace", "path": f"{base}/minReplicas", "value": replicas},
+            {"op": "replace", "path": f"{base}/replicas", "value": replicas},
+        ]
+
+        def call():
+            try:
+                self.custom.patch_namespaced_custom_object(
+                    RAY_GROUP, RAY_VERSION, namespace, "rayclusters", cluster, patch,
+                    field_manager=FIELD_MANAGER, _content_type=JSON_PATCH)
+            except Exception as exc:
+                if _status(exc) in (409, 422):  # changed since read / group moved: the caller looks again
+                    return False
+                raise
+            return True
+
+        return with_retries(call, f"scale {namespace}/{cluster}/{group} to {replicas}", translate=translate)

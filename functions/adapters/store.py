@@ -1,0 +1,96 @@
+"""The run-record store: records in a bucket, written with generation preconditions (compare-and-swap),
+so concurrent and duplicate handlers never overwrite each other."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable
+from typing import Protocol
+
+from functions.core.errors import Conflict, Contended
+from functions.core.runs import RunRecord
+
+
+class Blobs(Protocol):
+    """The bucket operations the store needs (functions/adapters/gcs.py)."""
+
+    def read(self, path: str) -> tuple[bytes, int] | None: ...
+    def write(self, path: str, data: bytes, if_generation_match: int) -> int: ...
+    def delete(self, path: str) -> None: ...
+    def list(self, prefix: str) -> list[str]: ...
+    def listing(self, prefix: str) -> list[tuple[str, dt.datetime]]: ...
+
+
+RECORDS = "runs/"
+ACTIVE = "runs/active/"
+ORPHAN_AFTER = dt.timedelta(minutes=10)
+
+
+class RunStore:
+    def __init__(self, blobs: Blobs):
+        self.blobs = blobs
+
+    def get(self, run_id: str) -> RunRecord | None:
+        found = self.blobs.read(f"{RECORDS}{run_id}.json")
+        if found is None:
+            return None
+        data, generation = found
+        record = RunRecord.model_validate_json(data)
+        record.generation = generation
+        return record
+
+    def create(self, record: RunRecord) -> tuple[RunRecord, bool]:
+        """Write a new record unless one exists; returns (the stored record, whether this call created it)."""
+        try:
+            return self._write(record, if_generation_match=0), True
+        except Conflict:
+            existing = self.get(record.run_id)
+            if existing is None:  # deleted in between: vanishingly rare, try once more
+                return self._write(record, if_generation_match=0), True
+            return existing, False
+
+    def put(self, record: RunRecord) -> RunRecord:
+        """Replace the record if nobody wrote it since it was read, else raise Conflict."""
+        return self._write(record, if_generation_match=record.generation)
+
+    def update(self, run_id: str, change: Callable[[RunRecord], RunRecord | None], attempts: int = 8) -> RunRecord | None:
+        """Read-modify-write with CAS: `change` sees the latest record and returns the new one (None: no change)."""
+        for _ in range(attempts):
+            current = self.get(run_id)
+            if current is None:
+                return None
+            new = change(current)
+            if new is None:
+                return current
+            try:
+                return self.put(new)
+            except Conflict:
+                continue
+        raise Contended(f"{run_id}: still contended after {attempts} attempts")
+
+    def _write(self, record: RunRecord, if_generation_match: int) -> RunRecord:
+        data = record.model_dump_json(indent=2).encode()
+        generation = self.blobs.write(f"{RECORDS}{record.run_id}.json", data, if_generation_match)
+        return record.model_copy(update={"generation": generation})
+
+    def mark_active(self, run_id: str) -> None:
+        try:
+            self.blobs.write(f"{ACTIVE}{run_id}", b"", if_generation_match=0)
+        except Conflict:
+            pass  # already marked
+
+    def unmark_active(self, run_id: str) -> None:
+        self.blobs.delete(f"{ACTIVE}{run_id}")
+
+    def active(self, now: dt.datetime | None = None) -> list[RunRecord]:
+        """Records the watcher still has to look at, oldest first. Given `now`, a marker whose record never
+        came (its launch died between the two writes and was not redelivered) is dropped once it is old:
+        a redelivery marks the run again before it writes the record."""
+        records = []
+        for path, created in self.blobs.listing(ACTIVE):
+            record = self.get(path.removeprefix(ACTIVE))
+            if record is not None:
+                records.append(record)
+            elif now is not None and now - created > ORPHAN_AFTER:
+                self.blobs.delete(path)
+        return sorted(records, key=lambda r: r.created_at)

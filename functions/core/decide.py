@@ -1,0 +1,214 @@
+"""Every decision about a run, in one pure function: `decide(record, facts) -> Step`.
+
+Handlers gather facts and execute steps, nothing else (functions/handlers/steps.py):
+
+    step = decide(record, facts)
+    until step is NOTHING: execute it, add what it showed to the facts (or take the record it wrote),
+                           decide again
+
+Facts start with the clock and who is asking; each executed step adds one observation (the cluster's
+readiness, the submission's outcome, the RayJob's status, that the job was stopped or the group
+scaled). So the whole state machine, deadlines, claims and cancels included, lives here and is
+tested as a table (tests/unit/test_decide.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import enum
+from collections.abc import Iterable
+from typing import Any, Literal
+
+from functions.core.config import DeadlineSpec, RunConfig
+from functions.core.platform import ClusterReadiness
+from functions.core.runs import RunRecord, State
+
+# A RECEIVED run belongs to the handler that created it for this long; after that, it died mid-way
+# and a redelivery or the watcher takes the run over.
+CLAIM_SECONDS = 120
+JOB_TERMINAL = frozenset({"STOPPED", "SUCCEEDED", "FAILED"})
+DEPLOYMENT_TERMINAL = frozenset({"Complete", "Failed", "ValidationFailed"})
+WAITING = frozenset({None, "", "PENDING"})
+JOB_SUMMARY_KEYS = ("jobStatus", "jobDeploymentStatus", "reason", "message", "startTime", "endTime", "failed")
+
+
+class Action(enum.Enum):
+    ENSURE_CLUSTER = "ensure_cluster"  # look at the run's cluster; create or repair it, never wait for it
+    SUBMIT = "submit"  # apply the code, the RayCluster (never shrinking it) and the RayJob
+    OBSERVE_JOB = "observe_job"  # read the RayJob's status
+    STOP_JOB = "stop_job"  # stop the Ray job (delete the RayJob; KubeRay stops the job)
+    MOVE = "move"  # write a transition, or new details in the same state, to the record
+    SCALE_DOWN = "scale_down"  # shrink the run's RayCluster to what its live runs still need
+    SETTLE = "settle"  # publish the run-finished event and stop watching the run
+    NOTHING = "nothing"  # nothing to do for this run now
+
+
+@dataclasses.dataclass(frozen=True)
+class Step:
+    action: Action
+    state: State | None = None  # MOVE: where to
+    reason: str | None = None  # MOVE: why (None keeps the current reason when the state stays)
+    job: dict[str, Any] | None = None  # MOVE: the RayJob status summary to keep
+    collect_result: bool = False  # MOVE: read the trainer's result.json into the record first
+
+
+NOTHING = Step(Action.NOTHING)
+
+
+@dataclasses.dataclass(frozen=True)
+class Facts:
+    """What the deciding handler knows. Fields after `created` are filled in by executed steps."""
+
+    now: dt.datetime
+    handler: Literal["launch", "watch"] = "watch"
+    created: bool = False  # this handler created the record, so it holds the RECEIVED claim
+    cluster: ClusterReadiness | None = None  # after ENSURE_CLUSTER
+    submitted: str | None = None  # after SUBMIT: what was applied
+    submit_error: str | None = None  # ENSURE_CLUSTER or SUBMIT failed for good
+    job_seen: bool = False  # after OBSERVE_JOB
+    job: dict[str, Any] | None = None  # the RayJob's status (None when seen: the RayJob is gone)
+    job_stopped: bool = False  # after STOP_JOB
+    scaled: bool = False  # after SCALE_DOWN
+    error: str | None = None  # a permanent controller error while handling the run
+
+    def learned(self, **observed: Any) -> Facts:
+        return dataclasses.replace(self, **observed)
+
+
+def move(state: State, reason: str | None = None, **details: Any) -> Step:
+    return Step(Action.MOVE, state=state, reason=reason, **details)
+
+
+def decide(record: RunRecord, facts: Facts) -> Step:
+    if record.state.terminal:
+        return _after_end(record, facts)
+    if facts.error:
+        return move(State.FAILED, f"controller error: {facts.error}")
+    if record.state in (State.RECEIVED, State.PROVISIONING):
+        return _before_submission(record, facts)
+    return _submitted(record, facts)
+
+
+def _after_end(record: RunRecord, facts: Facts) -> Step:
+    if record.settled:
+        return NOTHING
+    # Only runs that reached the cluster ever counted towards its workers.
+    if record.reached_cluster and not facts.scaled:
+        return Step(Action.SCALE_DOWN)
+    return Step(Action.SETTLE)
+
+
+def claim_expired(record: RunRecord, now: dt.datetime) -> bool:
+    return (now - record.updated_at).total_seconds() > CLAIM_SECONDS
+
+
+def pending_seconds(record: RunRecord) -> int:
+    return DeadlineSpec.model_validate((record.config or {}).get("deadlines", {})).pending_seconds
+
+
+def _before_submission(record: RunRecord, facts: Facts) -> Step:
+    """RECEIVED belongs to the handler that created it until its claim expires; PROVISIONING to the
+    watcher (a duplicate launch delivery leaves it alone)."""
+    if record.state == State.RECEIVED and not facts.created and not claim_expired(record, facts.now):
+        return NOTHING  # its launch handler is still at work
+    if record.state == State.PROVISIONING and facts.handler == "launch":
+        return NOTHING
+    if record.cancel_requested:
+        return move(State.CANCELLED, "cancelled on request before submission")
+    deadline = pending_seconds(record)
+    if (facts.now - record.created_at).total_seconds() > deadline:
+        return move(State.FAILED, f"not submitted within deadlines.pending_seconds ({deadline}s)")
+    if facts.submit_error:
+        return move(State.FAILED, f"cannot submit: {facts.submit_error}")
+    if facts.cluster is None:
+        return Step(Action.ENSURE_CLUSTER)
+    if facts.cluster.state == "error":
+        return move(State.FAILED, facts.cluster.message)
+    if facts.cluster.state == "provisioning":
+        if record.state == State.PROVISIONING and record.reason == facts.cluster.message:
+            return NOTHING
+        return move(State.PROVISIONING, facts.cluster.message)
+    if facts.submitted is None:
+        return Step(Action.SUBMIT)
+    return move(State.SUBMITTED, facts.submitted)
+
+
+def _submitted(record: RunRecord, facts: Facts) -> Step:
+    """SUBMITTED and RUNNING runs are the watcher's to follow."""
+    if facts.handler == "launch":
+        return NOTHING
+    if record.cancel_requested:
+        if not facts.job_stopped:
+            return Step(Action.STOP_JOB)
+        return move(State.CANCELLED, "cancelled on request", collect_result=True)
+    if not facts.job_seen:
+        return Step(Action.OBSERVE_JOB)
+    state, reason = job_outcome(record, facts.job, facts.now, pending_seconds(record))
+    summary = job_summary(facts.job)
+    if not state.terminal:
+        if state == record.state and summary == record.job:
+            return NOTHING
+        return move(state, reason, job=summary)
+    if facts.job is not None and facts.job.get("jobStatus") not in JOB_TERMINAL and not facts.job_stopped:
+        return Step(Action.STOP_JOB)  # a stuck or half-failed job must not hold the GPUs
+    return move(state, reason, job=summary, collect_result=True)
+
+
+def job_outcome(record: RunRecord, status: dict[str, Any] | None, now: dt.datetime,
+                pending: int) -> tuple[State, str | None]:
+    """What a RayJob status means for the run: its state and why.
+
+    KubeRay bugs handled: jobStatus can stay RUNNING while jobDeploymentStatus is Failed, and jobs can
+    hang in Initializing/PENDING: either terminal field ends the run, and waiting has a deadline.
+    """
+    if status is None:
+        return State.FAILED, "the RayJob disappeared before it finished"
+    job = status.get("jobStatus") or None
+    deployment = status.get("jobDeploymentStatus") or None
+    detail = "; ".join(str(status[k]) for k in ("reason", "message") if status.get(k)) or None
+    if job == "SUCCEEDED":
+        return State.SUCCEEDED, detail
+    if job == "STOPPED":
+        if record.cancel_requested:
+            return State.CANCELLED, "cancelled on request"
+        return State.FAILED, detail or "the Ray job was stopped"
+    if job == "FAILED" or deployment in DEPLOYMENT_TERMINAL:
+        return State.FAILED, detail or f"jobStatus {job}, jobDeploymentStatus {deployment}"
+    if job == "RUNNING":
+        return State.RUNNING, None
+    waited = (now - (record.entered(State.SUBMITTED) or record.created_at)).total_seconds()
+    if job in WAITING and waited > pending:
+        return State.FAILED, (f"still {deployment or job or 'pending'} after {int(waited)}s "
+                              f"(deadlines.pending_seconds {pending})")
+    return record.state, None
+
+
+def job_summary(status: dict[str, Any] | None) -> dict[str, Any] | None:
+    if status is None:
+        return None
+    return {k: status[k] for k in JOB_SUMMARY_KEYS if status.get(k) is not None}
+
+
+ClusterKey = tuple[str, str, str, str]
+
+
+def cluster_key(cfg: RunConfig) -> ClusterKey:
+    c = cfg.cluster
+    return (c.region, c.gke_cluster, c.namespace, c.ray_cluster)
+
+
+def gpu_demand(live: Iterable[RunConfig], key: ClusterKey) -> int:
+    """Worker nodes the RayCluster must keep: the largest live run on it (runs queue on Ray's resources),
+    0 when none is live."""
+    return max((cfg.scaling.nodes for cfg in live if cluster_key(cfg) == key), default=0)
+
+
+def scale_target(replicas: int, demand: int) -> int | None:
+    """The size to shrink a worker group to, or None to leave it (never shrink under live demand)."""
+    return demand if demand < replicas else None
+
+
+def launch_replicas(cfg: RunConfig, current: int | None) -> int:
+    """Workers a submission asks for: never fewer than the group has (shrinking is the watcher's)."""
+    return max(cfg.scaling.nodes, current or 0)

@@ -1,0 +1,63 @@
+"""The controller's error vocabulary. Adapters translate their client's exceptions into these, so
+handlers decide on an error's kind (retry later, give up, absent, changed) without importing a client.
+
+    TransientError  worth another try: 408/429/5xx, timeouts, dropped connections, contention
+    PermanentError  the same call fails the same way again: 400/401/403/404/422 from an API
+    NotFound        the object is absent (a normal answer, not a failure)
+    Conflict        the object changed since it was read (HTTP 409/412 on a precondition)
+"""
+
+from __future__ import annotations
+
+TRANSIENT_STATUS = frozenset({408, 429, 500, 502, 503, 504})
+
+
+class ControllerError(Exception):
+    """Base of the errors adapters raise; `status` is the HTTP status where there was one."""
+
+    def __init__(self, message: str, status: int | None = None):
+        super().__init__(message)
+        self.status = status
+
+
+class TransientError(ControllerError):
+    pass
+
+
+class PermanentError(ControllerError):
+    pass
+
+
+class NotFound(ControllerError):
+    pass
+
+
+class Conflict(ControllerError):
+    pass
+
+
+class Contended(TransientError):
+    """A record kept changing under a read-modify-write: worth another try later, not a failure."""
+
+
+def from_status(status: int | None, message: str) -> ControllerError:
+    """The error an HTTP status means, with the API's message."""
+    text = f"HTTP {status}: {message}" if status else message
+    if status is None or status in TRANSIENT_STATUS:
+        return TransientError(text, status)
+    if status == 404:
+        return NotFound(text, status)
+    if status in (409, 412):
+        return Conflict(text, status)
+    return PermanentError(text, status)
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Adapters translate what they know; plain connection and timeout errors are transient too."""
+    return isinstance(exc, (TransientError, ConnectionError, TimeoutError))
+
+
+def describe(exc: BaseException, limit: int = 500) -> str:
+    """A short reason for a record: our errors carry the API's message already."""
+    text = str(exc) if isinstance(exc, ControllerError) else f"{type(exc).__name__}: {exc}"
+    return text[:limit]

@@ -1,0 +1,155 @@
+"""CloudEvents in, requests out: storage finalize and Pub/Sub envelopes parsed into what the handlers act on.
+
+Deliveries are at least once, so every request carries the deterministic run id of its event.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import datetime as dt
+import json
+from dataclasses import dataclass, field
+
+from functions.core import runids
+from functions.core.config import MAX_CONFIG_BYTES
+
+STORAGE_FINALIZED = "google.cloud.storage.object.v1.finalized"
+PUBSUB_PUBLISHED = "google.cloud.pubsub.topic.v1.messagePublished"
+CONFIG_PREFIX = "configs/"
+
+
+@dataclass(frozen=True)
+class LaunchRequest:
+    run_id: str
+    source: dict[str, str]
+    event_time: dt.datetime | None
+    config: dict | None = None  # inline config from a message
+    config_uri: str | None = None  # gs:// URI to read it from
+    errors: list[str] = field(default_factory=list)  # why it cannot be launched, known from the event alone
+
+
+@dataclass(frozen=True)
+class WatchRequest:
+    kind: str  # tick | finished | cancel
+    run_id: str | None = None
+
+
+class Ignored(Exception):
+    """An event that is not ours to act on (another object in the bucket, an unknown type)."""
+
+
+def _time(value) -> dt.datetime | None:
+    if isinstance(value, dt.datetime):
+        return value if value.tzinfo else value.replace(tzinfo=dt.timezone.utc)
+    if not value:
+        return None
+    return dt.datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+
+
+def _data(event) -> dict:
+    data = event.get_data() if hasattr(event, "get_data") else event["data"]
+    if isinstance(data, (bytes, str)):
+        data = json.loads(data)
+    if not isinstance(data, dict):
+        raise Ignored("event data is not an object")
+    return data
+
+
+def _attribute(event, name: str):
+    return event[name] if hasattr(event, "get_attributes") and name in event.get_attributes() else None
+
+
+def _message(event) -> tuple[dict, dict | None, list[str]]:
+    """The Pub/Sub message and its JSON body (None with errors when the body is not a JSON object)."""
+    message = _data(event).get("message") or {}
+    if not message.get("messageId"):
+        raise Ignored("Pub/Sub envelope without messageId")
+    try:
+        raw = base64.b64decode(message.get("data") or "", validate=True)
+    except (binascii.Error, ValueError):
+        return message, None, ["message data is not base64"]
+    if len(raw) > MAX_CONFIG_BYTES:
+        return message, None, [f"message is {len(raw)} bytes; the limit is {MAX_CONFIG_BYTES}"]
+    try:
+        body = json.loads(raw or b"{}")
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        return message, None, [f"message data is not JSON: {err}"]
+    if not isinstance(body, dict):
+        return message, None, ["message data must be a JSON object"]
+    return message, body, []
+
+
+def launch_request(event) -> LaunchRequest:
+    kind = _attribute(event, "type")
+    if kind == STORAGE_FINALIZED:
+        return _from_upload(event)
+    if kind == PUBSUB_PUBLISHED:
+        return _from_message(event)
+    raise Ignored(f"event type {kind!r}")
+
+
+def _from_upload(event) -> LaunchRequest:
+    data = _data(event)
+    bucket, name, generation = data.get("bucket"), data.get("name"), data.get("generation")
+    if not (bucket and name and generation):
+        raise Ignored("storage event without bucket, name or generation")
+    if not name.startswith(CONFIG_PREFIX) or not name.endswith(".json"):
+        raise Ignored(f"gs://{bucket}/{name} is not a run config (configs/*.json)")
+    uri = f"gs://{bucket}/{name}"
+    errors = []
+    if int(data.get("size") or 0) > MAX_CONFIG_BYTES:  # int64 fields may arrive as strings
+        errors.append(f"config is {data['size']} bytes; the limit is {MAX_CONFIG_BYTES}")
+    return LaunchRequest(
+        run_id=runids.for_object(bucket, name, generation),
+        source={"kind": "upload", "ref": f"{uri}#{generation}"},
+        event_time=_time(_attribute(event, "time") or data.get("timeCreated")),
+        config_uri=None if errors else f"{uri}#{generation}",
+        errors=errors,
+    )
+
+
+def _from_message(event) -> LaunchRequest:
+    message, body, errors = _message(event)
+    message_id = str(message["messageId"])
+    published = _time(message.get("publishTime") or _attribute(event, "time"))
+    body = body or {}
+    run_name = body.get("run_name") if isinstance(body.get("run_name"), str) else None
+    if run_name is not None and not runids.is_valid_name(run_name):
+        errors.append(f"run_name: {run_name!r} is not a DNS label of at most 25 characters")
+        run_name = None
+    nightly = body.get("nightly") is True
+    if nightly and published:
+        run_id = runids.for_nightly(published.date(), run_name or "nightly")
+    else:
+        run_id = runids.for_message(message_id, run_name)
+    config, uri = body.get("config"), body.get("config_uri")
+    if not errors and (config is None) == (uri is None):
+        errors.append("the message needs exactly one of 'config' (an object) or 'config_uri' (gs://...)")
+    elif config is not None and not isinstance(config, dict):
+        errors.append("'config' must be a JSON object")
+    elif uri is not None and not (isinstance(uri, str) and uri.startswith("gs://")):
+        errors.append("'config_uri' must be a gs:// URI")
+    return LaunchRequest(
+        run_id=run_id,
+        source={"kind": "nightly" if nightly else "message", "ref": f"pubsub:{message_id}"},
+        event_time=published,
+        config=None if errors else config,
+        config_uri=None if errors else uri,
+        errors=errors,
+    )
+
+
+def watch_request(event) -> WatchRequest:
+    if _attribute(event, "type") != PUBSUB_PUBLISHED:
+        raise Ignored(f"event type {_attribute(event, 'type')!r}")
+    _, body, errors = _message(event)
+    if errors:
+        raise Ignored("; ".join(errors))
+    kind = body.get("kind", "tick")
+    run_id = body.get("run_id")
+    if kind not in ("tick", "finished", "cancel"):
+        raise Ignored(f"unknown watch message kind {kind!r}")
+    if kind != "tick" and not (isinstance(run_id, str) and runids.is_valid_id(run_id)):
+        raise Ignored(f"{kind} message without a valid run_id")
+    return WatchRequest(kind=kind, run_id=run_id)

@@ -1,0 +1,208 @@
+"""Pure rendering of the Kubernetes objects for a run: Secret, code ConfigMap, RayCluster, RayJob (ray.io/v1).
+
+Only fields that KubeRay v1.3-v1.5 (the GKE Ray operator add-on) know are used. Nothing here talks to a
+cluster; the same inputs always give the same objects, so applying them twice changes nothing.
+"""
+
+from __future__ import annotations
+
+import shlex
+
+import yaml
+
+from functions.core.config import GKE_ACCELERATORS, RunConfig
+
+MANAGED_BY = {"app.kubernetes.io/managed-by": "raytune"}
+RUN_LABEL = "raytune.dev/run-id"
+CODE_HASH_ANNOTATION = "raytune.dev/code-sha256"
+HF_SECRET = "hf-secret"
+HF_SECRET_KEY = "hf_api_token"
+CODE_CONFIGMAP = "ray-job-cm"
+CODE_MOUNT = "/code/"
+GPU_GROUP = "gpu-group"
+RAY_PORTS = (("gcs", 6379), ("dashboard", 8265), ("client", 10001))
+
+
+def secret(cfg: RunConfig, hf_token: str) -> dict:
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": HF_SECRET, "namespace": cfg.cluster.namespace, "labels": dict(MANAGED_BY)},
+        "type": "Opaque",
+        "stringData": {HF_SECRET_KEY: hf_token},
+    }
+
+
+def _configmap_key(path: str) -> str:
+    # ConfigMap keys may not hold "/"; module names never hold "-", so this is reversible.
+    return path.replace("/", "-")
+
+
+def code_configmap(cfg: RunConfig, files: dict[str, bytes], code_hash: str) -> dict:
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": CODE_CONFIGMAP,
+            "namespace": cfg.cluster.namespace,
+            "labels": dict(MANAGED_BY),
+            "annotations": {CODE_HASH_ANNOTATION: code_hash},
+        },
+        "data": {_configmap_key(path): content.decode() for path, content in sorted(files.items())},
+    }
+
+
+def _volumes(code_paths: list[str]) -> list[dict]:
+    items = [{"key": _configmap_key(path), "path": path} for path in sorted(code_paths)]
+    return [
+        {"name": "code", "configMap": {"name": CODE_CONFIGMAP, "items": items}},
+        {"name": "local-ssd", "emptyDir": {}},
+    ]
+
+
+def _container(name: str, image: str, resources: dict, ports: list[dict] | None = None) -> dict:
+    container = {
+        "name": name,
+        "image": image,
+        # optional: a public model needs no token, and a pod must not hang on a missing Secret.
+        "env": [{"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {
+            "name": HF_SECRET, "key": HF_SECRET_KEY, "optional": True}}}],
+        "resources": resources,
+        "volumeMounts": [{"name": "code", "mountPath": CODE_MOUNT}, {"name": "local-ssd", "mountPath": "/mnt/local-ssd/"}],
+    }
+    if ports:
+        container["ports"] = ports
+    return container
+
+
+def _worker_node_selector(cfg: RunConfig) -> dict:
+    scaling = cfg.scaling
+    selector: dict[str, str] = {}
+    if scaling.use_gpu:
+        selector["cloud.google.com/gke-accelerator"] = GKE_ACCELERATORS[scaling.accelerator]
+        selector["cloud.google.com/gke-gpu-driver-version"] = "latest"
+    if scaling.reservation:
+        selector["cloud.google.com/reservation-name"] = scaling.reservation
+        selector["cloud.google.com/reservation-affinity"] = "specific"
+    selector.update(scaling.node_selector)
+    return selector
+
+
+def _worker_resources(cfg: RunConfig) -> dict:
+    amounts: dict[str, str] = {}
+    if cfg.cluster.worker:
+        worker = cfg.cluster.worker
+        amounts = {"cpu": worker.cpu, "memory": worker.memory, "ephemeral-storage": worker.ephemeral_storage}
+    if cfg.scaling.use_gpu:
+        amounts["nvidia.com/gpu"] = str(cfg.scaling.gpus_per_node)
+    return {"requests": dict(amounts), "limits": dict(amounts)}
+
+
+def ray_cluster(cfg: RunConfig, code_paths: list[str], code_hash: str, worker_replicas: int) -> dict:
+    """The shared RayCluster. Worker replicas and minReplicas move together: KubeRay clamps
+    replicas up to minReplicas, so scaling to zero needs both at 0."""
+    cluster = cfg.cluster
+    head = cluster.head
+    head_amounts = {"cpu": head.cpu, "memory": head.memory, "ephemeral-storage": head.ephemeral_storage}
+    worker_spec: dict = {"containers": [_container("ray-worker", cluster.worker_image_ref, _worker_resources(cfg))],
+                         "volumes": _volumes(code_paths)}
+    selector = _worker_node_selector(cfg)
+    if selector:
+        worker_spec["nodeSelector"] = selector
+    return {
+        "apiVersion": "ray.io/v1",
+        "kind": "RayCluster",
+        "metadata": {"name": cluster.ray_cluster, "namespace": cluster.namespace, "labels": dict(MANAGED_BY)},
+        "spec": {
+            "rayVersion": cluster.ray_version,
+            "headGroupSpec": {
+                "rayStartParams": {"dashboard-host": "0.0.0.0"},
+                "template": {
+                    "metadata": {"annotations": {CODE_HASH_ANNOTATION: code_hash}},
+                    "spec": {
+                        "containers": [_container(
+                            "ray-head", cluster.head_image_ref,
+                            {"requests": dict(head_amounts), "limits": dict(head_amounts)},
+                            [{"containerPort": port, "name": name} for name, port in RAY_PORTS],
+                        )],
+                        "volumes": _volumes(code_paths),
+                    },
+                },
+            },
+            "workerGroupSpecs": [{
+                "groupName": GPU_GROUP,
+                "replicas": worker_replicas,
+                "minReplicas": worker_replicas,
+                "maxReplicas": max(cluster.max_worker_nodes, worker_replicas),
+                "rayStartParams": {},
+                "template": {"metadata": {"annotations": {CODE_HASH_ANNOTATION: code_hash}}, "spec": worker_spec},
+            }],
+        },
+    }
+
+
+def entrypoint(cfg: RunConfig, run_id: str, python: str = "python") -> str:
+    """The job command; every argument is shell-quoted (Ray runs entrypoints through a shell)."""
+    args = [python, "-m", "trainer.train", "--run-id", run_id, "--config-json", cfg.model_dump_json(exclude_defaults=True)]
+    return shlex.join(args)
+
+
+def runtime_env(cfg: RunConfig, code_hash: str, env: dict[str, str]) -> dict:
+    runtime: dict = {
+        "env_vars": {"PYTHONPATH": CODE_MOUNT.rstrip("/"), "RAYTUNE_CODE_SHA256": code_hash, **env},
+    }
+    if cfg.cluster.dependencies == "pip":
+        runtime["pip"] = {"packages": list(cfg.cluster.pip), "pip_check": False}
+    return runtime
+
+
+def ray_job(cfg: RunConfig, run_id: str, code_hash: str, env: dict[str, str]) -> dict:
+    """The RayJob for one run, submitted to the shared cluster through clusterSelector
+    (so KubeRay deletes nothing afterwards: the watcher scales the workers down)."""
+    return {
+        "apiVersion": "ray.io/v1",
+        "kind": "RayJob",
+        "metadata": {
+            "name": run_id,
+            "namespace": cfg.cluster.namespace,
+            "labels": {**cfg.labels, **MANAGED_BY, RUN_LABEL: run_id},  # ours win over the user's
+            "annotations": {CODE_HASH_ANNOTATION: code_hash},
+        },
+        "spec": {
+            "jobId": run_id,
+            "entrypoint": entrypoint(cfg, run_id),
+            "clusterSelector": {"ray.io/cluster": cfg.cluster.ray_cluster},
+            "runtimeEnvYAML": yaml.safe_dump(runtime_env(cfg, code_hash, env), sort_keys=True),
+            "activeDeadlineSeconds": cfg.deadlines.run_seconds,
+        },
+    }
+
+
+def run_objects(cfg: RunConfig, run_id: str, files: dict[str, bytes], code_hash: str,
+                worker_replicas: int, env: dict[str, str]) -> list[dict]:
+    """ConfigMap, RayCluster and RayJob in the order they must be applied (the Secret is applied apart)."""
+    return [
+        code_configmap(cfg, files, code_hash),
+        ray_cluster(cfg, list(files), code_hash, worker_replicas),
+        ray_job(cfg, run_id, code_hash, env),
+    ]
+
+
+class _Dumper(yaml.SafeDumper):
+    """Plain YAML for humans and kubectl: no anchors, multi-line strings (code, runtime env) as blocks."""
+
+    def ignore_aliases(self, data) -> bool:
+        return True
+
+
+def _represent_str(dumper: yaml.SafeDumper, text: str) -> yaml.ScalarNode:
+    style = "|" if "\n" in text else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", text, style=style)
+
+
+_Dumper.add_representer(str, _represent_str)
+
+
+def to_yaml(objects: list[dict]) -> str:
+    return yaml.dump_all(objects, Dumper=_Dumper, sort_keys=False, width=120)
+

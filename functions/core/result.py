@@ -1,0 +1,41 @@
+"""The trainer's result contract: `<storage_path>/<run_id>/result.json`, written by the trainer,
+read by the watcher into the run record and the run-finished event. Shared with the trainer, so it
+imports nothing but pydantic."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict
+
+
+class Lenient(BaseModel):
+    # A newer trainer may add fields: the controller keeps them rather than refusing the result.
+    model_config = ConfigDict(extra="allow")
+
+
+class RunMetrics(Lenient):
+    train_loss: float | None = None
+    best_checkpoint_by: str | None = None  # eval_loss where every checkpoint was evaluated, else loss
+    best_checkpoint_score: float | None = None
+    num_tokens: float | None = None
+    mean_token_accuracy: float | None = None
+    tokens_per_second: float | None = None
+    samples_per_second: float | None = None
+    train_runtime_seconds: float | None = None
+    global_step: int | None = None
+    epochs: float | None = None
+    resumed: bool | None = None
+
+
+class RunResult(Lenient):
+    run_id: str | None = None
+    name: str | None = None
+    model: str | None = None
+    workers: int | None = None
+    storage_path: str | None = None
+    adapter_path: str | None = None  # the final adapter with its processor (PeftModel.from_pretrained)
+    tensorboard_path: str | None = None
+    final_checkpoint: str | None = None
+    best_checkpoint: str | None = None
+    checkpoints: list[str] = []
+    metrics: RunMetrics = RunMetrics()
+    wall_seconds: float | None = None

@@ -1,0 +1,93 @@
+"""Run records and their state machine. One JSON object per run (`runs/<run_id>.json` in the bucket);
+every change is decided by `functions.core.decide` and written with compare-and-swap.
+
+    RECEIVED ──► REJECTED
+       │
+       ├──► PROVISIONING ──► SUBMITTED ──► RUNNING ──► SUCCEEDED
+       │         │               │            │
+       └─────────┴───────────────┴────────────┴──► FAILED | CANCELLED
+       (RECEIVED ──► SUBMITTED directly when the cluster is ready at launch)
+
+A marker `runs/active/<run_id>` lists the runs the watcher must still look at; it goes once a run
+is terminal and its run-finished event is out (`settled`).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import enum
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from functions.core.result import RunResult
+
+
+class State(str, enum.Enum):
+    RECEIVED = "RECEIVED"  # the event was valid and recorded; its launch handler holds the run for a while
+    REJECTED = "REJECTED"  # the config or event can never launch: every reason in `errors`
+    PROVISIONING = "PROVISIONING"  # the GKE cluster or its Ray operator is being created; the watcher resumes
+    SUBMITTED = "SUBMITTED"  # RayCluster and RayJob applied; the job has not started running yet
+    RUNNING = "RUNNING"  # the RayJob reports RUNNING
+    SUCCEEDED = "SUCCEEDED"  # the job succeeded; the trainer's result is in `result`
+    FAILED = "FAILED"  # the job failed, a deadline passed, or the run could not be submitted
+    CANCELLED = "CANCELLED"  # cancelled on request; a submitted job was stopped first
+
+    @property
+    def terminal(self) -> bool:
+        return self in TERMINAL
+
+
+TERMINAL = frozenset({State.REJECTED, State.SUCCEEDED, State.FAILED, State.CANCELLED})
+ALLOWED: dict[State, frozenset[State]] = {
+    State.RECEIVED: frozenset({State.REJECTED, State.PROVISIONING, State.SUBMITTED, State.FAILED, State.CANCELLED}),
+    State.PROVISIONING: frozenset({State.SUBMITTED, State.FAILED, State.CANCELLED}),
+    State.SUBMITTED: frozenset({State.RUNNING, State.SUCCEEDED, State.FAILED, State.CANCELLED}),
+    State.RUNNING: frozenset({State.SUCCEEDED, State.FAILED, State.CANCELLED}),
+}
+
+
+class InvalidTransition(Exception):
+    """A move the state machine does not allow: a bug in a decision, never silently dropped."""
+
+
+class Transition(BaseModel):
+    state: State
+    at: dt.datetime
+    reason: str | None = None
+
+
+class RunRecord(BaseModel):
+    run_id: str
+    state: State
+    source: dict[str, str]  # kind (upload | message | nightly) and ref (gs:// URI or message id)
+    created_at: dt.datetime
+    updated_at: dt.datetime
+    config: dict[str, Any] | None = None  # the validated config, storage resolved
+    raw_config: str | None = None  # kept for rejected configs only, redacted and truncated
+    reason: str | None = None
+    errors: list[str] = []
+    history: list[Transition] = []
+    job: dict[str, Any] | None = None  # last RayJob status seen
+    result: RunResult | None = None  # the trainer's result.json: checkpoints and metrics
+    cancel_requested: bool = False
+    settled: bool = False  # terminal and its run-finished event published
+    generation: int = Field(0, exclude=True)  # GCS generation this copy was read at
+
+    def moved(self, state: State, now: dt.datetime, reason: str | None = None, **changes: Any) -> RunRecord:
+        """This record in `state` (the same state: only `reason` and `changes` are updated)."""
+        if state != self.state and state not in ALLOWED.get(self.state, frozenset()):
+            raise InvalidTransition(f"{self.run_id}: {self.state.value} -> {state.value}")
+        history = self.history if state == self.state else [*self.history, Transition(state=state, at=now, reason=reason)]
+        keep_reason = state == self.state and reason is None
+        return self.model_copy(update={"state": state, "updated_at": now, "history": history,
+                                       "reason": self.reason if keep_reason else reason, **changes})
+
+    def entered(self, state: State) -> dt.datetime | None:
+        """When the run last entered `state`, if it ever did."""
+        return next((t.at for t in reversed(self.history) if t.state == state), None)
+
+    @property
+    def reached_cluster(self) -> bool:
+        """Whether the run was ever submitted, so counted towards its RayCluster's workers."""
+        return self.entered(State.SUBMITTED) is not None

@@ -1,0 +1,67 @@
+"""Everything a handler talks to, built once per process from the environment (GKE in the cloud),
+or set explicitly by the embedded local default and the tests."""
+
+from __future__ import annotations
+
+import datetime as dt
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from functions.adapters import gcs
+from functions.adapters.store import RunStore
+from functions.core.platform import Platform
+from functions.core.secrets import add_secret
+from functions.handlers import logs
+from functions.handlers.settings import Settings
+
+
+class Publisher(Protocol):
+    def publish(self, topic: str, message: dict[str, Any], **attributes: str) -> str: ...
+
+
+def utcnow() -> dt.datetime:
+    return dt.datetime.now(dt.timezone.utc)
+
+
+@dataclass
+class Context:
+    settings: Settings
+    store: RunStore
+    platform: Platform
+    publisher: Publisher
+    read_uri: Callable[[str], bytes] = gcs.read_uri
+    clock: Callable[[], dt.datetime] = utcnow
+    sleep: Callable[[float], None] = field(default=time.sleep)
+
+
+_lock = threading.Lock()
+_current: Context | None = None
+
+
+def from_env() -> Context:
+    from functions.adapters.gke import GkePlatform
+    from functions.adapters.pubsub import Publisher as PubSubPublisher
+
+    settings = Settings.from_env()
+    add_secret(settings.hf_token)
+    return Context(settings=settings, store=RunStore(gcs.Bucket(settings.bucket)),
+                   platform=GkePlatform(settings.project, settings.hf_token), publisher=PubSubPublisher())
+
+
+def current() -> Context:
+    global _current
+    with _lock:
+        if _current is None:
+            logs.setup()
+            _current = from_env()
+        return _current
+
+
+def use(context: Context | None) -> None:
+    """Install a context for this process (None: rebuild from the environment on next use)."""
+    global _current
+    with _lock:
+        _current = context

@@ -1,0 +1,89 @@
+"""The launch handler: a run config uploaded to configs/ (storage finalize) or a launch message (Pub/Sub).
+
+    event -> ignored (not a config)
+          -> run record exists: duplicate delivery, nothing more to do (unless its first
+             handler died mid-way: then this one takes over)
+          -> REJECTED (bad or stale config; recorded, event acknowledged: no retry storm)
+          -> RECEIVED -> PROVISIONING (cluster being created; the watcher resumes it)
+                      -> SUBMITTED (Secret, ConfigMap, RayCluster, RayJob applied)
+
+What happens after the record is written is decided by functions/core/decide.py. Transient errors
+raise after retries, so the platform redelivers; the deterministic run id makes the redelivery land
+on the same record.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+from functions.core import events
+from functions.core.config import ConfigError, RunConfig, parse_config
+from functions.core.decide import Facts
+from functions.core.errors import NotFound
+from functions.core.runs import RunRecord, State, Transition
+from functions.core.secrets import redact
+from functions.handlers import steps
+from functions.handlers.context import Context, current
+
+log = logging.getLogger(__name__)
+RAW_CONFIG_KEPT = 16 * 1024
+
+
+def handle(event: Any, ctx: Context | None = None) -> RunRecord | None:
+    ctx = ctx or current()
+    try:
+        request = events.launch_request(event)
+    except events.Ignored as why:
+        log.info("ignored: %s", why)
+        return None
+    record, created = receive(ctx, request)
+    if not created:
+        log.info("%s: duplicate delivery, run is %s", record.run_id, record.state.value,
+                 extra={"run_id": record.run_id, "state": record.state.value})
+    return steps.run(ctx, record, Facts(now=ctx.clock(), handler="launch", created=created))
+
+
+def receive(ctx: Context, request: events.LaunchRequest) -> tuple[RunRecord, bool]:
+    """Validate the request's config and record the run: RECEIVED, or REJECTED with every reason."""
+    existing = ctx.store.get(request.run_id)
+    if existing is not None:
+        return existing, False
+    now = ctx.clock()
+    errors = list(request.errors)
+    if request.event_time and (age := (now - request.event_time).total_seconds()) > ctx.settings.max_event_age_s:
+        errors.append(f"event is {int(age)}s old; older than RAYTUNE_MAX_EVENT_AGE_S={ctx.settings.max_event_age_s}")
+    raw: bytes | dict[str, Any] | None = None
+    cfg: RunConfig | None = None
+    if not errors:
+        try:
+            if request.config is not None:
+                raw = request.config
+            else:
+                assert request.config_uri is not None
+                raw = ctx.read_uri(request.config_uri)
+            cfg = parse_config(raw).with_storage(ctx.settings.bucket)
+        except NotFound:
+            errors.append(f"{request.config_uri} does not exist")
+        except ConfigError as err:
+            errors.extend(err.errors)
+    state = State.REJECTED if errors else State.RECEIVED
+    reason = "; ".join(errors)[:2000] or None
+    record = RunRecord(
+        run_id=request.run_id, state=state, source=request.source, created_at=now, updated_at=now,
+        config=cfg.model_dump(mode="json") if cfg and not errors else None,
+        raw_config=_kept(raw) if errors else None,
+        reason=reason, errors=errors, history=[Transition(state=state, at=now, reason=reason)],
+    )
+    # Marked before the record exists: a crash in between leaves the watcher a trail, never a lost run.
+    ctx.store.mark_active(request.run_id)
+    return ctx.store.create(record)
+
+
+def _kept(raw: bytes | dict[str, Any] | None) -> str | None:
+    """What a rejected config said, for the user to see why: secrets scrubbed, size bounded."""
+    if raw is None:
+        return None
+    text = json.dumps(raw) if isinstance(raw, dict) else raw.decode("utf-8", "replace")
+    return redact(text)[:RAW_CONFIG_KEPT]

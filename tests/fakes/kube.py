@@ -1,0 +1,225 @@
+"""An HTTP fake of the Kubernetes API server, for the real `kubernetes` client.
+
+It speaks the REST protocol the controller uses: namespaced Secrets, ConfigMaps, RayClusters and
+RayJobs at their real paths; GET, DELETE and PATCH; server-side apply (content type
+application/apply-patch+yaml, fieldManager required, strict field validation for ray.io objects
+against the KubeRay v1 fields); JSON patch with resourceVersion preconditions (409) and test ops (422);
+Status bodies with real codes; and injected faults (429/500/409...) per method and path.
+There are no controllers: tests set RayJob status themselves.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+import threading
+import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs, urlparse
+
+from tests.fakes.kuberay_fields import unknown_fields
+
+PATHS = re.compile(
+    r"^/(?:api/v1|apis/(?P<group>[a-z.]+)/(?P<version>v1))/namespaces/(?P<ns>[a-z0-9-]+)/(?P<plural>[a-z]+)/(?P<name>[a-z0-9.-]+)$"
+)
+KINDS = {
+    (None, "secrets"): ("v1", "Secret"),
+    (None, "configmaps"): ("v1", "ConfigMap"),
+    ("ray.io", "rayclusters"): ("ray.io/v1", "RayCluster"),
+    ("ray.io", "rayjobs"): ("ray.io/v1", "RayJob"),
+}
+APPLY = "application/apply-patch+yaml"
+JSON_PATCH = "application/json-patch+json"
+
+
+class FakeKube:
+    def __init__(self):
+        self.objects: dict[tuple[str, str, str], dict] = {}  # (plural, namespace, name) -> object
+        self.requests: list[tuple[str, str, str]] = []  # (method, path, content type)
+        self.authorization: list[str | None] = []  # the Authorization header of each request
+        self.faults: list[list] = []  # [method, path part, status, times left]
+        self._version = 0
+        self._lock = threading.Lock()
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    # --- test helpers -------------------------------------------------------------------------
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_port}"
+
+    def start(self) -> FakeKube:
+        self.thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+    def fail(self, method: str, path_part: str, status: int, times: int = 1) -> None:
+        with self._lock:
+            self.faults.append([method, path_part, status, times])
+
+    def get(self, plural: str, name: str, namespace: str = "default") -> dict | None:
+        with self._lock:
+            found = self.objects.get((plural, namespace, name))
+            return copy.deepcopy(found)
+
+    def names(self, plural: str) -> list[str]:
+        with self._lock:
+            return sorted(name for (p, _, name) in self.objects if p == plural)
+
+    def set_status(self, plural: str, name: str, status: dict, namespace: str = "default") -> None:
+        """What the KubeRay operator would write to the status subresource."""
+        with self._lock:
+            obj = self.objects[(plural, namespace, name)]
+            obj["status"] = {**obj.get("status", {}), **status}
+            obj["metadata"]["resourceVersion"] = self._next_version()
+
+    def calls(self, method: str, path_part: str = "") -> int:
+        with self._lock:
+            return sum(1 for m, p, _ in self.requests if m == method and path_part in p)
+
+    # --- protocol ------------------------------------------------------------------------------
+    def _next_version(self) -> str:
+        self._version += 1
+        return str(self._version)
+
+    def _handler(self):
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def _reply(self, code: int, body: dict) -> None:
+                data = json.dumps(body).encode()
+                self.send_response(code)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def _status(self, code: int, reason: str, message: str) -> None:
+                self._reply(code, {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                                   "message": message, "reason": reason, "code": code})
+
+            def _route(self, method: str) -> None:
+                url = urlparse(self.path)
+                content_type = self.headers.get("Content-Type", "")
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length) if length else b""
+                with fake._lock:
+                    fake.requests.append((method, url.path, content_type))
+                    fake.authorization.append(self.headers.get("Authorization"))
+                    for fault in fake.faults:
+                        if fault[0] == method and fault[1] in url.path and fault[3] > 0:
+                            fault[3] -= 1
+                            return self._status(fault[2], "Injected", f"injected fault {fault[2]}")
+                match = PATHS.match(url.path)
+                if not match or (match["group"], match["plural"]) not in KINDS:
+                    return self._status(404, "NotFound", f"the server could not find the requested resource {url.path}")
+                key = (match["plural"], match["ns"], match["name"])
+                query = {k: v[0] for k, v in parse_qs(url.query).items()}
+                with fake._lock:
+                    code, result = getattr(fake, f"_{method.lower()}")(key, match, query, content_type, body)
+                if code >= 400:
+                    return self._status(code, *result)
+                self._reply(code, result)
+
+            def do_GET(self):
+                self._route("GET")
+
+            def do_DELETE(self):
+                self._route("DELETE")
+
+            def do_PATCH(self):
+                self._route("PATCH")
+
+        return Handler
+
+    def _get(self, key, match, query, content_type, body):
+        if key not in self.objects:
+            return 404, ("NotFound", f'{key[0]} "{key[2]}" not found')
+        return 200, copy.deepcopy(self.objects[key])
+
+    def _delete(self, key, match, query, content_type, body):
+        if self.objects.pop(key, None) is None:
+            return 404, ("NotFound", f'{key[0]} "{key[2]}" not found')
+        return 200, {"kind": "Status", "apiVersion": "v1", "status": "Success", "details": {"name": key[2]}}
+
+    def _patch(self, key, match, query, content_type, body):
+        if content_type == APPLY:
+            return self._apply(key, match, query, body)
+        if content_type == JSON_PATCH:
+            return self._json_patch(key, body)
+        return 415, ("UnsupportedMediaType", f"unsupported patch type {content_type!r}")
+
+    def _apply(self, key, match, query, body):
+        if not query.get("fieldManager"):
+            return 400, ("BadRequest", "PATCH requests for apply must include fieldManager")
+        try:
+            obj = json.loads(body)
+        except json.JSONDecodeError as err:
+            return 400, ("BadRequest", f"error decoding YAML: {err}")
+        api_version, kind = KINDS[(match["group"], match["plural"])]
+        meta = obj.get("metadata", {})
+        if (obj.get("apiVersion"), obj.get("kind")) != (api_version, kind):
+            return 400, ("BadRequest", f"apiVersion/kind {obj.get('apiVersion')}/{obj.get('kind')} does not match the path")
+        if meta.get("name") != key[2] or meta.get("namespace", key[1]) != key[1]:
+            return 400, ("BadRequest", "the name or namespace of the object does not match the path")
+        if match["group"] == "ray.io" and query.get("fieldValidation") == "Strict" and (bad := unknown_fields(obj)):
+            return 400, ("BadRequest", f"strict decoding error: unknown field {', '.join(bad)}")
+        current = self.objects.get(key)
+        if current is not None and not query.get("force") == "true":
+            return 409, ("Conflict", "Apply failed with conflicts (force not set)")
+        new = copy.deepcopy(obj)
+        new["metadata"] = {**(current or {}).get("metadata", {}), **meta}
+        if current is not None and "status" in current:
+            new["status"] = current["status"]
+        if current is None:
+            new["metadata"].update(uid=str(uuid.uuid4()), generation=1, resourceVersion=self._next_version())
+            self.objects[key] = new
+            return 201, copy.deepcopy(new)
+        if _content(new) != _content(current):  # a no-op apply changes nothing, not even the version
+            new["metadata"]["resourceVersion"] = self._next_version()
+            new["metadata"]["generation"] = current["metadata"]["generation"] + 1
+            self.objects[key] = new
+        return 200, copy.deepcopy(self.objects[key])
+
+    def _json_patch(self, key, body):
+        current = self.objects.get(key)
+        if current is None:
+            return 404, ("NotFound", f'{key[0]} "{key[2]}" not found')
+        new = copy.deepcopy(current)
+        for op in json.loads(body):
+            parts = [p.replace("~1", "/").replace("~0", "~") for p in op["path"].split("/")[1:]]
+            parent = new
+            try:
+                for part in parts[:-1]:
+                    parent = parent[int(part)] if isinstance(parent, list) else parent[part]
+                last = int(parts[-1]) if isinstance(parent, list) else parts[-1]
+                if op["op"] == "test":
+                    if parent[last] != op["value"]:
+                        return 422, ("Invalid", f"testing value {op['path']} failed")
+                elif op["op"] in ("replace", "add"):
+                    if op["op"] == "replace":
+                        parent[last]  # noqa: B018 - replace needs an existing member
+                    parent[last] = op["value"]
+                elif op["op"] == "remove":
+                    del parent[last]
+            except (KeyError, IndexError, ValueError):
+                return 422, ("Invalid", f"path {op['path']} does not exist")
+        if new["metadata"]["resourceVersion"] != current["metadata"]["resourceVersion"]:
+            return 409, ("Conflict", "the object has been modified; please apply your changes to the latest version")
+        if _content(new) != _content(current):
+            new["metadata"]["resourceVersion"] = self._next_version()
+            new["metadata"]["generation"] = current["metadata"]["generation"] + 1
+            self.objects[key] = new
+        return 200, copy.deepcopy(self.objects[key])
+
+
+def _content(obj: dict) -> dict:
+    meta = {k: v for k, v in obj["metadata"].items() if k not in ("resourceVersion", "generation")}
+    return {**obj, "metadata": meta}

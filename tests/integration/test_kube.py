@@ -1,0 +1,93 @@
+"""The Kubernetes adapter driven by the real `kubernetes` client against the HTTP fake."""
+
+import pytest
+
+from functions.core import manifests
+from functions.core.config import RunConfig
+from functions.adapters.kube import Kube, api_client
+from tests.fakes.kube import FakeKube
+
+CFG = RunConfig(storage_path="gs://bucket/checkpoints")
+CODE = {"trainer/__init__.py": b"", "trainer/train.py": b"x = 1\n"}
+
+
+@pytest.fixture
+def fake():
+    server = FakeKube().start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def kube(fake):
+    return Kube(api_client(fake.url))
+
+
+def objects(replicas=2):
+    return manifests.run_objects(CFG, "run-1", CODE, "h" * 64, replicas, {})
+
+
+def test_server_side_apply_creates_then_is_idempotent(fake, kube):
+    for obj in [manifests.secret(CFG, "hf_secret_value_0123456789abcdef"), *objects()]:
+        kube.apply(obj)
+    assert fake.names("rayjobs") == ["run-1"] and fake.names("rayclusters") == ["gemma3-tuning"]
+    assert fake.get("secrets", "hf-secret")["stringData"] == {"hf_api_token": "hf_secret_value_0123456789abcdef"}
+    assert all(ct == "application/apply-patch+yaml" for m, _, ct in fake.requests if m == "PATCH")
+    version = fake.get("rayclusters", "gemma3-tuning")["metadata"]["resourceVersion"]
+    for obj in objects():
+        kube.apply(obj)
+    assert fake.get("rayclusters", "gemma3-tuning")["metadata"]["resourceVersion"] == version
+
+
+def test_scale_uses_the_resource_version_as_precondition(fake, kube):
+    kube.apply(objects()[1])
+    group = kube.worker_group("default", "gemma3-tuning", "gpu-group")
+    assert group.replicas == 2
+    kube.apply(objects(replicas=3)[1])  # somebody scaled up after we read
+    assert kube.scale_worker_group("default", "gemma3-tuning", "gpu-group", group, 0) is False
+    fresh = kube.worker_group("default", "gemma3-tuning", "gpu-group")
+    assert kube.scale_worker_group("default", "gemma3-tuning", "gpu-group", fresh, 0) is True
+    spec = fake.get("rayclusters", "gemma3-tuning")["spec"]["workerGroupSpecs"][0]
+    assert (spec["replicas"], spec["minReplicas"]) == (0, 0)
+    assert fake.calls("PATCH", "/rayclusters/") == 4
+
+
+def test_transient_errors_are_retried(fake, kube):
+    fake.fail("PATCH", "/rayjobs/run-1", 429, times=2)
+    fake.fail("GET", "/rayjobs/run-1", 503, times=1)
+    kube.apply(objects()[2])
+    assert kube.get_rayjob("default", "run-1")["spec"]["jobId"] == "run-1"
+    assert fake.calls("PATCH", "/rayjobs/run-1") == 3
+
+
+def test_persistent_server_errors_and_bad_requests_raise(fake, kube):
+    """Client exceptions leave the adapter as the controller's own errors, the ApiException as their cause."""
+    from kubernetes.client.exceptions import ApiException
+
+    from functions.core.errors import PermanentError, TransientError
+
+    fake.fail("PATCH", "/rayjobs/", 500, times=4)
+    with pytest.raises(TransientError) as err:
+        kube.apply(objects()[2])
+    assert err.value.status == 500 and fake.calls("PATCH", "/rayjobs/") == 4
+    assert isinstance(err.value.__cause__, ApiException)
+    job = objects()[2]
+    job["spec"]["deletionStrategy"] = {"onSuccess": {"policy": "DeleteCluster"}}  # feature-gated: off on GKE
+    with pytest.raises(PermanentError) as err:
+        kube.apply(job)
+    assert err.value.status == 400 and "deletionStrategy" in err.value.__cause__.body
+    assert str(err.value).startswith("HTTP 400: ") and "deletionStrategy" in str(err.value)
+
+
+def test_missing_objects(kube):
+    assert kube.get_rayjob("default", "nope") is None
+    assert kube.worker_group("default", "nope", "gpu-group") is None
+    kube.delete_rayjob("default", "nope")  # already gone is fine
+
+
+def test_bearer_token_is_asked_for_on_every_request(fake):
+    tokens = iter(["t0", "t1", "t2", "t3"])
+    kube = Kube(api_client(fake.url, token=lambda: next(tokens)))
+    kube.get_rayjob("default", "a")
+    kube.get_rayjob("default", "b")
+    assert fake.authorization == ["Bearer t1", "Bearer t2"]  # t0 seeded the client; each call refreshed

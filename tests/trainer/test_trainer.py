@@ -1,0 +1,141 @@
+"""Real Ray Train runs on CPU (2 workers over gloo) of the tiny Gemma 3: checkpoints, result.json,
+the adapter, QLoRA through bitsandbytes, and resume after a worker is killed."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from functions.core.config import RunConfig
+from trainer.codehash import code_files, code_sha256
+from trainer.train import check_code
+
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.slow
+
+
+def tiny_config(storage: Path, **training) -> RunConfig:
+    return RunConfig.model_validate({
+        "name": "tiny-test",
+        "model": {"id": "tiny://gemma3", "dtype": "float32", "quantization": "none"},
+        "dataset": {"id": "tiny://products", "max_samples": 24},
+        "training": {"epochs": 2, "per_device_batch_size": 2, "gradient_accumulation_steps": 1,
+                     "optim": "adamw_torch", "max_length": 256, "logging_steps": 2, **training},
+        "scaling": {"nodes": 2, "gpus_per_node": 0, "max_failures": 1},
+        "storage_path": str(storage),
+    })
+
+
+def start_job(cfg: RunConfig, run_id: str, log: Path) -> subprocess.Popen:
+    """The RayJob entrypoint as KubeRay runs it, on a private local Ray instance."""
+    ray_tmp = tempfile.mkdtemp(prefix="rt-", dir="/tmp")  # short: Ray's socket paths are length-limited
+    env = {**os.environ, "RAY_TMPDIR": ray_tmp, "RAYTUNE_CODE_SHA256": code_sha256(code_files()),
+           "PYTHONPATH": str(ROOT)}
+    with open(log, "wb") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "trainer.train", "--run-id", run_id,
+                                 "--config-json", cfg.model_dump_json()], cwd=ROOT, env=env,
+                                stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    proc.ray_tmp = ray_tmp
+    return proc
+
+
+def finish(proc: subprocess.Popen, log: Path, timeout: float = 480) -> None:
+    try:
+        rc = proc.wait(timeout=timeout)
+    finally:
+        shutil.rmtree(proc.ray_tmp, ignore_errors=True)
+    assert rc == 0, log.read_text()[-6000:]
+
+
+def test_ray_train_qlora_run_writes_checkpoints_result_and_adapter(tmp_path):
+    cfg = tiny_config(tmp_path / "store")
+    cfg = cfg.model_copy(update={"model": cfg.model.model_copy(update={"quantization": "nf4"}),
+                                 "dataset": cfg.dataset.model_copy(update={"max_samples": 30, "eval_fraction": 0.2})})
+    log = tmp_path / "job.log"
+    finish(start_job(cfg, "tiny-qlora", log), log)
+    result = json.loads((tmp_path / "store" / "tiny-qlora" / "result.json").read_text())
+    metrics = result["metrics"]
+    # 30 samples, 6 held out: 24 / (2 workers x batch 2) = 6 steps an epoch, 2 epochs.
+    assert metrics["global_step"] == 12 and metrics["epochs"] == 2
+    # Each checkpoint was evaluated on the held-out samples; the best one is the lowest eval loss.
+    assert metrics["best_checkpoint_by"] == "eval_loss" and 0 < metrics["best_checkpoint_score"] < 20
+    assert metrics["num_tokens"] > 1000 and metrics["tokens_per_second"] > 0 and metrics["samples_per_second"] > 0
+    assert 0 < metrics["train_loss"] < 20 and metrics["resumed"] is False
+    assert len(result["checkpoints"]) == 2  # one a epoch
+    for checkpoint in result["checkpoints"]:
+        assert (Path(checkpoint) / "adapter_model.safetensors").exists()
+        assert (Path(checkpoint) / "trainer_state.json").exists()
+    assert result["best_checkpoint"] in result["checkpoints"] and result["final_checkpoint"] == result["checkpoints"][-1]
+    assert list(Path(result["tensorboard_path"]).rglob("events.out.tfevents.*"))  # the run's TensorBoard logs
+    adapter = Path(result["adapter_path"])
+    config = json.loads((adapter / "adapter_config.json").read_text())
+    assert (config["r"], config["lora_alpha"], config["task_type"]) == (16, 16, "CAUSAL_LM")
+    assert set(config["modules_to_save"]) == {"lm_head", "embed_tokens"}
+    # The adapter loads onto the base model and generates.
+    from peft import PeftModel
+    from transformers import AutoProcessor
+
+    from trainer import tiny
+    from trainer.model import load_model
+
+    processor = AutoProcessor.from_pretrained(adapter)
+    base = load_model(cfg.model.model_copy(update={"quantization": "none"}), str(tiny.save(tmp_path / "base")))
+    tuned = PeftModel.from_pretrained(base, adapter)
+    row = tiny.product_rows(1)[0]
+    text = processor.apply_chat_template([{"role": "user", "content": [{"type": "text", "text": row["Product Name"]},
+                                                                        {"type": "image"}]}],
+                                         add_generation_prompt=True, tokenize=False)
+    inputs = processor(text=[text], images=[[row["image"]]], return_tensors="pt")
+    out = tuned.generate(**inputs, max_new_tokens=5, do_sample=False)
+    assert out.shape[1] == inputs["input_ids"].shape[1] + 5 or processor.tokenizer.eos_token_id in out[0].tolist()
+
+
+def test_resume_after_a_killed_worker(tmp_path):
+    store = tmp_path / "store"
+    cfg = tiny_config(store, epochs=1, max_steps=40, per_device_batch_size=1, save_strategy="steps", save_steps=8,
+                      logging_steps=4)
+    log = tmp_path / "job.log"
+    proc = start_job(cfg, "tiny-resume", log)
+    deadline = time.monotonic() + 300
+    # Kill once Ray has registered a checkpoint (its snapshot lists it), not merely when one is on disk.
+    snapshot = store / "tiny-resume" / "checkpoint_manager_snapshot.json"
+
+    def registered() -> int:
+        try:
+            return len(json.loads(snapshot.read_text())["checkpoint_results"])
+        except (OSError, ValueError, KeyError):
+            return 0
+
+    while time.monotonic() < deadline and registered() < 1:
+        assert proc.poll() is None, log.read_text()[-4000:]
+        time.sleep(0.2)
+    workers = [p for p in psutil.Process(proc.pid).children(recursive=True)
+               if "RayTrainWorker" in " ".join(p.cmdline())]
+    assert workers, "no Ray Train worker process found"
+    workers[0].kill()
+    finish(proc, log)
+    result = json.loads((store / "tiny-resume" / "result.json").read_text())
+    assert result["metrics"]["resumed"] is True and result["metrics"]["global_step"] == 40
+    state = json.loads((Path(result["final_checkpoint"]) / "trainer_state.json").read_text())
+    assert state["global_step"] == 40
+    # The second attempt went on from a checkpoint: no step was trained twice. (Files of a checkpoint the
+    # kill interrupted may lie on disk half-written; only registered checkpoints are read.)
+    steps = [json.loads((Path(c) / "trainer_state.json").read_text())["global_step"] for c in result["checkpoints"]]
+    assert steps == sorted(set(steps)) and steps[-1] == 40
+
+
+def test_code_check_refuses_stale_code(tmp_path):
+    files = code_files()
+    check_code(code_sha256(files))
+    check_code(None)
+    with pytest.raises(RuntimeError, match="the RayJob expects"):
+        check_code("0" * 64, wait_s=0)

