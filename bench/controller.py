@@ -53,16 +53,16 @@ def main() -> int:
 
     import os
 
-    from functions.local import emulators
-    from functions.handlers.context import Context
-    from functions.local.cloudevents import message_published, object_finalized
     from functions.adapters.gcs import Bucket, storage_client
     from functions.adapters.gke import GkeClusters, GkePlatform
     from functions.adapters.kube import Kube, api_client
-    from functions.handlers.launch import handle as launch
     from functions.adapters.store import RunStore
+    from functions.handlers.context import Context
+    from functions.handlers.launch import handle as launch
     from functions.handlers.settings import Settings
     from functions.handlers.watch import handle as watch
+    from functions.local import emulators
+    from functions.local.cloudevents import message_published, object_finalized
     from tests.conftest import CLUSTER_PATH, PROJECT
     from tests.fakes.gke import FakeClusterManager
     from tests.fakes.kube import FakeKube

@@ -73,8 +73,8 @@ def cpu_variant(name: str, source: str, steps: int) -> dict:
 
 
 def run_cpu(args) -> None:
-    from trainer.model import resolve_source
     from functions.core.config import ModelSpec
+    from trainer.model import resolve_source
 
     source = resolve_source(ModelSpec(id="tiny://gemma3"))
     cpu_variant("ours", source, 2)  # warm-up: imports, allocator, kernels

@@ -91,14 +91,14 @@ class Harness:
 @pytest.fixture
 def controller(bucket, pubsub, kube_api):
     """A controller context on the emulators: GKE behind FakeClusterManager, kube behind the HTTP fake."""
-    from functions.core.secrets import add_secret
-    from functions.handlers import context
-    from functions.handlers.context import Context
+    from functions.adapters.gcs import Bucket
     from functions.adapters.gke import GkeClusters, GkePlatform
     from functions.adapters.kube import Kube, api_client
     from functions.adapters.pubsub import Publisher
     from functions.adapters.store import RunStore
-    from functions.adapters.gcs import Bucket
+    from functions.core.secrets import add_secret
+    from functions.handlers import context
+    from functions.handlers.context import Context
     from functions.handlers.settings import Settings
 
     events_topic = pubsub.topic("run-events")

@@ -113,7 +113,8 @@ def train_loop(loop_config: dict) -> None:
     from ray.train.huggingface.transformers import prepare_trainer
     from trl import SFTTrainer
 
-    from trainer import data, model as models
+    from trainer import data
+    from trainer import model as models
     from trainer.collator import VisionSFTCollator
 
     cfg = RunConfig.model_validate(loop_config["config"])
@@ -261,7 +262,7 @@ def notify(run_id: str, outcome: str) -> None:
 
         message = json.dumps({"kind": "finished", "run_id": run_id, "outcome": outcome}).encode()
         pubsub_v1.PublisherClient().publish(topic, message).result(timeout=NOTICE_TIMEOUT_S)
-    except Exception as exc:  # noqa: BLE001 - the watcher's tick catches up within a minute
+    except Exception as exc:
         log.warning("completion notice to %s failed: %s", topic, exc)
 
 

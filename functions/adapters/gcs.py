@@ -77,7 +77,7 @@ class Bucket:
                 raise
             return data, int(blob.generation)
 
-        return self._retried(call, f"read {path} in")  # type: ignore[no-any-return]
+        return self._retried(call, f"read {path} in")
 
     def write(self, path: str, data: bytes, if_generation_match: int) -> int:
         def call() -> int:
@@ -87,7 +87,7 @@ class Bucket:
 
         # A retried upload whose first attempt landed fails its precondition (Conflict): the caller
         # re-reads on Conflict, so that case is safe.
-        return self._retried(call, f"write {path} in")  # type: ignore[no-any-return]
+        return self._retried(call, f"write {path} in")
 
     def delete(self, path: str) -> None:
         def call() -> None:
@@ -101,7 +101,7 @@ class Bucket:
 
     def listing(self, prefix: str) -> list[tuple[str, dt.datetime]]:
         """Names and creation times under `prefix` (one list call)."""
-        return self._retried(  # type: ignore[no-any-return]
+        return self._retried(
             lambda: [(b.name, b.time_created) for b in storage_client().list_blobs(self.name, prefix=prefix)],
             f"list {prefix} in")
 

@@ -6,11 +6,10 @@ from __future__ import annotations
 import base64
 import tempfile
 import threading
-
 from typing import Any
 
 from functions.adapters.google_api import translate
-from functions.adapters.kube import Kube, api_client
+from functions.adapters.kube import Kube, WorkerGroup, api_client
 from functions.adapters.retry import with_retries
 from functions.core import errors, manifests
 from functions.core.config import ClusterSpec, RunConfig
@@ -175,5 +174,6 @@ class GkePlatform:
         return None if group is None else Workers(group.replicas, group)
 
     def scale(self, cfg: RunConfig, workers: Workers, replicas: int) -> bool:
+        assert isinstance(workers.handle, WorkerGroup)
         return self._kube(cfg).scale_worker_group(cfg.cluster.namespace, cfg.cluster.ray_cluster,
                                                   manifests.GPU_GROUP, workers.handle, replicas)

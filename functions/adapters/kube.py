@@ -80,13 +80,16 @@ class Kube:
         """Server-side apply (creates or updates; force: our field manager owns what it applies)."""
         kind, meta = obj["kind"], obj["metadata"]
         common = {"field_manager": FIELD_MANAGER, "force": True, "field_validation": "Strict", "_content_type": APPLY}
-        if kind == "Secret":
-            call = lambda: self.core.patch_namespaced_secret(meta["name"], meta["namespace"], obj, **common)
-        elif kind == "ConfigMap":
-            call = lambda: self.core.patch_namespaced_config_map(meta["name"], meta["namespace"], obj, **common)
-        else:
-            call = lambda: self.custom.patch_namespaced_custom_object(
-                RAY_GROUP, RAY_VERSION, meta["namespace"], PLURALS[kind], meta["name"], obj, **common)
+
+        def call() -> None:
+            if kind == "Secret":
+                self.core.patch_namespaced_secret(meta["name"], meta["namespace"], obj, **common)
+            elif kind == "ConfigMap":
+                self.core.patch_namespaced_config_map(meta["name"], meta["namespace"], obj, **common)
+            else:
+                self.custom.patch_namespaced_custom_object(
+                    RAY_GROUP, RAY_VERSION, meta["namespace"], PLURALS[kind], meta["name"], obj, **common)
+
         with_retries(call, f"apply {kind} {meta['namespace']}/{meta['name']}", translate=translate)
 
     def _get(self, kind: str, namespace: str, name: str) -> dict | None:

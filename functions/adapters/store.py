@@ -3,6 +3,7 @@ so concurrent and duplicate handlers never overwrite each other."""
 
 from __future__ import annotations
 
+import builtins
 import datetime as dt
 from collections.abc import Callable
 from typing import Protocol
@@ -18,7 +19,7 @@ class Blobs(Protocol):
     def write(self, path: str, data: bytes, if_generation_match: int) -> int: ...
     def delete(self, path: str) -> None: ...
     def list(self, prefix: str) -> list[str]: ...
-    def listing(self, prefix: str) -> list[tuple[str, dt.datetime]]: ...
+    def listing(self, prefix: str) -> builtins.list[tuple[str, dt.datetime]]: ...
 
 
 RECORDS = "runs/"

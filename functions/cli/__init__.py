@@ -26,7 +26,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_render(args: argparse.Namespace) -> int:
-    from trainer.codehash import code_sha256, code_files
+    from trainer.codehash import code_files, code_sha256
 
     cfg = _load(args.config).with_storage(args.bucket)
     if args.run_id and not re.fullmatch(configs.DNS_LABEL, args.run_id):

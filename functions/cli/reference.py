@@ -3,32 +3,32 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 LIMITS = (("minimum", ">= {}"), ("exclusiveMinimum", "> {}"), ("maximum", "<= {}"), ("exclusiveMaximum", "< {}"),
           ("minLength", "length >= {}"), ("maxLength", "length <= {}"), ("minItems", ">= {} items"),
           ("maxItems", "<= {} items"), ("maxProperties", "<= {} entries"), ("pattern", "pattern `{}`"))
 
 
-def _kind(node: dict, defs: dict) -> tuple[str, list[str]]:
+def _kind(node: dict[str, Any], defs: dict[str, Any]) -> tuple[str, list[str]]:
     """A readable type and its constraints."""
     if "$ref" in node:
         return node["$ref"].rsplit("/", 1)[-1], []
     if "anyOf" in node:
-        kinds, limits = zip(*(_kind(option, defs) for option in node["anyOf"]))
-        return " or ".join(kinds), [limit for group in limits for limit in group]
+        options = [_kind(option, defs) for option in node["anyOf"]]
+        return " or ".join(kind for kind, _ in options), [limit for _, group in options for limit in group]
     if "enum" in node:
         return " \\| ".join(f"`{value}`" for value in node["enum"]), []
     if "const" in node:
         return f"`{node['const']}`", []
     kind = node.get("type", "any")
+    limits: list[str] = []
     if kind == "array":
         inner, limits = _kind(node.get("items", {}), defs)
         kind = f"list of {inner}"
     elif kind == "object" and isinstance(node.get("additionalProperties"), dict):
         inner, limits = _kind(node["additionalProperties"], defs)
         kind = f"map of {inner}"
-    else:
-        limits = []
     limits = limits + [text.format(node[key]).replace("|", "\\|") for key, text in LIMITS if key in node]
     return kind, limits
 

@@ -8,7 +8,7 @@ Every string is constrained by a pattern: values end up in Kubernetes objects an
 from __future__ import annotations
 
 import json
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
 
@@ -250,7 +250,7 @@ class ConfigError(ValueError):
         self.errors = errors
 
 
-def parse_config(raw: bytes | str | dict) -> RunConfig:
+def parse_config(raw: bytes | str | dict[str, Any]) -> RunConfig:
     """Validate raw JSON (or a decoded dict) into a RunConfig, raising ConfigError with per-field reasons."""
     from pydantic import ValidationError
 
@@ -270,12 +270,12 @@ def parse_config(raw: bytes | str | dict) -> RunConfig:
         raise ConfigError([_describe(e) for e in err.errors()]) from None
 
 
-def _describe(error: dict) -> str:
+def _describe(error: Any) -> str:
     where = ".".join(str(part) for part in error["loc"]) or "config"
     return f"{where}: {error['msg']}"
 
 
-def json_schema() -> dict:
+def json_schema() -> dict[str, Any]:
     schema = RunConfig.model_json_schema()
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     schema["$id"] = "https://raytune.dev/schemas/run-config.schema.json"

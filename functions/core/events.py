@@ -10,6 +10,7 @@ import binascii
 import datetime as dt
 import json
 from dataclasses import dataclass, field
+from typing import Any
 
 from functions.core import runids
 from functions.core.config import MAX_CONFIG_BYTES
@@ -24,7 +25,7 @@ class LaunchRequest:
     run_id: str
     source: dict[str, str]
     event_time: dt.datetime | None
-    config: dict | None = None  # inline config from a message
+    config: dict[str, Any] | None = None  # inline config from a message
     config_uri: str | None = None  # gs:// URI to read it from
     errors: list[str] = field(default_factory=list)  # why it cannot be launched, known from the event alone
 
@@ -39,15 +40,15 @@ class Ignored(Exception):
     """An event that is not ours to act on (another object in the bucket, an unknown type)."""
 
 
-def _time(value) -> dt.datetime | None:
+def _time(value: Any) -> dt.datetime | None:
     if isinstance(value, dt.datetime):
-        return value if value.tzinfo else value.replace(tzinfo=dt.timezone.utc)
+        return value if value.tzinfo else value.replace(tzinfo=dt.UTC)
     if not value:
         return None
     return dt.datetime.fromisoformat(str(value).replace("Z", "+00:00"))
 
 
-def _data(event) -> dict:
+def _data(event: Any) -> dict[str, Any]:
     data = event.get_data() if hasattr(event, "get_data") else event["data"]
     if isinstance(data, (bytes, str)):
         data = json.loads(data)
@@ -56,11 +57,11 @@ def _data(event) -> dict:
     return data
 
 
-def _attribute(event, name: str):
+def _attribute(event: Any, name: str) -> Any:
     return event[name] if hasattr(event, "get_attributes") and name in event.get_attributes() else None
 
 
-def _message(event) -> tuple[dict, dict | None, list[str]]:
+def _message(event: Any) -> tuple[dict[str, Any], dict[str, Any] | None, list[str]]:
     """The Pub/Sub message and its JSON body (None with errors when the body is not a JSON object)."""
     message = _data(event).get("message") or {}
     if not message.get("messageId"):
@@ -80,7 +81,7 @@ def _message(event) -> tuple[dict, dict | None, list[str]]:
     return message, body, []
 
 
-def launch_request(event) -> LaunchRequest:
+def launch_request(event: Any) -> LaunchRequest:
     kind = _attribute(event, "type")
     if kind == STORAGE_FINALIZED:
         return _from_upload(event)
@@ -89,7 +90,7 @@ def launch_request(event) -> LaunchRequest:
     raise Ignored(f"event type {kind!r}")
 
 
-def _from_upload(event) -> LaunchRequest:
+def _from_upload(event: Any) -> LaunchRequest:
     data = _data(event)
     bucket, name, generation = data.get("bucket"), data.get("name"), data.get("generation")
     if not (bucket and name and generation):
@@ -109,7 +110,7 @@ def _from_upload(event) -> LaunchRequest:
     )
 
 
-def _from_message(event) -> LaunchRequest:
+def _from_message(event: Any) -> LaunchRequest:
     message, body, errors = _message(event)
     message_id = str(message["messageId"])
     published = _time(message.get("publishTime") or _attribute(event, "time"))
@@ -140,11 +141,11 @@ def _from_message(event) -> LaunchRequest:
     )
 
 
-def watch_request(event) -> WatchRequest:
+def watch_request(event: Any) -> WatchRequest:
     if _attribute(event, "type") != PUBSUB_PUBLISHED:
         raise Ignored(f"event type {_attribute(event, 'type')!r}")
     _, body, errors = _message(event)
-    if errors:
+    if errors or body is None:
         raise Ignored("; ".join(errors))
     kind = body.get("kind", "tick")
     run_id = body.get("run_id")

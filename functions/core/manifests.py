@@ -7,6 +7,7 @@ cluster; the same inputs always give the same objects, so applying them twice ch
 from __future__ import annotations
 
 import shlex
+from typing import Any
 
 import yaml
 
@@ -23,7 +24,7 @@ GPU_GROUP = "gpu-group"
 RAY_PORTS = (("gcs", 6379), ("dashboard", 8265), ("client", 10001))
 
 
-def secret(cfg: RunConfig, hf_token: str) -> dict:
+def secret(cfg: RunConfig, hf_token: str) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "Secret",
@@ -38,7 +39,7 @@ def _configmap_key(path: str) -> str:
     return path.replace("/", "-")
 
 
-def code_configmap(cfg: RunConfig, files: dict[str, bytes], code_hash: str) -> dict:
+def code_configmap(cfg: RunConfig, files: dict[str, bytes], code_hash: str) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
@@ -52,7 +53,7 @@ def code_configmap(cfg: RunConfig, files: dict[str, bytes], code_hash: str) -> d
     }
 
 
-def _volumes(code_paths: list[str]) -> list[dict]:
+def _volumes(code_paths: list[str]) -> list[dict[str, Any]]:
     items = [{"key": _configmap_key(path), "path": path} for path in sorted(code_paths)]
     return [
         {"name": "code", "configMap": {"name": CODE_CONFIGMAP, "items": items}},
@@ -60,7 +61,7 @@ def _volumes(code_paths: list[str]) -> list[dict]:
     ]
 
 
-def _container(name: str, image: str, resources: dict, ports: list[dict] | None = None) -> dict:
+def _container(name: str, image: str, resources: dict[str, Any], ports: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     container = {
         "name": name,
         "image": image,
@@ -75,7 +76,7 @@ def _container(name: str, image: str, resources: dict, ports: list[dict] | None 
     return container
 
 
-def _worker_node_selector(cfg: RunConfig) -> dict:
+def _worker_node_selector(cfg: RunConfig) -> dict[str, Any]:
     scaling = cfg.scaling
     selector: dict[str, str] = {}
     if scaling.use_gpu:
@@ -88,7 +89,7 @@ def _worker_node_selector(cfg: RunConfig) -> dict:
     return selector
 
 
-def _worker_resources(cfg: RunConfig) -> dict:
+def _worker_resources(cfg: RunConfig) -> dict[str, Any]:
     amounts: dict[str, str] = {}
     if cfg.cluster.worker:
         worker = cfg.cluster.worker
@@ -98,13 +99,13 @@ def _worker_resources(cfg: RunConfig) -> dict:
     return {"requests": dict(amounts), "limits": dict(amounts)}
 
 
-def ray_cluster(cfg: RunConfig, code_paths: list[str], code_hash: str, worker_replicas: int) -> dict:
+def ray_cluster(cfg: RunConfig, code_paths: list[str], code_hash: str, worker_replicas: int) -> dict[str, Any]:
     """The shared RayCluster. Worker replicas and minReplicas move together: KubeRay clamps
     replicas up to minReplicas, so scaling to zero needs both at 0."""
     cluster = cfg.cluster
     head = cluster.head
     head_amounts = {"cpu": head.cpu, "memory": head.memory, "ephemeral-storage": head.ephemeral_storage}
-    worker_spec: dict = {"containers": [_container("ray-worker", cluster.worker_image_ref, _worker_resources(cfg))],
+    worker_spec: dict[str, Any] = {"containers": [_container("ray-worker", cluster.worker_image_ref, _worker_resources(cfg))],
                          "volumes": _volumes(code_paths)}
     selector = _worker_node_selector(cfg)
     if selector:
@@ -147,8 +148,8 @@ def entrypoint(cfg: RunConfig, run_id: str, python: str = "python") -> str:
     return shlex.join(args)
 
 
-def runtime_env(cfg: RunConfig, code_hash: str, env: dict[str, str]) -> dict:
-    runtime: dict = {
+def runtime_env(cfg: RunConfig, code_hash: str, env: dict[str, str]) -> dict[str, Any]:
+    runtime: dict[str, Any] = {
         "env_vars": {"PYTHONPATH": CODE_MOUNT.rstrip("/"), "RAYTUNE_CODE_SHA256": code_hash, **env},
     }
     if cfg.cluster.dependencies == "pip":
@@ -156,7 +157,7 @@ def runtime_env(cfg: RunConfig, code_hash: str, env: dict[str, str]) -> dict:
     return runtime
 
 
-def ray_job(cfg: RunConfig, run_id: str, code_hash: str, env: dict[str, str]) -> dict:
+def ray_job(cfg: RunConfig, run_id: str, code_hash: str, env: dict[str, str]) -> dict[str, Any]:
     """The RayJob for one run, submitted to the shared cluster through clusterSelector
     (so KubeRay deletes nothing afterwards: the watcher scales the workers down)."""
     return {
@@ -179,7 +180,7 @@ def ray_job(cfg: RunConfig, run_id: str, code_hash: str, env: dict[str, str]) ->
 
 
 def run_objects(cfg: RunConfig, run_id: str, files: dict[str, bytes], code_hash: str,
-                worker_replicas: int, env: dict[str, str]) -> list[dict]:
+                worker_replicas: int, env: dict[str, str]) -> list[dict[str, Any]]:
     """ConfigMap, RayCluster and RayJob in the order they must be applied (the Secret is applied apart)."""
     return [
         code_configmap(cfg, files, code_hash),
@@ -191,7 +192,7 @@ def run_objects(cfg: RunConfig, run_id: str, files: dict[str, bytes], code_hash:
 class _Dumper(yaml.SafeDumper):
     """Plain YAML for humans and kubectl: no anchors, multi-line strings (code, runtime env) as blocks."""
 
-    def ignore_aliases(self, data) -> bool:
+    def ignore_aliases(self, data: Any) -> bool:
         return True
 
 
@@ -203,6 +204,6 @@ def _represent_str(dumper: yaml.SafeDumper, text: str) -> yaml.ScalarNode:
 _Dumper.add_representer(str, _represent_str)
 
 
-def to_yaml(objects: list[dict]) -> str:
+def to_yaml(objects: list[dict[str, Any]]) -> str:
     return yaml.dump_all(objects, Dumper=_Dumper, sort_keys=False, width=120)
 

@@ -4,7 +4,7 @@ local default (functions/local.py). Handlers only speak this interface."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 from functions.core.config import RunConfig
 
@@ -28,7 +28,7 @@ class Platform(Protocol):
     def submit(self, cfg: RunConfig, run_id: str, worker_replicas: int, env: dict[str, str]) -> None:
         """Apply the code, the RayCluster (with this many workers) and the run's job; idempotent."""
 
-    def job_status(self, cfg: RunConfig, run_id: str) -> dict | None:
+    def job_status(self, cfg: RunConfig, run_id: str) -> dict[str, Any] | None:
         """The job's status in RayJob terms (jobStatus, jobDeploymentStatus, reason, message, ...); None if gone."""
 
     def stop(self, cfg: RunConfig, run_id: str) -> None: ...

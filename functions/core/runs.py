@@ -23,7 +23,7 @@ from pydantic import BaseModel, Field
 from functions.core.result import RunResult
 
 
-class State(str, enum.Enum):
+class State(enum.StrEnum):
     RECEIVED = "RECEIVED"  # the event was valid and recorded; its launch handler holds the run for a while
     REJECTED = "REJECTED"  # the config or event can never launch: every reason in `errors`
     PROVISIONING = "PROVISIONING"  # the GKE cluster or its Ray operator is being created; the watcher resumes

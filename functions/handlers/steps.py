@@ -76,6 +76,7 @@ def move(ctx: Context, record: RunRecord, step: Step) -> RunRecord:
     """Write the step's transition with a CAS update. A run another handler moved on meanwhile is left as
     stored (the next decision sees it); an illegal transition raises InvalidTransition."""
     assert step.state is not None
+    target = step.state
     changes: dict[str, Any] = {}
     if step.job is not None:
         changes["job"] = step.job
@@ -84,9 +85,9 @@ def move(ctx: Context, record: RunRecord, step: Step) -> RunRecord:
 
     def change(current: RunRecord) -> RunRecord | None:
         if current.state != record.state:
-            log.info("%s: already %s, not moving it to %s", record.run_id, current.state.value, step.state.value)
+            log.info("%s: already %s, not moving it to %s", record.run_id, current.state.value, target.value)
             return None
-        return current.moved(step.state, ctx.clock(), step.reason, **changes)
+        return current.moved(target, ctx.clock(), step.reason, **changes)
 
     updated = ctx.store.update(record.run_id, change) or record
     if updated.state != record.state:

@@ -10,6 +10,7 @@ from typing import Any
 
 from functions.core.events import PUBSUB_PUBLISHED, STORAGE_FINALIZED
 
+
 def object_finalized(bucket: str, name: str, generation: int | str, size: int | None = None,
                      created: dt.datetime | None = None) -> Any:
     from cloudevents.http import CloudEvent

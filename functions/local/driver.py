@@ -12,7 +12,9 @@ import re
 import signal
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from functions.adapters.store import RunStore
 from functions.handlers import launch, watch
@@ -33,16 +35,16 @@ ANSI = re.compile(r"\x1b\[[0-9;]*m")
 class ConsolePublisher:
     """Run-finished events go to the console locally (Pub/Sub in the cloud)."""
 
-    def __init__(self, say):
+    def __init__(self, say: Callable[[str], None]):
         self.say = say
 
-    def publish(self, topic: str, message: dict, **attributes: str) -> str:
+    def publish(self, topic: str, message: dict[str, Any], **attributes: str) -> str:
         self.say(f"event -> {topic}: {json.dumps(message, sort_keys=True)}")
         return "local"
 
 
 class Console:
-    def __init__(self):
+    def __init__(self) -> None:
         self.started = time.monotonic()
 
     def __call__(self, text: str) -> None:
@@ -79,6 +81,7 @@ def run(config_path: str, workdir: Path = ROOT / ".raytune" / "local") -> int:
                       publisher=ConsolePublisher(say))
         event = object_finalized(BUCKET, blob.name, blob.generation, blob.size, blob.time_created)
         record = launch.handle(event, ctx)
+        assert record is not None, "a config upload is never ignored"
         say(f"launch: run {record.run_id} is {record.state.value}: {record.reason}")
         say(f"worker group: {len(platform.nodes)} nodes")
         return _follow(ctx, platform, record.run_id, say)
@@ -87,11 +90,12 @@ def run(config_path: str, workdir: Path = ROOT / ".raytune" / "local") -> int:
         gcs.stop()
 
 
-def _follow(ctx: Context, platform: LocalRay, run_id: str, say) -> int:
+def _follow(ctx: Context, platform: LocalRay, run_id: str, say: Callable[[str], None]) -> int:
     state, shown = None, set()
     while True:
         watch.handle(message_published({"kind": "tick"}, str(time.time_ns())), ctx)
         record = ctx.store.get(run_id)
+        assert record is not None
         if record.state != state:
             state = record.state
             say(f"run {run_id}: {state.value}" + (f" ({record.reason})" if record.reason else ""))

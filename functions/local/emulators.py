@@ -32,7 +32,8 @@ def wait_until(ready: Callable[[], bool], what: str, timeout_s: float = 30.0,
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if proc is not None and proc.poll() is not None:
-            raise RuntimeError(f"{proc.args[0]} exited with {proc.returncode} before {what}")
+            program = proc.args[0] if isinstance(proc.args, list) else proc.args
+            raise RuntimeError(f"{program!s} exited with {proc.returncode} before {what}")
         if ready():
             return
         time.sleep(0.05)

@@ -10,6 +10,7 @@ import sys
 import tempfile
 import threading
 from pathlib import Path
+from typing import Any
 
 from functions.core import manifests
 from functions.core.config import RunConfig
@@ -22,7 +23,7 @@ JOB_DEPLOYMENT = {"PENDING": "Initializing", "RUNNING": "Running", "SUCCEEDED": 
 
 
 def _iso(ms: int | None) -> str | None:
-    return dt.datetime.fromtimestamp(ms / 1000, dt.timezone.utc).isoformat() if ms else None
+    return dt.datetime.fromtimestamp(ms / 1000, dt.UTC).isoformat() if ms else None
 
 
 class LocalRay:
@@ -72,6 +73,7 @@ class LocalRay:
 
     def _scale_to(self, replicas: int) -> None:
         while len(self.nodes) < replicas:
+            assert self.head is not None, "the head starts before any worker"
             # Nodes on one machine need ports of their own (on GKE each pod has its own address).
             ports = [emulators.free_port() for _ in range(2)]
             low = 20000 + 1000 * len(self.nodes)
@@ -95,7 +97,7 @@ class LocalRay:
             runtime_env={"env_vars": {"PYTHONPATH": str(ROOT), "RAYTUNE_CODE_SHA256": code_sha256(code_files()),
                                       **env}})
 
-    def job_status(self, cfg: RunConfig, run_id: str) -> dict | None:
+    def job_status(self, cfg: RunConfig | None, run_id: str) -> dict[str, Any] | None:
         try:
             info = self.client.get_job_info(run_id)
         except RuntimeError as err:

@@ -8,7 +8,7 @@ import threading
 
 class FakeClock:
     def __init__(self):
-        self.now = dt.datetime.now(dt.timezone.utc)
+        self.now = dt.datetime.now(dt.UTC)
         self.lock = threading.Lock()
 
     def __call__(self) -> dt.datetime:

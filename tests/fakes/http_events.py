@@ -14,7 +14,7 @@ PUBSUB = "google.cloud.pubsub.topic.v1.messagePublished"
 
 
 def _iso(when: dt.datetime | None) -> str:
-    return (when or dt.datetime.now(dt.timezone.utc)).isoformat().replace("+00:00", "Z")
+    return (when or dt.datetime.now(dt.UTC)).isoformat().replace("+00:00", "Z")
 
 
 def storage_event(bucket: str, name: str, generation: int | str, size: int = 100,

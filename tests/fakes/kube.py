@@ -172,7 +172,7 @@ class FakeKube:
         if match["group"] == "ray.io" and query.get("fieldValidation") == "Strict" and (bad := unknown_fields(obj)):
             return 400, ("BadRequest", f"strict decoding error: unknown field {', '.join(bad)}")
         current = self.objects.get(key)
-        if current is not None and not query.get("force") == "true":
+        if current is not None and query.get("force") != "true":
             return 409, ("Conflict", "Apply failed with conflicts (force not set)")
         new = copy.deepcopy(obj)
         new["metadata"] = {**(current or {}).get("metadata", {}), **meta}
@@ -205,7 +205,7 @@ class FakeKube:
                         return 422, ("Invalid", f"testing value {op['path']} failed")
                 elif op["op"] in ("replace", "add"):
                     if op["op"] == "replace":
-                        parent[last]  # noqa: B018 - replace needs an existing member
+                        parent[last]
                     parent[last] = op["value"]
                 elif op["op"] == "remove":
                     del parent[last]

@@ -14,8 +14,8 @@ import yaml
 from functions.adapters.gcs import storage_client
 from functions.core.result import RunResult
 from functions.core.runs import State
-from tests.fakes.http_events import post, pubsub_event, storage_event
 from tests.conftest import CLUSTER_PATH, HF_TOKEN
+from tests.fakes.http_events import post, pubsub_event, storage_event
 
 QUICK = {"name": "shop-descriptions", "scaling": {"nodes": 2}, "deadlines": {"pending_seconds": 600}}
 
@@ -127,7 +127,7 @@ def test_oversized_config_is_rejected_from_the_event_alone(controller, functions
 
 
 def test_stale_event_is_recorded_not_launched(controller, functions_server, bucket):
-    old = dt.datetime.now(dt.timezone.utc) - dt.timedelta(hours=3)
+    old = dt.datetime.now(dt.UTC) - dt.timedelta(hours=3)
     response = launch_upload(functions_server, bucket, "configs/late.json", QUICK, when=old)
     assert response.status_code == 200
     record = only_record(controller)
@@ -250,8 +250,8 @@ def test_no_scale_down_while_another_run_needs_the_workers(controller, functions
 def test_scale_down_loses_the_race_to_a_launch(controller, bucket):
     """A launch that scales the cluster up between the watcher's read and its patch wins (409)."""
     from functions.handlers import watch as watch_handler
-    from functions.local.cloudevents import message_published, object_finalized
     from functions.handlers.launch import handle as launch_handle
+    from functions.local.cloudevents import message_published, object_finalized
 
     h = controller
     generation = upload(bucket, "configs/first.json", QUICK)
@@ -320,7 +320,7 @@ def test_launch_messages_inline_uri_and_nightly(controller, functions_server, bu
     post(functions_server["launch"], pubsub_event(b"\x00 not json"))
     records = {r.source["kind"] + ":" + r.state.value: r for r in
                (h.ctx.store.get(n[5:-5]) for n in h.ctx.store.blobs.list("runs/") if not n.startswith("runs/active"))}
-    today = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%d")
+    today = dt.datetime.now(dt.UTC).strftime("%Y%m%d")
     assert records["message:SUBMITTED"].run_id.startswith("crm-")
     assert records["nightly:SUBMITTED"].run_id == f"nightly-{today}"
     assert "does not exist" in records["message:REJECTED"].reason or "not JSON" in records["message:REJECTED"].reason

@@ -2,9 +2,9 @@
 
 import pytest
 
+from functions.adapters.kube import Kube, api_client
 from functions.core import manifests
 from functions.core.config import RunConfig
-from functions.adapters.kube import Kube, api_client
 from tests.fakes.kube import FakeKube
 
 CFG = RunConfig(storage_path="gs://bucket/checkpoints")

@@ -6,12 +6,11 @@ import threading
 import pytest
 
 from functions.adapters.gcs import Bucket
-from functions.core.errors import is_transient
 from functions.adapters.store import RunStore
-from functions.core.errors import Contended
+from functions.core.errors import Contended, is_transient
 from functions.core.runs import InvalidTransition, RunRecord, State
 
-NOW = dt.datetime(2026, 12, 2, tzinfo=dt.timezone.utc)
+NOW = dt.datetime(2026, 12, 2, tzinfo=dt.UTC)
 
 
 def record(run_id="run-1", state=State.RECEIVED):

@@ -9,8 +9,8 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from functions.core import manifests
 from functions.cli import main as cli
+from functions.core import manifests
 from functions.core.config import parse_config
 from tests.fakes.kuberay_fields import pod_templates, unknown_fields
 
