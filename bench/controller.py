@@ -22,8 +22,14 @@ sys.path.insert(0, str(ROOT))
 
 def cold_import(repeats: int) -> list[float]:
     probe = "import time; t = time.perf_counter(); import main; print(time.perf_counter() - t)"
-    return [float(subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True,
-                                 check=True).stdout.split()[-1]) for _ in range(repeats)]
+    return [
+        float(
+            subprocess.run(
+                [sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, check=True
+            ).stdout.split()[-1]
+        )
+        for _ in range(repeats)
+    ]
 
 
 class CountingBlobs:
@@ -48,8 +54,10 @@ def main() -> int:
     args = parser.parse_args()
 
     imports = cold_import(5)
-    print(f"cold import of main.py: median {statistics.median(imports) * 1000:.0f} ms "
-          f"(min {min(imports) * 1000:.0f}, max {max(imports) * 1000:.0f}; 5 fresh interpreters)")
+    print(
+        f"cold import of main.py: median {statistics.median(imports) * 1000:.0f} ms "
+        f"(min {min(imports) * 1000:.0f}, max {max(imports) * 1000:.0f}; 5 fresh interpreters)"
+    )
 
     import os
 
@@ -77,17 +85,24 @@ def main() -> int:
         counts: Counter = Counter()
         manager = FakeClusterManager()
         manager.add_running(CLUSTER_PATH)
-        platform = GkePlatform(PROJECT, "hf_benchtoken000000000000000000", clusters=GkeClusters(PROJECT, client=manager),
-                               kube_factory=lambda cluster: Kube(api_client(kube.url)))
+        platform = GkePlatform(
+            PROJECT,
+            "hf_benchtoken000000000000000000",
+            clusters=GkeClusters(PROJECT, client=manager),
+            kube_factory=lambda cluster: Kube(api_client(kube.url)),
+        )
 
         class NoPublish:
             def publish(self, topic, message, **attributes):
                 counts["pubsub.publish"] += 1
                 return "1"
 
-        ctx = Context(settings=Settings(PROJECT, "bench-runs", None, "projects/bench/topics/events", 3600, None),
-                      store=RunStore(CountingBlobs(Bucket("bench-runs"), counts)), platform=platform,
-                      publisher=NoPublish())
+        ctx = Context(
+            settings=Settings(PROJECT, "bench-runs", None, "projects/bench/topics/events", 3600, None),
+            store=RunStore(CountingBlobs(Bucket("bench-runs"), counts)),
+            platform=platform,
+            publisher=NoPublish(),
+        )
         config = json.dumps({"name": "bench", "scaling": {"nodes": 2}}).encode()
         blobs = []
         for i in range(args.runs):
@@ -109,12 +124,14 @@ def main() -> int:
 
         # The first launch also builds clients and the GKE connection: reported apart.
         first, first_calls = measure(lambda: launch(upload_event(blobs[0]), ctx))
-        samples = [measure(lambda b=b: launch(upload_event(b), ctx)) for b in blobs[1:args.runs]]
+        samples = [measure(lambda b=b: launch(upload_event(b), ctx)) for b in blobs[1 : args.runs]]
         latencies = [s for s, _ in samples]
         calls = samples[-1][1]
-        print(f"launch (upload -> SUBMITTED): first {first * 1000:.0f} ms; then median "
-              f"{statistics.median(latencies) * 1000:.0f} ms, p90 {sorted(latencies)[int(0.9 * len(latencies))] * 1000:.0f} ms"
-              f" over {len(latencies)}")
+        print(
+            f"launch (upload -> SUBMITTED): first {first * 1000:.0f} ms; then median "
+            f"{statistics.median(latencies) * 1000:.0f} ms, p90 {sorted(latencies)[int(0.9 * len(latencies))] * 1000:.0f} ms"
+            f" over {len(latencies)}"
+        )
         print(f"  API calls per launch: {dict(sorted(calls.items()))} (first: kube {first_calls['kube']})")
         duplicate, dup_calls = measure(lambda: launch(upload_event(blobs[1]), ctx))
         print(f"duplicate delivery: {duplicate * 1000:.0f} ms, API calls {dict(sorted(dup_calls.items()))}")
@@ -125,14 +142,18 @@ def main() -> int:
         measure(lambda: watch(tick, ctx))  # records move to RUNNING once
         live = len(ctx.store.active())
         quiet, quiet_calls = measure(lambda: watch(tick, ctx))
-        print(f"watch tick, {live} live runs, nothing changed: {quiet * 1000:.0f} ms, "
-              f"API calls {dict(sorted(quiet_calls.items()))}")
+        print(
+            f"watch tick, {live} live runs, nothing changed: {quiet * 1000:.0f} ms, "
+            f"API calls {dict(sorted(quiet_calls.items()))}"
+        )
         ended = kube.names("rayjobs")
         for name in ended:
             kube.set_status("rayjobs", name, {"jobStatus": "SUCCEEDED", "jobDeploymentStatus": "Complete"})
         finish, finish_calls = measure(lambda: watch(tick, ctx))
-        print(f"watch tick, {len(ended)} runs ending at once (records, events, scale-down): {finish * 1000:.0f} ms, "
-              f"API calls {dict(sorted(finish_calls.items()))}")
+        print(
+            f"watch tick, {len(ended)} runs ending at once (records, events, scale-down): {finish * 1000:.0f} ms, "
+            f"API calls {dict(sorted(finish_calls.items()))}"
+        )
     finally:
         kube.stop()
         gcs.stop()

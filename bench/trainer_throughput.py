@@ -51,15 +51,29 @@ def cpu_variant(name: str, source: str, steps: int) -> dict:
     with tempfile.TemporaryDirectory() as output:
         trainer = SFTTrainer(
             model=load_model(spec, source),
-            args=SFTConfig(output_dir=output, max_steps=steps, per_device_train_batch_size=settings["batch"],
-                           gradient_accumulation_steps=settings["accumulation"], gradient_checkpointing=True,
-                           gradient_checkpointing_kwargs={"use_reentrant": False}, learning_rate=2e-4,
-                           optim="adamw_torch", logging_steps=1, save_strategy="no", report_to=[], use_cpu=True,
-                           dataset_kwargs={"skip_prepare_dataset": True}, remove_unused_columns=False,
-                           max_length=None, disable_tqdm=True, seed=0),
+            args=SFTConfig(
+                output_dir=output,
+                max_steps=steps,
+                per_device_train_batch_size=settings["batch"],
+                gradient_accumulation_steps=settings["accumulation"],
+                gradient_checkpointing=True,
+                gradient_checkpointing_kwargs={"use_reentrant": False},
+                learning_rate=2e-4,
+                optim="adamw_torch",
+                logging_steps=1,
+                save_strategy="no",
+                report_to=[],
+                use_cpu=True,
+                dataset_kwargs={"skip_prepare_dataset": True},
+                remove_unused_columns=False,
+                max_length=None,
+                disable_tqdm=True,
+                seed=0,
+            ),
             train_dataset=tiny.product_dataset(samples, seed=1),
-            data_collator=VisionSFTCollator(processor, DatasetSpec(), PromptSpec(), 1024,
-                                            assistant_only=settings["assistant_only"]),
+            data_collator=VisionSFTCollator(
+                processor, DatasetSpec(), PromptSpec(), 1024, assistant_only=settings["assistant_only"]
+            ),
             processing_class=processor,
             peft_config=lora_config(LoraSpec()),
         )
@@ -68,8 +82,12 @@ def cpu_variant(name: str, source: str, steps: int) -> dict:
         trainer.train()
         elapsed = time.perf_counter() - started
     tokens = max(entry.get("num_tokens", 0) for entry in trainer.state.log_history)
-    return {"seconds": elapsed, "samples_per_s": samples / elapsed, "tokens_per_s": tokens / elapsed,
-            "loss": trainer.state.log_history[-1].get("train_loss")}
+    return {
+        "seconds": elapsed,
+        "samples_per_s": samples / elapsed,
+        "tokens_per_s": tokens / elapsed,
+        "loss": trainer.state.log_history[-1].get("train_loss"),
+    }
 
 
 def run_cpu(args) -> None:
@@ -86,21 +104,44 @@ def run_cpu(args) -> None:
     medians = {}
     for name, runs in results.items():
         medians[name] = {k: statistics.median(r[k] for r in runs) for k in ("samples_per_s", "tokens_per_s", "seconds")}
-        print(f"  {name:9s} {VARIANTS[name]}: {medians[name]['samples_per_s']:.2f} samples/s, "
-              f"{medians[name]['tokens_per_s']:.0f} tokens/s, {medians[name]['seconds']:.1f} s")
+        print(
+            f"  {name:9s} {VARIANTS[name]}: {medians[name]['samples_per_s']:.2f} samples/s, "
+            f"{medians[name]['tokens_per_s']:.0f} tokens/s, {medians[name]['seconds']:.1f} s"
+        )
     for key in ("samples_per_s", "tokens_per_s"):
-        print(f"  ours / reference, {key.replace('_per_s', '')}/s: {medians['ours'][key] / medians['reference'][key]:.2f}x")
+        print(
+            f"  ours / reference, {key.replace('_per_s', '')}/s: {medians['ours'][key] / medians['reference'][key]:.2f}x"
+        )
 
 
 # --- GPU -----------------------------------------------------------------------------------------
 
 GEMMA3_4B = {
-    "text_config": {"vocab_size": 262208, "hidden_size": 2560, "intermediate_size": 10240, "num_hidden_layers": 34,
-                    "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256, "sliding_window": 1024,
-                    "max_position_embeddings": 131072, "rope_scaling": {"factor": 8.0, "rope_type": "linear"}},
-    "vision_config": {"hidden_size": 1152, "intermediate_size": 4304, "num_hidden_layers": 27,
-                      "num_attention_heads": 16, "image_size": 896, "patch_size": 14, "vision_use_head": False},
-    "mm_tokens_per_image": 256, "boi_token_index": 255999, "eoi_token_index": 256000, "image_token_index": 262144,
+    "text_config": {
+        "vocab_size": 262208,
+        "hidden_size": 2560,
+        "intermediate_size": 10240,
+        "num_hidden_layers": 34,
+        "num_attention_heads": 8,
+        "num_key_value_heads": 4,
+        "head_dim": 256,
+        "sliding_window": 1024,
+        "max_position_embeddings": 131072,
+        "rope_scaling": {"factor": 8.0, "rope_type": "linear"},
+    },
+    "vision_config": {
+        "hidden_size": 1152,
+        "intermediate_size": 4304,
+        "num_hidden_layers": 27,
+        "num_attention_heads": 16,
+        "image_size": 896,
+        "patch_size": 14,
+        "vision_use_head": False,
+    },
+    "mm_tokens_per_image": 256,
+    "boi_token_index": 255999,
+    "eoi_token_index": 256000,
+    "image_token_index": 262144,
 }
 PEAK_BF16_TFLOPS = {"H100": 989, "H200": 989, "B200": 2250, "A100": 312, "L4": 121}
 
@@ -116,8 +157,13 @@ def synthetic_batch(batch: int, seq: int, device):
     labels = ids.clone()
     labels[:, :260] = -100
     pixels = torch.randn(batch, 3, 896, 896, device=device, dtype=torch.bfloat16)
-    return {"input_ids": ids, "attention_mask": torch.ones_like(ids), "token_type_ids": token_types,
-            "pixel_values": pixels, "labels": labels}
+    return {
+        "input_ids": ids,
+        "attention_mask": torch.ones_like(ids),
+        "token_type_ids": token_types,
+        "pixel_values": pixels,
+        "labels": labels,
+    }
 
 
 def gpu_variant(name: str, checkpoint: str, steps: int, seq: int) -> dict:
@@ -132,12 +178,17 @@ def gpu_variant(name: str, checkpoint: str, steps: int, seq: int) -> dict:
     torch.cuda.reset_peak_memory_stats()
     quantized = name == "reference"
     spec = ModelSpec(quantization="nf4" if quantized else "none", attn_implementation=settings["attn"])
-    model = AutoModelForImageTextToText.from_pretrained(checkpoint, dtype=torch.bfloat16, device_map={"": 0},
-                                                        attn_implementation=settings["attn"],
-                                                        quantization_config=quantization_config(spec))
+    model = AutoModelForImageTextToText.from_pretrained(
+        checkpoint,
+        dtype=torch.bfloat16,
+        device_map={"": 0},
+        attn_implementation=settings["attn"],
+        quantization_config=quantization_config(spec),
+    )
     if quantized:
-        model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=True,
-                                                gradient_checkpointing_kwargs={"use_reentrant": False})
+        model = prepare_model_for_kbit_training(
+            model, use_gradient_checkpointing=True, gradient_checkpointing_kwargs={"use_reentrant": False}
+        )
     else:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         model.enable_input_require_grads()
@@ -163,8 +214,12 @@ def gpu_variant(name: str, checkpoint: str, steps: int, seq: int) -> dict:
     torch.cuda.synchronize()
     elapsed = time.perf_counter() - started
     tokens = steps * settings["batch"] * settings["accumulation"] * seq
-    return {"tokens_per_s": tokens / elapsed, "samples_per_s": tokens / seq / elapsed, "parameters": parameters,
-            "memory_gib": torch.cuda.max_memory_allocated() / 2**30}
+    return {
+        "tokens_per_s": tokens / elapsed,
+        "samples_per_s": tokens / seq / elapsed,
+        "parameters": parameters,
+        "memory_gib": torch.cuda.max_memory_allocated() / 2**30,
+    }
 
 
 def run_gpu(args) -> None:
@@ -188,10 +243,14 @@ def run_gpu(args) -> None:
             torch.cuda.empty_cache()
     for variant, r in results.items():
         mfu = 6 * r["parameters"] * r["tokens_per_s"] / (peak * 1e12) if peak else float("nan")
-        print(f"  {variant:9s} {VARIANTS[variant]}: {r['tokens_per_s']:.0f} tokens/s/GPU, "
-              f"{r['samples_per_s']:.2f} samples/s, MFU {mfu:.1%} (peak {peak} TFLOP/s), "
-              f"peak memory {r['memory_gib']:.1f} GiB")
-    print(f"  ours / reference, tokens/s: {results['ours']['tokens_per_s'] / results['reference']['tokens_per_s']:.2f}x")
+        print(
+            f"  {variant:9s} {VARIANTS[variant]}: {r['tokens_per_s']:.0f} tokens/s/GPU, "
+            f"{r['samples_per_s']:.2f} samples/s, MFU {mfu:.1%} (peak {peak} TFLOP/s), "
+            f"peak memory {r['memory_gib']:.1f} GiB"
+        )
+    print(
+        f"  ours / reference, tokens/s: {results['ours']['tokens_per_s'] / results['reference']['tokens_per_s']:.2f}x"
+    )
 
 
 def main() -> int:

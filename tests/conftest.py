@@ -39,8 +39,12 @@ def gcs_emulator():
 @pytest.fixture(scope="session")
 def pubsub_emulator():
     port = emulators.free_port()
-    service = emulators.start(["java", "-Xmx256m", "-jar", str(_pubsub_jar()), "--host=127.0.0.1", f"--port={port}"],
-                              port, RUN_DIR / "pubsub.log", timeout_s=60)
+    service = emulators.start(
+        ["java", "-Xmx256m", "-jar", str(_pubsub_jar()), "--host=127.0.0.1", f"--port={port}"],
+        port,
+        RUN_DIR / "pubsub.log",
+        timeout_s=60,
+    )
     os.environ["PUBSUB_EMULATOR_HOST"] = f"127.0.0.1:{port}"
     yield service
     service.stop()
@@ -102,16 +106,32 @@ def controller(bucket, pubsub, kube_api):
     from functions.handlers.settings import Settings
 
     events_topic = pubsub.topic("run-events")
-    settings = Settings(project=PROJECT, bucket=bucket, watch_topic=f"projects/{PROJECT}/topics/raytune-watch",
-                        events_topic=events_topic, max_event_age_s=3600, hf_token=HF_TOKEN)
+    settings = Settings(
+        project=PROJECT,
+        bucket=bucket,
+        watch_topic=f"projects/{PROJECT}/topics/raytune-watch",
+        events_topic=events_topic,
+        max_event_age_s=3600,
+        hf_token=HF_TOKEN,
+    )
     add_secret(HF_TOKEN)
     manager = FakeClusterManager()
     manager.add_running(CLUSTER_PATH)
-    platform = GkePlatform(PROJECT, HF_TOKEN, clusters=GkeClusters(PROJECT, client=manager),
-                           kube_factory=lambda cluster: Kube(api_client(kube_api.url)))
+    platform = GkePlatform(
+        PROJECT,
+        HF_TOKEN,
+        clusters=GkeClusters(PROJECT, client=manager),
+        kube_factory=lambda cluster: Kube(api_client(kube_api.url)),
+    )
     clock = FakeClock()
-    ctx = Context(settings=settings, store=RunStore(Bucket(bucket)), platform=platform, publisher=Publisher(),
-                  clock=clock, sleep=lambda s: None)
+    ctx = Context(
+        settings=settings,
+        store=RunStore(Bucket(bucket)),
+        platform=platform,
+        publisher=Publisher(),
+        clock=clock,
+        sleep=lambda s: None,
+    )
     harness = Harness(ctx, pubsub.subscribe(events_topic), manager, kube_api, clock, pubsub)
     context.use(ctx)
     yield harness

@@ -10,8 +10,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 # The trainer package, and the contracts it shares with the controller (pydantic only): the run config
 # and the result. The import contracts in pyproject.toml keep the trainer to these two.
-SHIPPED = ("trainer", "functions/__init__.py", "functions/core/__init__.py", "functions/core/config.py",
-           "functions/core/result.py")
+SHIPPED = (
+    "trainer",
+    "functions/__init__.py",
+    "functions/core/__init__.py",
+    "functions/core/config.py",
+    "functions/core/result.py",
+)
 
 
 def code_files(root: Path = ROOT) -> dict[str, bytes]:

@@ -26,15 +26,17 @@ class VisionSFTCollator:
         self.pad_id = tokenizer.pad_token_id
         self.start_of_turn = ids("<start_of_turn>")
         self.end_of_turn = ids("<end_of_turn>")
-        self.image_ids = torch.tensor(sorted({ids("<start_of_image>"), ids("<end_of_image>"),
-                                              tokenizer.image_token_id}))
+        self.image_ids = torch.tensor(
+            sorted({ids("<start_of_image>"), ids("<end_of_image>"), tokenizer.image_token_id})
+        )
         self.soft_image_id = tokenizer.image_token_id
         self.model_header = tokenizer.encode("model\n", add_special_tokens=False)
 
     def __call__(self, rows: list[dict]) -> dict[str, torch.Tensor]:
         spec = self.dataset_spec
-        texts = [self.processor.apply_chat_template(to_messages(row, spec, self.prompts), tokenize=False)
-                 for row in rows]
+        texts = [
+            self.processor.apply_chat_template(to_messages(row, spec, self.prompts), tokenize=False) for row in rows
+        ]
         images = [[row[spec.image_field].convert("RGB")] for row in rows]
         batch = self.processor(text=texts, images=images, padding=True, return_tensors="pt")
         batch = self._truncate(batch)

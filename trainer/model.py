@@ -27,7 +27,9 @@ def resolve_source(spec: ModelSpec, workdir: str | None = None) -> str:
 def load_processor(spec: ModelSpec, source: str):
     from transformers import AutoProcessor
 
-    return AutoProcessor.from_pretrained(source, revision=spec.revision, use_fast=True, token=os.environ.get("HF_TOKEN"))
+    return AutoProcessor.from_pretrained(
+        source, revision=spec.revision, use_fast=True, token=os.environ.get("HF_TOKEN")
+    )
 
 
 def quantization_config(spec: ModelSpec):
@@ -36,8 +38,13 @@ def quantization_config(spec: ModelSpec):
 
     dtype = getattr(torch, spec.dtype)
     if spec.quantization == "nf4":
-        return BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=spec.double_quant,
-                                  bnb_4bit_compute_dtype=dtype, bnb_4bit_quant_storage=dtype)
+        return BitsAndBytesConfig(
+            load_in_4bit=True,
+            bnb_4bit_quant_type="nf4",
+            bnb_4bit_use_double_quant=spec.double_quant,
+            bnb_4bit_compute_dtype=dtype,
+            bnb_4bit_quant_storage=dtype,
+        )
     if spec.quantization == "int8":
         return BitsAndBytesConfig(load_in_8bit=True)
     return None
@@ -51,8 +58,12 @@ def load_model(spec: ModelSpec, source: str, device=None):
 
     quantization = quantization_config(spec)
     model = AutoModelForImageTextToText.from_pretrained(
-        source, revision=spec.revision, dtype=getattr(torch, spec.dtype), attn_implementation=spec.attn_implementation,
-        quantization_config=quantization, token=os.environ.get("HF_TOKEN"),
+        source,
+        revision=spec.revision,
+        dtype=getattr(torch, spec.dtype),
+        attn_implementation=spec.attn_implementation,
+        quantization_config=quantization,
+        token=os.environ.get("HF_TOKEN"),
         device_map={"": device} if quantization is not None and device is not None else None,
     )
     if quantization is not None and device is None:
@@ -74,6 +85,12 @@ def _keep_cpu_4bit_weights_trainable(model) -> None:
 def lora_config(spec: LoraSpec):
     from peft import LoraConfig
 
-    return LoraConfig(r=spec.r, lora_alpha=spec.alpha, lora_dropout=spec.dropout, bias=spec.bias,
-                      target_modules=spec.target_modules, task_type="CAUSAL_LM",
-                      modules_to_save=list(spec.modules_to_save) or None)
+    return LoraConfig(
+        r=spec.r,
+        lora_alpha=spec.alpha,
+        lora_dropout=spec.dropout,
+        bias=spec.bias,
+        target_modules=spec.target_modules,
+        task_type="CAUSAL_LM",
+        modules_to_save=list(spec.modules_to_save) or None,
+    )

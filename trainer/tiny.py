@@ -14,8 +14,17 @@ from pathlib import Path
 IMAGE_SIZE = 64
 PATCH = 8
 TOKENS_PER_IMAGE = 16
-SPECIAL = ["<pad>", "<eos>", "<bos>", "<unk>", "<start_of_turn>", "<end_of_turn>",
-           "<start_of_image>", "<end_of_image>", "<image_soft_token>"]
+SPECIAL = [
+    "<pad>",
+    "<eos>",
+    "<bos>",
+    "<unk>",
+    "<start_of_turn>",
+    "<end_of_turn>",
+    "<start_of_image>",
+    "<end_of_image>",
+    "<image_soft_token>",
+]
 
 # The Gemma turn format; the system message is folded into the first user turn, as Gemma 3 does.
 # {% generation %} marks what the model says, for TRL's assistant-only loss.
@@ -87,10 +96,18 @@ def product_rows(count: int, seed: int = 0) -> list[dict]:
         category = rng.choice(sorted(CATEGORIES))
         adjective, noun = rng.choice(ADJECTIVES), rng.choice(NOUNS[category])
         name = f"{adjective.title()} {noun.title()} {rng.randint(100, 999)}"
-        description = (f"This {adjective} {noun} is made for everyday use. "
-                       f"A great pick in {category.lower()}, easy to carry and built to last.")
-        rows.append({"Product Name": name, "Category": category, "description": description,
-                     "image": product_image(category, seed * 100_003 + index)})
+        description = (
+            f"This {adjective} {noun} is made for everyday use. "
+            f"A great pick in {category.lower()}, easy to carry and built to last."
+        )
+        rows.append(
+            {
+                "Product Name": name,
+                "Category": category,
+                "description": description,
+                "image": product_image(category, seed * 100_003 + index),
+            }
+        )
     return rows
 
 
@@ -98,8 +115,9 @@ def product_dataset(count: int = 64, seed: int = 0):
     """The synthetic stand-in for philschmid/amazon-product-descriptions-vlm (same field names)."""
     from datasets import Dataset, Features, Image, Value
 
-    features = Features({"Product Name": Value("string"), "Category": Value("string"),
-                         "description": Value("string"), "image": Image()})
+    features = Features(
+        {"Product Name": Value("string"), "Category": Value("string"), "description": Value("string"), "image": Image()}
+    )
     return Dataset.from_list(product_rows(count, seed), features=features)
 
 
@@ -119,14 +137,27 @@ def build_tokenizer():
     core = Tokenizer(models.BPE(unk_token="<unk>"))
     core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     core.decoder = decoders.ByteLevel()
-    core.train_from_iterator(_corpus(), trainers.BpeTrainer(
-        vocab_size=600, special_tokens=SPECIAL, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    core.train_from_iterator(
+        _corpus(),
+        trainers.BpeTrainer(
+            vocab_size=600, special_tokens=SPECIAL, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+        ),
+    )
     return PreTrainedTokenizerFast(
-        tokenizer_object=core, bos_token="<bos>", eos_token="<eos>", pad_token="<pad>", unk_token="<unk>",
-        extra_special_tokens={"start_of_turn": "<start_of_turn>", "end_of_turn": "<end_of_turn>",
-                              "boi_token": "<start_of_image>", "eoi_token": "<end_of_image>",
-                              "image_token": "<image_soft_token>"},
-        chat_template=CHAT_TEMPLATE, padding_side="right",
+        tokenizer_object=core,
+        bos_token="<bos>",
+        eos_token="<eos>",
+        pad_token="<pad>",
+        unk_token="<unk>",
+        extra_special_tokens={
+            "start_of_turn": "<start_of_turn>",
+            "end_of_turn": "<end_of_turn>",
+            "boi_token": "<start_of_image>",
+            "eoi_token": "<end_of_image>",
+            "image_token": "<image_soft_token>",
+        },
+        chat_template=CHAT_TEMPLATE,
+        padding_side="right",
     )
 
 
@@ -134,8 +165,12 @@ def build_processor():
     from transformers import Gemma3ImageProcessorPil, Gemma3Processor
 
     image_processor = Gemma3ImageProcessorPil(size={"height": IMAGE_SIZE, "width": IMAGE_SIZE})
-    return Gemma3Processor(image_processor=image_processor, tokenizer=build_tokenizer(),
-                           chat_template=CHAT_TEMPLATE, image_seq_length=TOKENS_PER_IMAGE)
+    return Gemma3Processor(
+        image_processor=image_processor,
+        tokenizer=build_tokenizer(),
+        chat_template=CHAT_TEMPLATE,
+        image_seq_length=TOKENS_PER_IMAGE,
+    )
 
 
 def build_config(tokenizer):
@@ -143,16 +178,32 @@ def build_config(tokenizer):
 
     ids = tokenizer.convert_tokens_to_ids
     return Gemma3Config(
-        text_config={"vocab_size": len(tokenizer), "hidden_size": 64, "intermediate_size": 128,
-                     "num_hidden_layers": 2, "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 32,
-                     "max_position_embeddings": 1024, "sliding_window": 128,
-                     "pad_token_id": tokenizer.pad_token_id, "bos_token_id": tokenizer.bos_token_id,
-                     "eos_token_id": [tokenizer.eos_token_id, ids("<end_of_turn>")]},
-        vision_config={"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
-                       "num_attention_heads": 2, "image_size": IMAGE_SIZE, "patch_size": PATCH,
-                       "vision_use_head": False},  # as in Gemma 3: the pooling head is unused
+        text_config={
+            "vocab_size": len(tokenizer),
+            "hidden_size": 64,
+            "intermediate_size": 128,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 2,
+            "num_key_value_heads": 1,
+            "head_dim": 32,
+            "max_position_embeddings": 1024,
+            "sliding_window": 128,
+            "pad_token_id": tokenizer.pad_token_id,
+            "bos_token_id": tokenizer.bos_token_id,
+            "eos_token_id": [tokenizer.eos_token_id, ids("<end_of_turn>")],
+        },
+        vision_config={
+            "hidden_size": 64,
+            "intermediate_size": 128,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 2,
+            "image_size": IMAGE_SIZE,
+            "patch_size": PATCH,
+            "vision_use_head": False,
+        },  # as in Gemma 3: the pooling head is unused
         mm_tokens_per_image=TOKENS_PER_IMAGE,
-        boi_token_index=ids("<start_of_image>"), eoi_token_index=ids("<end_of_image>"),
+        boi_token_index=ids("<start_of_image>"),
+        eoi_token_index=ids("<end_of_image>"),
         image_token_index=ids("<image_soft_token>"),
     )
 

@@ -42,6 +42,7 @@ def check_code(expected: str | None, root: Path = ROOT, wait_s: float = CODE_WAI
 
 # --- per worker --------------------------------------------------------------------------------
 
+
 def _report_callback():
     import ray.train
     from ray.train.huggingface.transformers import RayTrainReportCallback
@@ -123,10 +124,12 @@ def train_loop(loop_config: dict) -> None:
     os.environ["TENSORBOARD_LOGGING_DIR"] = os.path.join(output_dir, TENSORBOARD_DIR)
     source = loop_config["model_source"]
     processor = models.load_processor(cfg.model, source)
-    collator = VisionSFTCollator(processor, cfg.dataset, cfg.prompts, cfg.training.max_length,
-                                 assistant_only=cfg.training.assistant_only_loss)
-    train_set, eval_set = data.split(data.load(cfg.dataset, seed=cfg.training.seed), cfg.dataset.eval_fraction,
-                                     cfg.training.seed)
+    collator = VisionSFTCollator(
+        processor, cfg.dataset, cfg.prompts, cfg.training.max_length, assistant_only=cfg.training.assistant_only_loss
+    )
+    train_set, eval_set = data.split(
+        data.load(cfg.dataset, seed=cfg.training.seed), cfg.dataset.eval_fraction, cfg.training.seed
+    )
     trainer = SFTTrainer(
         model=models.load_model(cfg.model, source, device=gpu_device(cfg)),
         args=sft_config(cfg, output_dir, evaluate=eval_set is not None),
@@ -149,7 +152,9 @@ def train_loop(loop_config: dict) -> None:
     logged = [entry for entry in trainer.state.log_history if "num_tokens" in entry]
     final.update(
         num_tokens=logged[-1]["num_tokens"] if logged else None,
-        mean_token_accuracy=next((e["mean_token_accuracy"] for e in reversed(logged) if "mean_token_accuracy" in e), None),
+        mean_token_accuracy=next(
+            (e["mean_token_accuracy"] for e in reversed(logged) if "mean_token_accuracy" in e), None
+        ),
         global_step=trainer.state.global_step,
         epoch=trainer.state.epoch,
         resumed=checkpoint is not None,
@@ -180,18 +185,24 @@ def report_final_adapter(trainer, processor, final: dict, rank: int, tensorboard
 
 # --- driver -------------------------------------------------------------------------------------
 
+
 def ray_train_configs(cfg: RunConfig, run_id: str):
     import ray.train
 
     scaling = cfg.scaling
     resources = {"CPU": scaling.cpus_per_worker, **({"GPU": 1} if scaling.use_gpu else {})}
     scaling_config = ray.train.ScalingConfig(
-        num_workers=scaling.num_workers, use_gpu=scaling.use_gpu, resources_per_worker=resources,
-        accelerator_type=scaling.accelerator if scaling.use_gpu else None)
+        num_workers=scaling.num_workers,
+        use_gpu=scaling.use_gpu,
+        resources_per_worker=resources,
+        accelerator_type=scaling.accelerator if scaling.use_gpu else None,
+    )
     run_config = ray.train.RunConfig(
-        name=run_id, storage_path=cfg.storage_path,
+        name=run_id,
+        storage_path=cfg.storage_path,
         failure_config=ray.train.FailureConfig(max_failures=scaling.max_failures),
-        checkpoint_config=ray.train.CheckpointConfig(num_to_keep=None))
+        checkpoint_config=ray.train.CheckpointConfig(num_to_keep=None),
+    )
     return scaling_config, run_config
 
 
@@ -276,8 +287,9 @@ def run(cfg: RunConfig, run_id: str) -> RunResult:
     ray.init(ignore_reinit_error=True, log_to_driver=True)
     scaling_config, run_config = ray_train_configs(cfg, run_id)
     loop_config = {"config": cfg.model_dump(mode="json"), "run_id": run_id, "model_source": resolve_source(cfg.model)}
-    trainer = TorchTrainer(train_loop, train_loop_config=loop_config,
-                           scaling_config=scaling_config, run_config=run_config)
+    trainer = TorchTrainer(
+        train_loop, train_loop_config=loop_config, scaling_config=scaling_config, run_config=run_config
+    )
     result = trainer.fit()
     summary = summarize(result, cfg, run_id, time.monotonic() - started)
     write_result(summary, cfg, run_id)

@@ -103,7 +103,8 @@ class Bucket:
         """Names and creation times under `prefix` (one list call)."""
         return self._retried(
             lambda: [(b.name, b.time_created) for b in storage_client().list_blobs(self.name, prefix=prefix)],
-            f"list {prefix} in")
+            f"list {prefix} in",
+        )
 
     def list(self, prefix: str) -> list[str]:
         return [name for name, _ in self.listing(prefix)]

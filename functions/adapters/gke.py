@@ -70,21 +70,28 @@ class GkeClusters:
         if cluster is None:
             parent = f"projects/{self.project}/locations/{spec.region}"
             try:
-                self._retried(lambda: self.client.create_cluster(parent=parent, cluster=autopilot_cluster(spec)),
-                              f"create {self._path(spec)}")
+                self._retried(
+                    lambda: self.client.create_cluster(parent=parent, cluster=autopilot_cluster(spec)),
+                    f"create {self._path(spec)}",
+                )
             except errors.Conflict:
                 pass  # a concurrent launch started it
             return ClusterReadiness("provisioning", f"creating GKE Autopilot cluster {spec.gke_cluster}"), None
         status = cluster.status.name
         if status in BROKEN:
-            return ClusterReadiness("error", f"GKE cluster {spec.gke_cluster} is {status}: {cluster.status_message}"), None
+            return ClusterReadiness(
+                "error", f"GKE cluster {spec.gke_cluster} is {status}: {cluster.status_message}"
+            ), None
         if status not in READY:
             return ClusterReadiness("provisioning", f"GKE cluster {spec.gke_cluster} is {status}"), None
         if not cluster.addons_config.ray_operator_config.enabled:
             try:
-                self._retried(lambda: self.client.update_cluster(
-                    name=self._path(spec), update={"desired_addons_config": {"ray_operator_config": RAY_OPERATOR}}),
-                    f"enable Ray operator on {self._path(spec)}")
+                self._retried(
+                    lambda: self.client.update_cluster(
+                        name=self._path(spec), update={"desired_addons_config": {"ray_operator_config": RAY_OPERATOR}}
+                    ),
+                    f"enable Ray operator on {self._path(spec)}",
+                )
             except errors.Conflict:
                 pass  # another operation is running on the cluster; look again next tick
             return ClusterReadiness("provisioning", f"enabling the Ray operator add-on on {spec.gke_cluster}"), None
@@ -113,8 +120,7 @@ class _Credentials:
 class GkePlatform:
     """Platform on GKE: RayCluster and RayJob objects applied to the run's Autopilot cluster."""
 
-    def __init__(self, project: str, hf_token: str | None, clusters: GkeClusters | None = None,
-                 kube_factory=None):
+    def __init__(self, project: str, hf_token: str | None, clusters: GkeClusters | None = None, kube_factory=None):
         self.clusters = clusters or GkeClusters(project)
         self.hf_token = hf_token
         self._kube_factory = kube_factory or self._kube_for
@@ -175,5 +181,6 @@ class GkePlatform:
 
     def scale(self, cfg: RunConfig, workers: Workers, replicas: int) -> bool:
         assert isinstance(workers.handle, WorkerGroup)
-        return self._kube(cfg).scale_worker_group(cfg.cluster.namespace, cfg.cluster.ray_cluster,
-                                                  manifests.GPU_GROUP, workers.handle, replicas)
+        return self._kube(cfg).scale_worker_group(
+            cfg.cluster.namespace, cfg.cluster.ray_cluster, manifests.GPU_GROUP, workers.handle, replicas
+        )

@@ -4,8 +4,19 @@ from __future__ import annotations
 
 from functions.core import errors
 
-TRANSPORT_ERRORS = frozenset({"ConnectionError", "Timeout", "ReadTimeout", "ConnectTimeout", "ProtocolError",
-                              "TransportError", "RetryError", "DeadlineExceeded", "ChunkedEncodingError"})
+TRANSPORT_ERRORS = frozenset(
+    {
+        "ConnectionError",
+        "Timeout",
+        "ReadTimeout",
+        "ConnectTimeout",
+        "ProtocolError",
+        "TransportError",
+        "RetryError",
+        "DeadlineExceeded",
+        "ChunkedEncodingError",
+    }
+)
 
 
 def translate(exc: Exception) -> Exception:

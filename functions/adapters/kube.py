@@ -50,8 +50,17 @@ def _status(exc: Exception) -> int | None:
     return getattr(exc, "status", None)
 
 
-URLLIB3_TRANSIENT = frozenset({"MaxRetryError", "NewConnectionError", "ProtocolError", "ReadTimeoutError",
-                               "ConnectTimeoutError", "TimeoutError", "SSLError"})
+URLLIB3_TRANSIENT = frozenset(
+    {
+        "MaxRetryError",
+        "NewConnectionError",
+        "ProtocolError",
+        "ReadTimeoutError",
+        "ConnectTimeoutError",
+        "TimeoutError",
+        "SSLError",
+    }
+)
 
 
 def translate(exc: Exception) -> Exception:
@@ -88,7 +97,8 @@ class Kube:
                 self.core.patch_namespaced_config_map(meta["name"], meta["namespace"], obj, **common)
             else:
                 self.custom.patch_namespaced_custom_object(
-                    RAY_GROUP, RAY_VERSION, meta["namespace"], PLURALS[kind], meta["name"], obj, **common)
+                    RAY_GROUP, RAY_VERSION, meta["namespace"], PLURALS[kind], meta["name"], obj, **common
+                )
 
         with_retries(call, f"apply {kind} {meta['namespace']}/{meta['name']}", translate=translate)
 
@@ -141,8 +151,15 @@ class Kube:
         def call():
             try:
                 self.custom.patch_namespaced_custom_object(
-                    RAY_GROUP, RAY_VERSION, namespace, "rayclusters", cluster, patch,
-                    field_manager=FIELD_MANAGER, _content_type=JSON_PATCH)
+                    RAY_GROUP,
+                    RAY_VERSION,
+                    namespace,
+                    "rayclusters",
+                    cluster,
+                    patch,
+                    field_manager=FIELD_MANAGER,
+                    _content_type=JSON_PATCH,
+                )
             except Exception as exc:
                 if _status(exc) in (409, 422):  # changed since read / group moved: the caller looks again
                     return False

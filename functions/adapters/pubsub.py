@@ -24,5 +24,8 @@ class Publisher:
     def publish(self, topic: str, message: dict[str, Any], **attributes: str) -> str:
         """Publish and wait for the server's message id (so a failure is seen and retried)."""
         data = json.dumps(message, sort_keys=True).encode()
-        return with_retries(lambda: str(_client().publish(topic, data, **attributes).result(timeout=30)),
-                            f"publish to {topic}", translate=translate)
+        return with_retries(
+            lambda: str(_client().publish(topic, data, **attributes).result(timeout=30)),
+            f"publish to {topic}",
+            translate=translate,
+        )

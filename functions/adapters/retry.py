@@ -22,9 +22,15 @@ def _same(exc: Exception) -> Exception:
     return exc
 
 
-def with_retries(call: Callable[[], T], what: str, attempts: int = 4, base_s: float = 0.25, cap_s: float = 4.0,
-                 sleep: Callable[[float], None] = time.sleep,
-                 translate: Callable[[Exception], Exception] = _same) -> T:
+def with_retries(
+    call: Callable[[], T],
+    what: str,
+    attempts: int = 4,
+    base_s: float = 0.25,
+    cap_s: float = 4.0,
+    sleep: Callable[[float], None] = time.sleep,
+    translate: Callable[[Exception], Exception] = _same,
+) -> T:
     def translated() -> T:
         try:
             return call()
@@ -36,12 +42,21 @@ def with_retries(call: Callable[[], T], what: str, attempts: int = 4, base_s: fl
 
     def before_sleep(state: tenacity.RetryCallState) -> None:
         error = state.outcome.exception() if state.outcome else None
-        log.warning("%s: transient %s (attempt %d/%d), retrying in %.2fs", what, type(error).__name__,
-                    state.attempt_number, attempts, state.upcoming_sleep)
+        log.warning(
+            "%s: transient %s (attempt %d/%d), retrying in %.2fs",
+            what,
+            type(error).__name__,
+            state.attempt_number,
+            attempts,
+            state.upcoming_sleep,
+        )
 
     retrying = tenacity.Retrying(
         stop=tenacity.stop_after_attempt(attempts),
         wait=tenacity.wait_random_exponential(multiplier=base_s, max=cap_s),
         retry=tenacity.retry_if_exception(is_transient),
-        before_sleep=before_sleep, sleep=sleep, reraise=True)
+        before_sleep=before_sleep,
+        sleep=sleep,
+        reraise=True,
+    )
     return retrying(translated)

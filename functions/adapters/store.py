@@ -54,7 +54,9 @@ class RunStore:
         """Replace the record if nobody wrote it since it was read, else raise Conflict."""
         return self._write(record, if_generation_match=record.generation)
 
-    def update(self, run_id: str, change: Callable[[RunRecord], RunRecord | None], attempts: int = 8) -> RunRecord | None:
+    def update(
+        self, run_id: str, change: Callable[[RunRecord], RunRecord | None], attempts: int = 8
+    ) -> RunRecord | None:
         """Read-modify-write with CAS: `change` sees the latest record and returns the new one (None: no change)."""
         for _ in range(attempts):
             current = self.get(run_id)

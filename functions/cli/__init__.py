@@ -20,8 +20,10 @@ def cmd_validate(args: argparse.Namespace) -> int:
     cfg = _load(args.config)
     scaling = cfg.scaling
     hardware = f"{scaling.gpus_per_node} {scaling.accelerator}" if scaling.use_gpu else "CPU"
-    print(f"ok: {args.config}: {cfg.model.id} on {scaling.nodes} x {hardware}"
-          f" ({scaling.num_workers} Ray Train workers), {cfg.training.epochs:g} epochs")
+    print(
+        f"ok: {args.config}: {cfg.model.id} on {scaling.nodes} x {hardware}"
+        f" ({scaling.num_workers} Ray Train workers), {cfg.training.epochs:g} epochs"
+    )
     return 0
 
 
@@ -32,12 +34,13 @@ def cmd_render(args: argparse.Namespace) -> int:
     if args.run_id and not re.fullmatch(configs.DNS_LABEL, args.run_id):
         raise configs.ConfigError([f"--run-id: {args.run_id!r} is not a DNS label (a-z, 0-9, '-')"])
     files = code_files()
-    objects = manifests.run_objects(cfg, args.run_id or cfg.name, files, code_sha256(files),
-                                    worker_replicas=cfg.scaling.nodes, env={})
+    objects = manifests.run_objects(
+        cfg, args.run_id or cfg.name, files, code_sha256(files), worker_replicas=cfg.scaling.nodes, env={}
+    )
     sys.stdout.write(
         f"# The Secret is not printed; create it once with:\n"
         f"#   kubectl create secret generic {manifests.HF_SECRET} -n {cfg.cluster.namespace}"
-        f" --from-literal={manifests.HF_SECRET_KEY}=\"$HF_TOKEN\"\n"
+        f' --from-literal={manifests.HF_SECRET_KEY}="$HF_TOKEN"\n'
     )
     sys.stdout.write(manifests.to_yaml(objects))
     return 0
@@ -68,8 +71,10 @@ def cmd_package(args: argparse.Namespace) -> int:
     from functions.cli import package
 
     report = package.build(Path(args.output).resolve())
-    print(f"{report['path']}: {report['files']} files, {report['bytes'] / 1024:.1f} KiB zipped "
-          f"({report['source_bytes'] / 1024:.1f} KiB of source)")
+    print(
+        f"{report['path']}: {report['files']} files, {report['bytes'] / 1024:.1f} KiB zipped "
+        f"({report['source_bytes'] / 1024:.1f} KiB of source)"
+    )
     print("requirements.txt: " + ", ".join(report["requirements"]))
     return 0
 
@@ -90,8 +95,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     run_local = sub.add_parser("local", help="run a fine-tune end to end on this machine (local Ray, fake-gcs-server)")
     run_local.add_argument("config", nargs="?", default="examples/quickstart.json")
-    run_local.add_argument("--workdir", default=".raytune/local",
-                           help="bucket data, checkpoints and Ray logs (kept between runs)")
+    run_local.add_argument(
+        "--workdir", default=".raytune/local", help="bucket data, checkpoints and Ray logs (kept between runs)"
+    )
     run_local.set_defaults(func=cmd_local)
 
     pack = sub.add_parser("package", help="build the Cloud Functions source archive for Terraform")

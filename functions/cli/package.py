@@ -61,5 +61,10 @@ def build(output: Path, root: Path = ROOT) -> dict:
             archive.writestr(info, content)
         info = zipfile.ZipInfo("requirements.txt", date_time=(2020, 1, 1, 0, 0, 0))
         archive.writestr(info, "\n".join(reqs) + "\n")
-    return {"path": str(output), "files": len(files) + 1, "bytes": output.stat().st_size,
-            "source_bytes": sum(len(c) for c in files.values()), "requirements": reqs}
+    return {
+        "path": str(output),
+        "files": len(files) + 1,
+        "bytes": output.stat().st_size,
+        "source_bytes": sum(len(c) for c in files.values()),
+        "requirements": reqs,
+    }

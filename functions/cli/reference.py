@@ -5,9 +5,18 @@ from __future__ import annotations
 import json
 from typing import Any
 
-LIMITS = (("minimum", ">= {}"), ("exclusiveMinimum", "> {}"), ("maximum", "<= {}"), ("exclusiveMaximum", "< {}"),
-          ("minLength", "length >= {}"), ("maxLength", "length <= {}"), ("minItems", ">= {} items"),
-          ("maxItems", "<= {} items"), ("maxProperties", "<= {} entries"), ("pattern", "pattern `{}`"))
+LIMITS = (
+    ("minimum", ">= {}"),
+    ("exclusiveMinimum", "> {}"),
+    ("maximum", "<= {}"),
+    ("exclusiveMaximum", "< {}"),
+    ("minLength", "length >= {}"),
+    ("maxLength", "length <= {}"),
+    ("minItems", ">= {} items"),
+    ("maxItems", "<= {} items"),
+    ("maxProperties", "<= {} entries"),
+    ("pattern", "pattern `{}`"),
+)
 
 
 def _kind(node: dict[str, Any], defs: dict[str, Any]) -> tuple[str, list[str]]:

@@ -51,9 +51,7 @@ GKE_ACCELERATORS = {
     "L4": "nvidia-l4",
 }
 
-REFERENCE_SYSTEM_PROMPT = (
-    "You are an expert product description writer for Amazon."
-)
+REFERENCE_SYSTEM_PROMPT = "You are an expert product description writer for Amazon."
 REFERENCE_USER_PROMPT = (
     "Create a Short Product description based on the provided <PRODUCT> and <CATEGORY> and image.\n"
     "Only return description. The description should be SEO optimized and for a better mobile search experience.\n\n"
@@ -192,7 +190,9 @@ class ClusterSpec(Strict):
     # "pip": install the trainer's pinned packages at job start (cached per node by Ray);
     # "image": the worker image already has them (fast start, recommended for production).
     dependencies: Literal["pip", "image"] = "pip"
-    pip: Annotated[list[Annotated[str, StringConstraints(pattern=PIP_REQUIREMENT, max_length=100)]], Field(max_length=64)] = list(TRAINER_PIP)
+    pip: Annotated[
+        list[Annotated[str, StringConstraints(pattern=PIP_REQUIREMENT, max_length=100)]], Field(max_length=64)
+    ] = list(TRAINER_PIP)
 
     @property
     def head_image_ref(self) -> str:

@@ -155,8 +155,9 @@ def _submitted(record: RunRecord, facts: Facts) -> Step:
     return move(state, reason, job=summary, collect_result=True)
 
 
-def job_outcome(record: RunRecord, status: dict[str, Any] | None, now: dt.datetime,
-                pending: int) -> tuple[State, str | None]:
+def job_outcome(
+    record: RunRecord, status: dict[str, Any] | None, now: dt.datetime, pending: int
+) -> tuple[State, str | None]:
     """What a RayJob status means for the run: its state and why.
 
     KubeRay bugs handled: jobStatus can stay RUNNING while jobDeploymentStatus is Failed, and jobs can
@@ -179,8 +180,9 @@ def job_outcome(record: RunRecord, status: dict[str, Any] | None, now: dt.dateti
         return State.RUNNING, None
     waited = (now - (record.entered(State.SUBMITTED) or record.created_at)).total_seconds()
     if job in WAITING and waited > pending:
-        return State.FAILED, (f"still {deployment or job or 'pending'} after {int(waited)}s "
-                              f"(deadlines.pending_seconds {pending})")
+        return State.FAILED, (
+            f"still {deployment or job or 'pending'} after {int(waited)}s (deadlines.pending_seconds {pending})"
+        )
     return record.state, None
 
 

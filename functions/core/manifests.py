@@ -61,15 +61,24 @@ def _volumes(code_paths: list[str]) -> list[dict[str, Any]]:
     ]
 
 
-def _container(name: str, image: str, resources: dict[str, Any], ports: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+def _container(
+    name: str, image: str, resources: dict[str, Any], ports: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
     container = {
         "name": name,
         "image": image,
         # optional: a public model needs no token, and a pod must not hang on a missing Secret.
-        "env": [{"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {
-            "name": HF_SECRET, "key": HF_SECRET_KEY, "optional": True}}}],
+        "env": [
+            {
+                "name": "HF_TOKEN",
+                "valueFrom": {"secretKeyRef": {"name": HF_SECRET, "key": HF_SECRET_KEY, "optional": True}},
+            }
+        ],
         "resources": resources,
-        "volumeMounts": [{"name": "code", "mountPath": CODE_MOUNT}, {"name": "local-ssd", "mountPath": "/mnt/local-ssd/"}],
+        "volumeMounts": [
+            {"name": "code", "mountPath": CODE_MOUNT},
+            {"name": "local-ssd", "mountPath": "/mnt/local-ssd/"},
+        ],
     }
     if ports:
         container["ports"] = ports
@@ -105,8 +114,10 @@ def ray_cluster(cfg: RunConfig, code_paths: list[str], code_hash: str, worker_re
     cluster = cfg.cluster
     head = cluster.head
     head_amounts = {"cpu": head.cpu, "memory": head.memory, "ephemeral-storage": head.ephemeral_storage}
-    worker_spec: dict[str, Any] = {"containers": [_container("ray-worker", cluster.worker_image_ref, _worker_resources(cfg))],
-                         "volumes": _volumes(code_paths)}
+    worker_spec: dict[str, Any] = {
+        "containers": [_container("ray-worker", cluster.worker_image_ref, _worker_resources(cfg))],
+        "volumes": _volumes(code_paths),
+    }
     selector = _worker_node_selector(cfg)
     if selector:
         worker_spec["nodeSelector"] = selector
@@ -121,30 +132,43 @@ def ray_cluster(cfg: RunConfig, code_paths: list[str], code_hash: str, worker_re
                 "template": {
                     "metadata": {"annotations": {CODE_HASH_ANNOTATION: code_hash}},
                     "spec": {
-                        "containers": [_container(
-                            "ray-head", cluster.head_image_ref,
-                            {"requests": dict(head_amounts), "limits": dict(head_amounts)},
-                            [{"containerPort": port, "name": name} for name, port in RAY_PORTS],
-                        )],
+                        "containers": [
+                            _container(
+                                "ray-head",
+                                cluster.head_image_ref,
+                                {"requests": dict(head_amounts), "limits": dict(head_amounts)},
+                                [{"containerPort": port, "name": name} for name, port in RAY_PORTS],
+                            )
+                        ],
                         "volumes": _volumes(code_paths),
                     },
                 },
             },
-            "workerGroupSpecs": [{
-                "groupName": GPU_GROUP,
-                "replicas": worker_replicas,
-                "minReplicas": worker_replicas,
-                "maxReplicas": max(cluster.max_worker_nodes, worker_replicas),
-                "rayStartParams": {},
-                "template": {"metadata": {"annotations": {CODE_HASH_ANNOTATION: code_hash}}, "spec": worker_spec},
-            }],
+            "workerGroupSpecs": [
+                {
+                    "groupName": GPU_GROUP,
+                    "replicas": worker_replicas,
+                    "minReplicas": worker_replicas,
+                    "maxReplicas": max(cluster.max_worker_nodes, worker_replicas),
+                    "rayStartParams": {},
+                    "template": {"metadata": {"annotations": {CODE_HASH_ANNOTATION: code_hash}}, "spec": worker_spec},
+                }
+            ],
         },
     }
 
 
 def entrypoint(cfg: RunConfig, run_id: str, python: str = "python") -> str:
     """The job command; every argument is shell-quoted (Ray runs entrypoints through a shell)."""
-    args = [python, "-m", "trainer.train", "--run-id", run_id, "--config-json", cfg.model_dump_json(exclude_defaults=True)]
+    args = [
+        python,
+        "-m",
+        "trainer.train",
+        "--run-id",
+        run_id,
+        "--config-json",
+        cfg.model_dump_json(exclude_defaults=True),
+    ]
     return shlex.join(args)
 
 
@@ -179,8 +203,9 @@ def ray_job(cfg: RunConfig, run_id: str, code_hash: str, env: dict[str, str]) ->
     }
 
 
-def run_objects(cfg: RunConfig, run_id: str, files: dict[str, bytes], code_hash: str,
-                worker_replicas: int, env: dict[str, str]) -> list[dict[str, Any]]:
+def run_objects(
+    cfg: RunConfig, run_id: str, files: dict[str, bytes], code_hash: str, worker_replicas: int, env: dict[str, str]
+) -> list[dict[str, Any]]:
     """ConfigMap, RayCluster and RayJob in the order they must be applied (the Secret is applied apart)."""
     return [
         code_configmap(cfg, files, code_hash),
@@ -206,4 +231,3 @@ _Dumper.add_representer(str, _represent_str)
 
 def to_yaml(objects: list[dict[str, Any]]) -> str:
     return yaml.dump_all(objects, Dumper=_Dumper, sort_keys=False, width=120)
-

@@ -78,10 +78,19 @@ class RunRecord(BaseModel):
         """This record in `state` (the same state: only `reason` and `changes` are updated)."""
         if state != self.state and state not in ALLOWED.get(self.state, frozenset()):
             raise InvalidTransition(f"{self.run_id}: {self.state.value} -> {state.value}")
-        history = self.history if state == self.state else [*self.history, Transition(state=state, at=now, reason=reason)]
+        history = (
+            self.history if state == self.state else [*self.history, Transition(state=state, at=now, reason=reason)]
+        )
         keep_reason = state == self.state and reason is None
-        return self.model_copy(update={"state": state, "updated_at": now, "history": history,
-                                       "reason": self.reason if keep_reason else reason, **changes})
+        return self.model_copy(
+            update={
+                "state": state,
+                "updated_at": now,
+                "history": history,
+                "reason": self.reason if keep_reason else reason,
+                **changes,
+            }
+        )
 
     def entered(self, state: State) -> dt.datetime | None:
         """When the run last entered `state`, if it ever did."""

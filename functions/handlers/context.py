@@ -47,8 +47,12 @@ def from_env() -> Context:
 
     settings = Settings.from_env()
     add_secret(settings.hf_token)
-    return Context(settings=settings, store=RunStore(gcs.Bucket(settings.bucket)),
-                   platform=GkePlatform(settings.project, settings.hf_token), publisher=PubSubPublisher())
+    return Context(
+        settings=settings,
+        store=RunStore(gcs.Bucket(settings.bucket)),
+        platform=GkePlatform(settings.project, settings.hf_token),
+        publisher=PubSubPublisher(),
+    )
 
 
 def current() -> Context:

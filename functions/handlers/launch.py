@@ -40,8 +40,12 @@ def handle(event: Any, ctx: Context | None = None) -> RunRecord | None:
         return None
     record, created = receive(ctx, request)
     if not created:
-        log.info("%s: duplicate delivery, run is %s", record.run_id, record.state.value,
-                 extra={"run_id": record.run_id, "state": record.state.value})
+        log.info(
+            "%s: duplicate delivery, run is %s",
+            record.run_id,
+            record.state.value,
+            extra={"run_id": record.run_id, "state": record.state.value},
+        )
     return steps.run(ctx, record, Facts(now=ctx.clock(), handler="launch", created=created))
 
 
@@ -71,10 +75,16 @@ def receive(ctx: Context, request: events.LaunchRequest) -> tuple[RunRecord, boo
     state = State.REJECTED if errors else State.RECEIVED
     reason = "; ".join(errors)[:2000] or None
     record = RunRecord(
-        run_id=request.run_id, state=state, source=request.source, created_at=now, updated_at=now,
+        run_id=request.run_id,
+        state=state,
+        source=request.source,
+        created_at=now,
+        updated_at=now,
         config=cfg.model_dump(mode="json") if cfg and not errors else None,
         raw_config=_kept(raw) if errors else None,
-        reason=reason, errors=errors, history=[Transition(state=state, at=now, reason=reason)],
+        reason=reason,
+        errors=errors,
+        history=[Transition(state=state, at=now, reason=reason)],
     )
     # Marked before the record exists: a crash in between leaves the watcher a trail, never a lost run.
     ctx.store.mark_active(request.run_id)

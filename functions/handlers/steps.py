@@ -91,9 +91,14 @@ def move(ctx: Context, record: RunRecord, step: Step) -> RunRecord:
 
     updated = ctx.store.update(record.run_id, change) or record
     if updated.state != record.state:
-        log.info("%s: %s -> %s%s", record.run_id, record.state.value, updated.state.value,
-                 f" ({updated.reason})" if updated.reason else "",
-                 extra={"run_id": record.run_id, "state": updated.state.value})
+        log.info(
+            "%s: %s -> %s%s",
+            record.run_id,
+            record.state.value,
+            updated.state.value,
+            f" ({updated.reason})" if updated.reason else "",
+            extra={"run_id": record.run_id, "state": updated.state.value},
+        )
     return updated
 
 
@@ -147,9 +152,9 @@ def finished_event(record: RunRecord) -> dict[str, Any]:
 def settle(ctx: Context, record: RunRecord) -> RunRecord:
     """A terminal run: publish its run-finished event (at least once), then stop watching it."""
     if ctx.settings.events_topic:
-        ctx.publisher.publish(ctx.settings.events_topic, finished_event(record),
-                              run_id=record.run_id, state=record.state.value)
+        ctx.publisher.publish(
+            ctx.settings.events_topic, finished_event(record), run_id=record.run_id, state=record.state.value
+        )
     settled = ctx.store.update(record.run_id, lambda r: None if r.settled else r.model_copy(update={"settled": True}))
     ctx.store.unmark_active(record.run_id)
     return settled or record
-

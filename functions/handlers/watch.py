@@ -41,8 +41,10 @@ def handle(event: Any, ctx: Context | None = None) -> list[RunRecord]:
 
 
 def request_cancel(ctx: Context, run_id: str) -> None:
-    record = ctx.store.update(run_id, lambda r: None if r.state.terminal or r.cancel_requested
-                              else r.model_copy(update={"cancel_requested": True}))
+    record = ctx.store.update(
+        run_id,
+        lambda r: None if r.state.terminal or r.cancel_requested else r.model_copy(update={"cancel_requested": True}),
+    )
     if record is None:
         log.warning("cancel for unknown run %s", run_id)
 

@@ -11,8 +11,9 @@ from typing import Any
 from functions.core.events import PUBSUB_PUBLISHED, STORAGE_FINALIZED
 
 
-def object_finalized(bucket: str, name: str, generation: int | str, size: int | None = None,
-                     created: dt.datetime | None = None) -> Any:
+def object_finalized(
+    bucket: str, name: str, generation: int | str, size: int | None = None, created: dt.datetime | None = None
+) -> Any:
     from cloudevents.http import CloudEvent
 
     data = {"bucket": bucket, "name": name, "generation": str(generation)}
@@ -20,13 +21,21 @@ def object_finalized(bucket: str, name: str, generation: int | str, size: int | 
         data["size"] = str(size)
     if created is not None:
         data["timeCreated"] = created.isoformat()
-    return CloudEvent({"type": STORAGE_FINALIZED, "source": f"//storage.googleapis.com/projects/_/buckets/{bucket}",
-                       "id": f"{name}#{generation}", "subject": f"objects/{name}"}, data)
+    return CloudEvent(
+        {
+            "type": STORAGE_FINALIZED,
+            "source": f"//storage.googleapis.com/projects/_/buckets/{bucket}",
+            "id": f"{name}#{generation}",
+            "subject": f"objects/{name}",
+        },
+        data,
+    )
 
 
 def message_published(body: dict[str, Any], message_id: str, topic: str = "projects/_/topics/raytune") -> Any:
     from cloudevents.http import CloudEvent
 
     message = {"data": base64.b64encode(json.dumps(body).encode()).decode(), "messageId": message_id}
-    return CloudEvent({"type": PUBSUB_PUBLISHED, "source": f"//pubsub.googleapis.com/{topic}", "id": message_id},
-                      {"message": message})
+    return CloudEvent(
+        {"type": PUBSUB_PUBLISHED, "source": f"//pubsub.googleapis.com/{topic}", "id": message_id}, {"message": message}
+    )

@@ -75,10 +75,17 @@ def run(config_path: str, workdir: Path = ROOT / ".raytune" / "local") -> int:
         blob = client.bucket(BUCKET).blob(f"configs/{Path(config_path).name}")
         blob.upload_from_string(json.dumps(raw), content_type="application/json")
         say(f"uploaded gs://{BUCKET}/{blob.name}#{blob.generation}")
-        settings = Settings(project="local", bucket=BUCKET, watch_topic=None, events_topic=EVENTS_TOPIC,
-                            max_event_age_s=3600, hf_token=os.environ.get("HF_TOKEN") or None)
-        ctx = Context(settings=settings, store=RunStore(Bucket(BUCKET)), platform=platform,
-                      publisher=ConsolePublisher(say))
+        settings = Settings(
+            project="local",
+            bucket=BUCKET,
+            watch_topic=None,
+            events_topic=EVENTS_TOPIC,
+            max_event_age_s=3600,
+            hf_token=os.environ.get("HF_TOKEN") or None,
+        )
+        ctx = Context(
+            settings=settings, store=RunStore(Bucket(BUCKET)), platform=platform, publisher=ConsolePublisher(say)
+        )
         event = object_finalized(BUCKET, blob.name, blob.generation, blob.size, blob.time_created)
         record = launch.handle(event, ctx)
         assert record is not None, "a config upload is never ignored"

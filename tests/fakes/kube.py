@@ -102,8 +102,18 @@ class FakeKube:
                 self.wfile.write(data)
 
             def _status(self, code: int, reason: str, message: str) -> None:
-                self._reply(code, {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-                                   "message": message, "reason": reason, "code": code})
+                self._reply(
+                    code,
+                    {
+                        "kind": "Status",
+                        "apiVersion": "v1",
+                        "metadata": {},
+                        "status": "Failure",
+                        "message": message,
+                        "reason": reason,
+                        "code": code,
+                    },
+                )
 
             def _route(self, method: str) -> None:
                 url = urlparse(self.path)
@@ -166,7 +176,10 @@ class FakeKube:
         api_version, kind = KINDS[(match["group"], match["plural"])]
         meta = obj.get("metadata", {})
         if (obj.get("apiVersion"), obj.get("kind")) != (api_version, kind):
-            return 400, ("BadRequest", f"apiVersion/kind {obj.get('apiVersion')}/{obj.get('kind')} does not match the path")
+            return 400, (
+                "BadRequest",
+                f"apiVersion/kind {obj.get('apiVersion')}/{obj.get('kind')} does not match the path",
+            )
         if meta.get("name") != key[2] or meta.get("namespace", key[1]) != key[1]:
             return 400, ("BadRequest", "the name or namespace of the object does not match the path")
         if match["group"] == "ray.io" and query.get("fieldValidation") == "Strict" and (bad := unknown_fields(obj)):

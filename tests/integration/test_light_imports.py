@@ -10,9 +10,6 @@ HEAVY = ["torch", "ray", "transformers", "trl", "peft", "bitsandbytes", "dataset
 
 
 def test_main_imports_no_ml_stack():
-    probe = (
-        "import sys, json, main; "
-        f"print(json.dumps(sorted(m for m in {HEAVY!r} if m in sys.modules)))"
-    )
+    probe = f"import sys, json, main; print(json.dumps(sorted(m for m in {HEAVY!r} if m in sys.modules)))"
     out = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, check=True)
     assert json.loads(out.stdout.strip().splitlines()[-1]) == []

@@ -17,9 +17,16 @@ def test_package_builds_a_light_archive(tmp_path, capsys):
     with zipfile.ZipFile(output) as archive:
         names = set(archive.namelist())
         requirements = archive.read("requirements.txt").decode().split()
-    assert {"main.py", "functions/handlers/launch.py", "functions/handlers/watch.py", "functions/adapters/gke.py",
-            "functions/adapters/kube.py", "functions/core/decide.py",
-            "functions/core/config.py", "requirements.txt"} <= names
+    assert {
+        "main.py",
+        "functions/handlers/launch.py",
+        "functions/handlers/watch.py",
+        "functions/adapters/gke.py",
+        "functions/adapters/kube.py",
+        "functions/core/decide.py",
+        "functions/core/config.py",
+        "requirements.txt",
+    } <= names
     assert set(code_files()) <= names  # what the launch function ships into the ConfigMap
     assert not [n for n in names if n.startswith("functions/local/")]
     assert all("==" in r for r in requirements)

@@ -14,8 +14,14 @@ NOW = dt.datetime(2026, 12, 2, tzinfo=dt.UTC)
 
 
 def record(run_id="run-1", state=State.RECEIVED):
-    return RunRecord(run_id=run_id, state=state, source={"kind": "upload", "ref": "gs://b/c#1"},
-                     created_at=NOW, updated_at=NOW, config={"name": "x"})
+    return RunRecord(
+        run_id=run_id,
+        state=state,
+        source={"kind": "upload", "ref": "gs://b/c#1"},
+        created_at=NOW,
+        updated_at=NOW,
+        config={"name": "x"},
+    )
 
 
 @pytest.fixture

@@ -42,15 +42,20 @@ def resources(tf, kind: str) -> dict:
 
 def test_terraform_fmt():
     env = {**os.environ, "TF_CLI_CONFIG_FILE": "/dev/null"}
-    out = subprocess.run(["terraform", "fmt", "-check", "-recursive", "-diff", str(TF)], capture_output=True, text=True,
-                         env=env)
+    out = subprocess.run(
+        ["terraform", "fmt", "-check", "-recursive", "-diff", str(TF)], capture_output=True, text=True, env=env
+    )
     assert out.returncode == 0, out.stdout + out.stderr
 
 
 def cloud_event_targets() -> set[str]:
     tree = ast.parse((ROOT / "main.py").read_text())
-    return {node.name for node in tree.body if isinstance(node, ast.FunctionDef)
-            and any(ast.unparse(d) == "functions_framework.cloud_event" for d in node.decorator_list)}
+    return {
+        node.name
+        for node in tree.body
+        if isinstance(node, ast.FunctionDef)
+        and any(ast.unparse(d) == "functions_framework.cloud_event" for d in node.decorator_list)
+    }
 
 
 def env_vars_read() -> set[str]:
@@ -111,18 +116,29 @@ def test_pubsub_deliveries_retry_with_a_dead_letter_topic(tf):
 
 def test_iam_for_triggers_and_least_privilege(tf):
     project_roles = {(m["role"], m["member"]) for m in resources(tf, "google_project_iam_member").values()}
-    assert ("roles/pubsub.publisher",
-            "serviceAccount:${data.google_storage_project_service_account.gcs.email_address}") in project_roles
+    assert (
+        "roles/pubsub.publisher",
+        "serviceAccount:${data.google_storage_project_service_account.gcs.email_address}",
+    ) in project_roles
     assert ("roles/eventarc.eventReceiver", "${google_service_account.trigger.member}") in project_roles
     invoker = resources(tf, "google_cloud_run_service_iam_member")["trigger_invoker"]
     assert invoker["role"] == "roles/run.invoker" and invoker["member"] == "${google_service_account.trigger.member}"
     assert invoker["for_each"] == "${google_cloudfunctions2_function.fn}"  # every function, nothing more
     # No project-wide storage or owner/editor roles for anyone.
-    assert not {r for r, _ in project_roles} & {"roles/owner", "roles/editor", "roles/storage.admin",
-                                                "roles/storage.objectAdmin"}
-    bucket_roles = {(m["bucket"], m["role"], m["member"]) for m in resources(tf, "google_storage_bucket_iam_member").values()}
-    assert ("${google_storage_bucket.configs.name}", "roles/storage.objectViewer",
-            "${google_service_account.functions.member}") in bucket_roles
+    assert not {r for r, _ in project_roles} & {
+        "roles/owner",
+        "roles/editor",
+        "roles/storage.admin",
+        "roles/storage.objectAdmin",
+    }
+    bucket_roles = {
+        (m["bucket"], m["role"], m["member"]) for m in resources(tf, "google_storage_bucket_iam_member").values()
+    }
+    assert (
+        "${google_storage_bucket.configs.name}",
+        "roles/storage.objectViewer",
+        "${google_service_account.functions.member}",
+    ) in bucket_roles
     secret = resources(tf, "google_secret_manager_secret_iam_member")["functions_hf_token"]
     assert secret["role"] == "roles/secretmanager.secretAccessor"
 
@@ -153,8 +169,12 @@ def test_checkov_scan_is_clean():
     binary = checkov()
     if binary is None:
         pytest.fail("checkov is not installed: run ./dev setup")
-    out = subprocess.run([binary, "-d", str(TF), "--framework", "terraform", "--compact", "--quiet", "--skip-download"],
-                         capture_output=True, text=True, timeout=300)
+    out = subprocess.run(
+        [binary, "-d", str(TF), "--framework", "terraform", "--compact", "--quiet", "--skip-download"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode == 0 and "Failed checks: 0" in out.stdout, out.stdout[-4000:] + out.stderr[-2000:]
     # Every skipped check says why.
     for path in TF.glob("*.tf"):

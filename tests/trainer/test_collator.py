@@ -43,7 +43,7 @@ def check_mask(processor, collator, rows, batch):
         assert all(ids[pos] == label for pos, label in kept)
         assert not image_ids & {label for _, label in kept}
         header = [tok.convert_tokens_to_ids("<start_of_turn>"), *tok.encode("model\n", add_special_tokens=False)]
-        assert ids[kept[0][0] - len(header):kept[0][0]] == header
+        assert ids[kept[0][0] - len(header) : kept[0][0]] == header
         assert ids.count(tok.image_token_id) == collator.processor.image_seq_length
 
 
@@ -79,9 +79,15 @@ def test_prompts_are_configurable(processor, rows):
     prompts = PromptSpec(system="You write for a hardware shop.", user="Item: {product} ({category})")
     messages = to_messages(rows[0], SPEC, prompts)
     text = processor.apply_chat_template(messages, tokenize=False)
-    assert "You write for a hardware shop." in text and f"Item: {rows[0]['Product Name']} ({rows[0]['Category']})" in text
-    check_mask(processor, VisionSFTCollator(processor, SPEC, prompts, 1024), rows[:1],
-               VisionSFTCollator(processor, SPEC, prompts, 1024)(rows[:1]))
+    assert (
+        "You write for a hardware shop." in text and f"Item: {rows[0]['Product Name']} ({rows[0]['Category']})" in text
+    )
+    check_mask(
+        processor,
+        VisionSFTCollator(processor, SPEC, prompts, 1024),
+        rows[:1],
+        VisionSFTCollator(processor, SPEC, prompts, 1024)(rows[:1]),
+    )
 
 
 @pytest.fixture(scope="module")
@@ -95,19 +101,34 @@ def real_gemma3_processor():
         path = gguf.assemble(CACHE / "gguf" / gguf.MODEL_NAME)
         AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name).save_pretrained(saved)
         path.unlink()
-    tokenizer = AutoTokenizer.from_pretrained(saved, extra_special_tokens={
-        "boi_token": "<start_of_image>", "eoi_token": "<end_of_image>", "image_token": "<image_soft_token>"},
-        chat_template=tiny.CHAT_TEMPLATE, padding_side="right")
+    tokenizer = AutoTokenizer.from_pretrained(
+        saved,
+        extra_special_tokens={
+            "boi_token": "<start_of_image>",
+            "eoi_token": "<end_of_image>",
+            "image_token": "<image_soft_token>",
+        },
+        chat_template=tiny.CHAT_TEMPLATE,
+        padding_side="right",
+    )
     images = Gemma3ImageProcessorPil(size={"height": tiny.IMAGE_SIZE, "width": tiny.IMAGE_SIZE})
-    return Gemma3Processor(image_processor=images, tokenizer=tokenizer, chat_template=tiny.CHAT_TEMPLATE,
-                           image_seq_length=tiny.TOKENS_PER_IMAGE)
+    return Gemma3Processor(
+        image_processor=images,
+        tokenizer=tokenizer,
+        chat_template=tiny.CHAT_TEMPLATE,
+        image_seq_length=tiny.TOKENS_PER_IMAGE,
+    )
 
 
 def test_mask_with_the_real_gemma3_tokenizer(real_gemma3_processor, rows):
     processor = real_gemma3_processor
     tok = processor.tokenizer
     assert tok.convert_tokens_to_ids(["<start_of_turn>", "<end_of_turn>", "<start_of_image>", "<end_of_image>"]) == [
-        105, 106, 255999, 256000]
+        105,
+        106,
+        255999,
+        256000,
+    ]
     assert tok.image_token_id == 262144
     collator = VisionSFTCollator(processor, SPEC, PROMPTS, max_length=2048)
     batch = collator(rows)

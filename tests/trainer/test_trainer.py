@@ -24,26 +24,44 @@ pytestmark = pytest.mark.slow
 
 
 def tiny_config(storage: Path, **training) -> RunConfig:
-    return RunConfig.model_validate({
-        "name": "tiny-test",
-        "model": {"id": "tiny://gemma3", "dtype": "float32", "quantization": "none"},
-        "dataset": {"id": "tiny://products", "max_samples": 24},
-        "training": {"epochs": 2, "per_device_batch_size": 2, "gradient_accumulation_steps": 1,
-                     "optim": "adamw_torch", "max_length": 256, "logging_steps": 2, **training},
-        "scaling": {"nodes": 2, "gpus_per_node": 0, "max_failures": 1},
-        "storage_path": str(storage),
-    })
+    return RunConfig.model_validate(
+        {
+            "name": "tiny-test",
+            "model": {"id": "tiny://gemma3", "dtype": "float32", "quantization": "none"},
+            "dataset": {"id": "tiny://products", "max_samples": 24},
+            "training": {
+                "epochs": 2,
+                "per_device_batch_size": 2,
+                "gradient_accumulation_steps": 1,
+                "optim": "adamw_torch",
+                "max_length": 256,
+                "logging_steps": 2,
+                **training,
+            },
+            "scaling": {"nodes": 2, "gpus_per_node": 0, "max_failures": 1},
+            "storage_path": str(storage),
+        }
+    )
 
 
 def start_job(cfg: RunConfig, run_id: str, log: Path) -> subprocess.Popen:
     """The RayJob entrypoint as KubeRay runs it, on a private local Ray instance."""
     ray_tmp = tempfile.mkdtemp(prefix="rt-", dir="/tmp")  # short: Ray's socket paths are length-limited
-    env = {**os.environ, "RAY_TMPDIR": ray_tmp, "RAYTUNE_CODE_SHA256": code_sha256(code_files()),
-           "PYTHONPATH": str(ROOT)}
+    env = {
+        **os.environ,
+        "RAY_TMPDIR": ray_tmp,
+        "RAYTUNE_CODE_SHA256": code_sha256(code_files()),
+        "PYTHONPATH": str(ROOT),
+    }
     with open(log, "wb") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "trainer.train", "--run-id", run_id,
-                                 "--config-json", cfg.model_dump_json()], cwd=ROOT, env=env,
-                                stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "trainer.train", "--run-id", run_id, "--config-json", cfg.model_dump_json()],
+            cwd=ROOT,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     proc.ray_tmp = ray_tmp
     return proc
 
@@ -58,8 +76,12 @@ def finish(proc: subprocess.Popen, log: Path, timeout: float = 480) -> None:
 
 def test_ray_train_qlora_run_writes_checkpoints_result_and_adapter(tmp_path):
     cfg = tiny_config(tmp_path / "store")
-    cfg = cfg.model_copy(update={"model": cfg.model.model_copy(update={"quantization": "nf4"}),
-                                 "dataset": cfg.dataset.model_copy(update={"max_samples": 30, "eval_fraction": 0.2})})
+    cfg = cfg.model_copy(
+        update={
+            "model": cfg.model.model_copy(update={"quantization": "nf4"}),
+            "dataset": cfg.dataset.model_copy(update={"max_samples": 30, "eval_fraction": 0.2}),
+        }
+    )
     log = tmp_path / "job.log"
     finish(start_job(cfg, "tiny-qlora", log), log)
     result = json.loads((tmp_path / "store" / "tiny-qlora" / "result.json").read_text())
@@ -74,7 +96,9 @@ def test_ray_train_qlora_run_writes_checkpoints_result_and_adapter(tmp_path):
     for checkpoint in result["checkpoints"]:
         assert (Path(checkpoint) / "adapter_model.safetensors").exists()
         assert (Path(checkpoint) / "trainer_state.json").exists()
-    assert result["best_checkpoint"] in result["checkpoints"] and result["final_checkpoint"] == result["checkpoints"][-1]
+    assert (
+        result["best_checkpoint"] in result["checkpoints"] and result["final_checkpoint"] == result["checkpoints"][-1]
+    )
     assert list(Path(result["tensorboard_path"]).rglob("events.out.tfevents.*"))  # the run's TensorBoard logs
     adapter = Path(result["adapter_path"])
     config = json.loads((adapter / "adapter_config.json").read_text())
@@ -91,9 +115,11 @@ def test_ray_train_qlora_run_writes_checkpoints_result_and_adapter(tmp_path):
     base = load_model(cfg.model.model_copy(update={"quantization": "none"}), str(tiny.save(tmp_path / "base")))
     tuned = PeftModel.from_pretrained(base, adapter)
     row = tiny.product_rows(1)[0]
-    text = processor.apply_chat_template([{"role": "user", "content": [{"type": "text", "text": row["Product Name"]},
-                                                                        {"type": "image"}]}],
-                                         add_generation_prompt=True, tokenize=False)
+    text = processor.apply_chat_template(
+        [{"role": "user", "content": [{"type": "text", "text": row["Product Name"]}, {"type": "image"}]}],
+        add_generation_prompt=True,
+        tokenize=False,
+    )
     inputs = processor(text=[text], images=[[row["image"]]], return_tensors="pt")
     out = tuned.generate(**inputs, max_new_tokens=5, do_sample=False)
     assert out.shape[1] == inputs["input_ids"].shape[1] + 5 or processor.tokenizer.eos_token_id in out[0].tolist()
@@ -101,8 +127,9 @@ def test_ray_train_qlora_run_writes_checkpoints_result_and_adapter(tmp_path):
 
 def test_resume_after_a_killed_worker(tmp_path):
     store = tmp_path / "store"
-    cfg = tiny_config(store, epochs=1, max_steps=40, per_device_batch_size=1, save_strategy="steps", save_steps=8,
-                      logging_steps=4)
+    cfg = tiny_config(
+        store, epochs=1, max_steps=40, per_device_batch_size=1, save_strategy="steps", save_steps=8, logging_steps=4
+    )
     log = tmp_path / "job.log"
     proc = start_job(cfg, "tiny-resume", log)
     deadline = time.monotonic() + 300
@@ -118,8 +145,9 @@ def test_resume_after_a_killed_worker(tmp_path):
     while time.monotonic() < deadline and registered() < 1:
         assert proc.poll() is None, log.read_text()[-4000:]
         time.sleep(0.2)
-    workers = [p for p in psutil.Process(proc.pid).children(recursive=True)
-               if "RayTrainWorker" in " ".join(p.cmdline())]
+    workers = [
+        p for p in psutil.Process(proc.pid).children(recursive=True) if "RayTrainWorker" in " ".join(p.cmdline())
+    ]
     assert workers, "no Ray Train worker process found"
     workers[0].kill()
     finish(proc, log)

@@ -56,8 +56,10 @@ BAD = {
     "accelerator": ({"scaling": {"accelerator": "TPU"}}, "scaling.accelerator"),
     "steps without save_steps": ({"training": {"save_strategy": "steps"}}, "needs save_steps"),
     "quantized real model on cpu": ({"scaling": {"gpus_per_node": 0}}, "needs GPUs"),
-    "bad quantity": ({"cluster": {"head": {"cpu": "24 cores", "memory": "1Gi", "ephemeral_storage": "1Gi"}}},
-                     "cluster.head.cpu"),
+    "bad quantity": (
+        {"cluster": {"head": {"cpu": "24 cores", "memory": "1Gi", "ephemeral_storage": "1Gi"}}},
+        "cluster.head.cpu",
+    ),
 }
 
 
@@ -72,12 +74,15 @@ def test_bad_configs_are_rejected_with_the_field(raw, expected):
             jsonschema.validate(raw, json_schema())
 
 
-@pytest.mark.parametrize("raw,expected", [
-    (b"{not json", "not valid JSON"),
-    (b"[1, 2]", "config must be a JSON object"),
-    (b"\xff\xfe", "not valid JSON"),
-    (b" " * (MAX_CONFIG_BYTES + 1), f"the limit is {MAX_CONFIG_BYTES}"),
-])
+@pytest.mark.parametrize(
+    "raw,expected",
+    [
+        (b"{not json", "not valid JSON"),
+        (b"[1, 2]", "config must be a JSON object"),
+        (b"\xff\xfe", "not valid JSON"),
+        (b" " * (MAX_CONFIG_BYTES + 1), f"the limit is {MAX_CONFIG_BYTES}"),
+    ],
+)
 def test_malformed_documents(raw, expected):
     with pytest.raises(ConfigError, match=expected):
         parse_config(raw)
@@ -117,13 +122,14 @@ def test_committed_config_reference_is_current():
     committed = (ROOT / "docs" / "config-reference.md").read_text()
     assert committed == markdown(json_schema()), "run: raytune schema --markdown -o docs/config-reference.md"
     assert "| `training.max_length` | integer | `1024` | >= 64; <= 131072 |" in committed
-    assert "| `cluster.head.memory` | string | `\"64Gi\"` |" in committed
+    assert '| `cluster.head.memory` | string | `"64Gi"` |' in committed
 
 
 def test_main_py_is_the_cli_too():
     import subprocess
     import sys
 
-    out = subprocess.run([sys.executable, "main.py", "validate", "examples/quickstart.json"], cwd=ROOT,
-                         capture_output=True, text=True)
+    out = subprocess.run(
+        [sys.executable, "main.py", "validate", "examples/quickstart.json"], cwd=ROOT, capture_output=True, text=True
+    )
     assert out.returncode == 0 and out.stdout.startswith("ok: examples/quickstart.json: tiny://gemma3 on 2 x CPU")

@@ -31,8 +31,12 @@ def test_trainer_pins_agree_with_the_rayjob_runtime_env():
 
 
 def test_result_json_round_trips_and_keeps_newer_fields():
-    written = RunResult(run_id="r", adapter_path="gs://b/c/r/adapter", checkpoints=["gs://b/c/r/checkpoint_0"],
-                        metrics={"train_loss": 1.5, "global_step": 12, "best_checkpoint_by": "eval_loss"})
+    written = RunResult(
+        run_id="r",
+        adapter_path="gs://b/c/r/adapter",
+        checkpoints=["gs://b/c/r/checkpoint_0"],
+        metrics={"train_loss": 1.5, "global_step": 12, "best_checkpoint_by": "eval_loss"},
+    )
     read = RunResult.model_validate_json(written.model_dump_json())
     assert read == written and read.metrics.global_step == 12
     newer = RunResult.model_validate({"run_id": "r", "flops": 3.0, "metrics": {"mfu": 0.4}})
@@ -41,5 +45,9 @@ def test_result_json_round_trips_and_keeps_newer_fields():
 
 def test_the_trainer_ships_only_the_shared_contracts():
     shipped = {path for path in code_files() if path.startswith("functions/")}
-    assert shipped == {"functions/__init__.py", "functions/core/__init__.py", "functions/core/config.py",
-                       "functions/core/result.py"}
+    assert shipped == {
+        "functions/__init__.py",
+        "functions/core/__init__.py",
+        "functions/core/config.py",
+        "functions/core/result.py",
+    }

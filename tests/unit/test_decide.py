@@ -25,18 +25,36 @@ def ago(seconds: float) -> dt.datetime:
     return NOW - dt.timedelta(seconds=seconds)
 
 
-def record(state: State, *, age: float = 0, idle: float | None = None, submitted: float | None = None,
-           cancel: bool = False, settled: bool = False, reason: str | None = None,
-           job: dict | None = None) -> RunRecord:
+def record(
+    state: State,
+    *,
+    age: float = 0,
+    idle: float | None = None,
+    submitted: float | None = None,
+    cancel: bool = False,
+    settled: bool = False,
+    reason: str | None = None,
+    job: dict | None = None,
+) -> RunRecord:
     """A run created `age` s ago, last written `idle` s ago, submitted `submitted` s ago."""
     history = [Transition(state=S.RECEIVED, at=ago(age))]
     if submitted is not None:
         history.append(Transition(state=S.SUBMITTED, at=ago(submitted)))
     if state not in (S.RECEIVED, S.SUBMITTED):
         history.append(Transition(state=state, at=ago(idle or 0)))
-    return RunRecord(run_id="run-1", state=state, source={"kind": "upload", "ref": "gs://b/c#1"},
-                     created_at=ago(age), updated_at=ago(age if idle is None else idle), config=CONFIG,
-                     reason=reason, history=history, cancel_requested=cancel, settled=settled, job=job)
+    return RunRecord(
+        run_id="run-1",
+        state=state,
+        source={"kind": "upload", "ref": "gs://b/c#1"},
+        created_at=ago(age),
+        updated_at=ago(age if idle is None else idle),
+        config=CONFIG,
+        reason=reason,
+        history=history,
+        cancel_requested=cancel,
+        settled=settled,
+        job=job,
+    )
 
 
 READY = ClusterReadiness("ready")
@@ -47,78 +65,242 @@ EXPIRED = CLAIM_SECONDS + 1
 
 BEFORE_SUBMISSION = [
     # (id, record, facts, expected action, expected state, reason contains)
-    ("new run: look at the cluster", record(S.RECEIVED), dict(handler="launch", created=True), A.ENSURE_CLUSTER, None, None),
+    (
+        "new run: look at the cluster",
+        record(S.RECEIVED),
+        dict(handler="launch", created=True),
+        A.ENSURE_CLUSTER,
+        None,
+        None,
+    ),
     ("duplicate within the claim", record(S.RECEIVED, idle=10), dict(handler="launch"), A.NOTHING, None, None),
-    ("duplicate after the claim", record(S.RECEIVED, idle=EXPIRED, age=EXPIRED), dict(handler="launch"),
-     A.ENSURE_CLUSTER, None, None),
+    (
+        "duplicate after the claim",
+        record(S.RECEIVED, idle=EXPIRED, age=EXPIRED),
+        dict(handler="launch"),
+        A.ENSURE_CLUSTER,
+        None,
+        None,
+    ),
     ("watcher leaves a claimed run", record(S.RECEIVED, idle=10), {}, A.NOTHING, None, None),
-    ("watcher takes over a dead launch", record(S.RECEIVED, idle=EXPIRED, age=EXPIRED), {}, A.ENSURE_CLUSTER, None, None),
-    ("cancel before submission", record(S.RECEIVED, idle=EXPIRED, age=EXPIRED, cancel=True), {}, A.MOVE,
-     S.CANCELLED, "before submission"),
-    ("received past the deadline", record(S.RECEIVED, idle=EXPIRED, age=LATE), {}, A.MOVE, S.FAILED,
-     "pending_seconds (600s)"),
-    ("launch leaves provisioning to the watcher", record(S.PROVISIONING), dict(handler="launch"), A.NOTHING, None, None),
+    (
+        "watcher takes over a dead launch",
+        record(S.RECEIVED, idle=EXPIRED, age=EXPIRED),
+        {},
+        A.ENSURE_CLUSTER,
+        None,
+        None,
+    ),
+    (
+        "cancel before submission",
+        record(S.RECEIVED, idle=EXPIRED, age=EXPIRED, cancel=True),
+        {},
+        A.MOVE,
+        S.CANCELLED,
+        "before submission",
+    ),
+    (
+        "received past the deadline",
+        record(S.RECEIVED, idle=EXPIRED, age=LATE),
+        {},
+        A.MOVE,
+        S.FAILED,
+        "pending_seconds (600s)",
+    ),
+    (
+        "launch leaves provisioning to the watcher",
+        record(S.PROVISIONING),
+        dict(handler="launch"),
+        A.NOTHING,
+        None,
+        None,
+    ),
     ("provisioning: look again", record(S.PROVISIONING, age=30), {}, A.ENSURE_CLUSTER, None, None),
     ("provisioning cancelled", record(S.PROVISIONING, cancel=True), {}, A.MOVE, S.CANCELLED, "before submission"),
     ("provisioning past the deadline", record(S.PROVISIONING, age=LATE), {}, A.MOVE, S.FAILED, "pending_seconds"),
     ("cancel wins over the deadline", record(S.PROVISIONING, age=LATE, cancel=True), {}, A.MOVE, S.CANCELLED, None),
-    ("cluster being created", record(S.RECEIVED), dict(handler="launch", created=True, cluster=CREATING), A.MOVE,
-     S.PROVISIONING, "creating GKE"),
-    ("still being created: no write", record(S.PROVISIONING, reason=CREATING.message), dict(cluster=CREATING),
-     A.NOTHING, None, None),
-    ("new provisioning news", record(S.PROVISIONING, reason="older news"), dict(cluster=CREATING), A.MOVE,
-     S.PROVISIONING, "creating GKE"),
+    (
+        "cluster being created",
+        record(S.RECEIVED),
+        dict(handler="launch", created=True, cluster=CREATING),
+        A.MOVE,
+        S.PROVISIONING,
+        "creating GKE",
+    ),
+    (
+        "still being created: no write",
+        record(S.PROVISIONING, reason=CREATING.message),
+        dict(cluster=CREATING),
+        A.NOTHING,
+        None,
+        None,
+    ),
+    (
+        "new provisioning news",
+        record(S.PROVISIONING, reason="older news"),
+        dict(cluster=CREATING),
+        A.MOVE,
+        S.PROVISIONING,
+        "creating GKE",
+    ),
     ("broken cluster", record(S.PROVISIONING), dict(cluster=BROKEN), A.MOVE, S.FAILED, "quota"),
     ("ready: submit", record(S.PROVISIONING), dict(cluster=READY), A.SUBMIT, None, None),
-    ("submitted", record(S.RECEIVED), dict(handler="launch", created=True, cluster=READY, submitted="RayJob run-1"),
-     A.MOVE, S.SUBMITTED, "RayJob run-1"),
-    ("permanent submit error", record(S.RECEIVED), dict(handler="launch", created=True, submit_error="HTTP 404: ns"),
-     A.MOVE, S.FAILED, "cannot submit: HTTP 404: ns"),
+    (
+        "submitted",
+        record(S.RECEIVED),
+        dict(handler="launch", created=True, cluster=READY, submitted="RayJob run-1"),
+        A.MOVE,
+        S.SUBMITTED,
+        "RayJob run-1",
+    ),
+    (
+        "permanent submit error",
+        record(S.RECEIVED),
+        dict(handler="launch", created=True, submit_error="HTTP 404: ns"),
+        A.MOVE,
+        S.FAILED,
+        "cannot submit: HTTP 404: ns",
+    ),
     ("controller error", record(S.PROVISIONING), dict(error="boom"), A.MOVE, S.FAILED, "controller error: boom"),
 ]
 
 RUNNING = {"jobStatus": "RUNNING", "jobDeploymentStatus": "Running"}
 AFTER_SUBMISSION = [
-    ("launch leaves submitted runs to the watcher", record(S.SUBMITTED, submitted=1), dict(handler="launch"),
-     A.NOTHING, None, None),
+    (
+        "launch leaves submitted runs to the watcher",
+        record(S.SUBMITTED, submitted=1),
+        dict(handler="launch"),
+        A.NOTHING,
+        None,
+        None,
+    ),
     ("look at the job", record(S.SUBMITTED, submitted=1), {}, A.OBSERVE_JOB, None, None),
     ("cancel: stop first", record(S.RUNNING, submitted=50, cancel=True), {}, A.STOP_JOB, None, None),
-    ("cancel: then record", record(S.RUNNING, submitted=50, cancel=True), dict(job_stopped=True), A.MOVE,
-     S.CANCELLED, "cancelled on request"),
+    (
+        "cancel: then record",
+        record(S.RUNNING, submitted=50, cancel=True),
+        dict(job_stopped=True),
+        A.MOVE,
+        S.CANCELLED,
+        "cancelled on request",
+    ),
     ("job running", record(S.SUBMITTED, submitted=5), dict(job_seen=True, job=RUNNING), A.MOVE, S.RUNNING, None),
-    ("still running: no write", record(S.RUNNING, submitted=5, job=RUNNING), dict(job_seen=True, job=RUNNING),
-     A.NOTHING, None, None),
-    ("running, new details", record(S.RUNNING, submitted=5, job=RUNNING),
-     dict(job_seen=True, job={**RUNNING, "startTime": "t"}), A.MOVE, S.RUNNING, None),
-    ("succeeded", record(S.RUNNING, submitted=5),
-     dict(job_seen=True, job={"jobStatus": "SUCCEEDED", "jobDeploymentStatus": "Complete"}), A.MOVE, S.SUCCEEDED, None),
-    ("failed", record(S.RUNNING, submitted=5),
-     dict(job_seen=True, job={"jobStatus": "FAILED", "jobDeploymentStatus": "Failed", "reason": "AppFailed",
-                             "message": "OOM"}), A.MOVE, S.FAILED, "AppFailed; OOM"),
-    ("stopped by someone else", record(S.RUNNING, submitted=5), dict(job_seen=True, job={"jobStatus": "STOPPED"}),
-     A.MOVE, S.FAILED, "stopped"),
+    (
+        "still running: no write",
+        record(S.RUNNING, submitted=5, job=RUNNING),
+        dict(job_seen=True, job=RUNNING),
+        A.NOTHING,
+        None,
+        None,
+    ),
+    (
+        "running, new details",
+        record(S.RUNNING, submitted=5, job=RUNNING),
+        dict(job_seen=True, job={**RUNNING, "startTime": "t"}),
+        A.MOVE,
+        S.RUNNING,
+        None,
+    ),
+    (
+        "succeeded",
+        record(S.RUNNING, submitted=5),
+        dict(job_seen=True, job={"jobStatus": "SUCCEEDED", "jobDeploymentStatus": "Complete"}),
+        A.MOVE,
+        S.SUCCEEDED,
+        None,
+    ),
+    (
+        "failed",
+        record(S.RUNNING, submitted=5),
+        dict(
+            job_seen=True,
+            job={"jobStatus": "FAILED", "jobDeploymentStatus": "Failed", "reason": "AppFailed", "message": "OOM"},
+        ),
+        A.MOVE,
+        S.FAILED,
+        "AppFailed; OOM",
+    ),
+    (
+        "stopped by someone else",
+        record(S.RUNNING, submitted=5),
+        dict(job_seen=True, job={"jobStatus": "STOPPED"}),
+        A.MOVE,
+        S.FAILED,
+        "stopped",
+    ),
     ("RayJob gone", record(S.RUNNING, submitted=5), dict(job_seen=True, job=None), A.MOVE, S.FAILED, "disappeared"),
-    ("KubeRay bug: Failed while RUNNING, stop it", record(S.RUNNING, submitted=5),
-     dict(job_seen=True, job={"jobStatus": "RUNNING", "jobDeploymentStatus": "Failed"}), A.STOP_JOB, None, None),
-    ("KubeRay bug: then record", record(S.RUNNING, submitted=5),
-     dict(job_seen=True, job={"jobStatus": "RUNNING", "jobDeploymentStatus": "Failed"}, job_stopped=True), A.MOVE,
-     S.FAILED, "jobDeploymentStatus Failed"),
-    ("validation failed", record(S.SUBMITTED, submitted=5),
-     dict(job_seen=True, job={"jobDeploymentStatus": "ValidationFailed", "message": "bad spec"}), A.STOP_JOB, None, None),
-    ("initializing within the deadline", record(S.SUBMITTED, submitted=30, job={"jobDeploymentStatus": "Initializing"}),
-     dict(job_seen=True, job={"jobDeploymentStatus": "Initializing"}), A.NOTHING, None, None),
-    ("first sight of initializing", record(S.SUBMITTED, submitted=30),
-     dict(job_seen=True, job={"jobDeploymentStatus": "Initializing"}), A.MOVE, S.SUBMITTED, None),
-    ("hung initializing: stop", record(S.SUBMITTED, submitted=LATE),
-     dict(job_seen=True, job={"jobDeploymentStatus": "Initializing"}), A.STOP_JOB, None, None),
-    ("hung initializing: fail", record(S.SUBMITTED, submitted=LATE),
-     dict(job_seen=True, job={"jobDeploymentStatus": "Initializing"}, job_stopped=True), A.MOVE, S.FAILED,
-     f"still Initializing after {LATE}s"),
-    ("pending deadline counts from submission", record(S.SUBMITTED, age=5000, submitted=30),
-     dict(job_seen=True, job={"jobStatus": "PENDING", "jobDeploymentStatus": "Running"}), A.MOVE, S.SUBMITTED, None),
-    ("hung PENDING", record(S.SUBMITTED, submitted=LATE),
-     dict(job_seen=True, job={"jobStatus": "PENDING", "jobDeploymentStatus": "Running"}, job_stopped=True), A.MOVE,
-     S.FAILED, "still Running"),
+    (
+        "KubeRay bug: Failed while RUNNING, stop it",
+        record(S.RUNNING, submitted=5),
+        dict(job_seen=True, job={"jobStatus": "RUNNING", "jobDeploymentStatus": "Failed"}),
+        A.STOP_JOB,
+        None,
+        None,
+    ),
+    (
+        "KubeRay bug: then record",
+        record(S.RUNNING, submitted=5),
+        dict(job_seen=True, job={"jobStatus": "RUNNING", "jobDeploymentStatus": "Failed"}, job_stopped=True),
+        A.MOVE,
+        S.FAILED,
+        "jobDeploymentStatus Failed",
+    ),
+    (
+        "validation failed",
+        record(S.SUBMITTED, submitted=5),
+        dict(job_seen=True, job={"jobDeploymentStatus": "ValidationFailed", "message": "bad spec"}),
+        A.STOP_JOB,
+        None,
+        None,
+    ),
+    (
+        "initializing within the deadline",
+        record(S.SUBMITTED, submitted=30, job={"jobDeploymentStatus": "Initializing"}),
+        dict(job_seen=True, job={"jobDeploymentStatus": "Initializing"}),
+        A.NOTHING,
+        None,
+        None,
+    ),
+    (
+        "first sight of initializing",
+        record(S.SUBMITTED, submitted=30),
+        dict(job_seen=True, job={"jobDeploymentStatus": "Initializing"}),
+        A.MOVE,
+        S.SUBMITTED,
+        None,
+    ),
+    (
+        "hung initializing: stop",
+        record(S.SUBMITTED, submitted=LATE),
+        dict(job_seen=True, job={"jobDeploymentStatus": "Initializing"}),
+        A.STOP_JOB,
+        None,
+        None,
+    ),
+    (
+        "hung initializing: fail",
+        record(S.SUBMITTED, submitted=LATE),
+        dict(job_seen=True, job={"jobDeploymentStatus": "Initializing"}, job_stopped=True),
+        A.MOVE,
+        S.FAILED,
+        f"still Initializing after {LATE}s",
+    ),
+    (
+        "pending deadline counts from submission",
+        record(S.SUBMITTED, age=5000, submitted=30),
+        dict(job_seen=True, job={"jobStatus": "PENDING", "jobDeploymentStatus": "Running"}),
+        A.MOVE,
+        S.SUBMITTED,
+        None,
+    ),
+    (
+        "hung PENDING",
+        record(S.SUBMITTED, submitted=LATE),
+        dict(job_seen=True, job={"jobStatus": "PENDING", "jobDeploymentStatus": "Running"}, job_stopped=True),
+        A.MOVE,
+        S.FAILED,
+        "still Running",
+    ),
     ("controller error while running", record(S.RUNNING, submitted=5), dict(error="boom"), A.MOVE, S.FAILED, "boom"),
 ]
 
@@ -132,9 +314,11 @@ AFTER_THE_END = [
 ]
 
 
-@pytest.mark.parametrize(("case", "run", "facts", "action", "state", "reason"),
-                         BEFORE_SUBMISSION + AFTER_SUBMISSION + AFTER_THE_END,
-                         ids=[row[0] for row in BEFORE_SUBMISSION + AFTER_SUBMISSION + AFTER_THE_END])
+@pytest.mark.parametrize(
+    ("case", "run", "facts", "action", "state", "reason"),
+    BEFORE_SUBMISSION + AFTER_SUBMISSION + AFTER_THE_END,
+    ids=[row[0] for row in BEFORE_SUBMISSION + AFTER_SUBMISSION + AFTER_THE_END],
+)
 def test_decision_table(case, run, facts, action, state, reason):
     step = decide(run, Facts(now=NOW, **facts))
     assert step.action == action, case
@@ -154,17 +338,42 @@ def test_every_state_has_rows():
 # --- property: the loop the handlers run, against any sequence of observations ------------------
 
 CLUSTERS = st.sampled_from([READY, CREATING, BROKEN])
-JOBS = st.one_of(st.none(), st.fixed_dictionaries({
-    "jobStatus": st.sampled_from(["", "PENDING", "RUNNING", "SUCCEEDED", "FAILED", "STOPPED"]),
-    "jobDeploymentStatus": st.sampled_from(["", "Initializing", "Running", "Complete", "Failed", "ValidationFailed",
-                                            "Suspended", "Retrying", "Waiting"]),
-}))
+JOBS = st.one_of(
+    st.none(),
+    st.fixed_dictionaries(
+        {
+            "jobStatus": st.sampled_from(["", "PENDING", "RUNNING", "SUCCEEDED", "FAILED", "STOPPED"]),
+            "jobDeploymentStatus": st.sampled_from(
+                [
+                    "",
+                    "Initializing",
+                    "Running",
+                    "Complete",
+                    "Failed",
+                    "ValidationFailed",
+                    "Suspended",
+                    "Retrying",
+                    "Waiting",
+                ]
+            ),
+        }
+    ),
+)
 
 
 @settings(max_examples=300, deadline=None)
-@given(state=st.sampled_from(list(State)), handler=st.sampled_from(["launch", "watch"]), created=st.booleans(),
-       cancel=st.booleans(), age=st.integers(0, 2 * PENDING), idle=st.integers(0, 2 * CLAIM_SECONDS),
-       cluster=CLUSTERS, job=JOBS, submit_fails=st.booleans(), reached=st.booleans())
+@given(
+    state=st.sampled_from(list(State)),
+    handler=st.sampled_from(["launch", "watch"]),
+    created=st.booleans(),
+    cancel=st.booleans(),
+    age=st.integers(0, 2 * PENDING),
+    idle=st.integers(0, 2 * CLAIM_SECONDS),
+    cluster=CLUSTERS,
+    job=JOBS,
+    submit_fails=st.booleans(),
+    reached=st.booleans(),
+)
 def test_the_loop_ends_legally(state, handler, created, cancel, age, idle, cluster, job, submit_fails, reached):
     on_cluster = state in (S.SUBMITTED, S.RUNNING) or (state.terminal and reached)
     run = record(state, age=age, idle=min(idle, age), cancel=cancel, submitted=min(age, 10) if on_cluster else None)

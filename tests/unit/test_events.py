@@ -13,26 +13,52 @@ from cloudevents.http import CloudEvent
 from functions.core import events, runids
 
 STORAGE_DATA = {  # a real finalize payload's fields (Eventarc's StorageObjectData sample), our names
-    "bucket": "raytune-configs", "contentType": "application/json", "crc32c": "rTVTeQ==", "etag": "CNHZkbuF/ugCEAE=",
-    "generation": "1587627537231057", "id": "raytune-configs/configs/shop.json/1587627537231057",
-    "kind": "storage#object", "md5Hash": "kF8MuJ5+CTJxvyhHS1xzRg==", "metageneration": "1",
-    "name": "configs/shop.json", "size": "352", "storageClass": "STANDARD",
-    "timeCreated": "2026-12-02T07:38:57.230Z", "updated": "2026-12-02T07:38:57.230Z",
+    "bucket": "raytune-configs",
+    "contentType": "application/json",
+    "crc32c": "rTVTeQ==",
+    "etag": "CNHZkbuF/ugCEAE=",
+    "generation": "1587627537231057",
+    "id": "raytune-configs/configs/shop.json/1587627537231057",
+    "kind": "storage#object",
+    "md5Hash": "kF8MuJ5+CTJxvyhHS1xzRg==",
+    "metageneration": "1",
+    "name": "configs/shop.json",
+    "size": "352",
+    "storageClass": "STANDARD",
+    "timeCreated": "2026-12-02T07:38:57.230Z",
+    "updated": "2026-12-02T07:38:57.230Z",
 }
 
 
 def storage(data: dict, **attributes) -> CloudEvent:
-    return CloudEvent({"type": events.STORAGE_FINALIZED, "source": "//storage.googleapis.com/projects/_/buckets/b",
-                       "id": "1", "time": data.get("timeCreated"), **attributes}, data)
+    return CloudEvent(
+        {
+            "type": events.STORAGE_FINALIZED,
+            "source": "//storage.googleapis.com/projects/_/buckets/b",
+            "id": "1",
+            "time": data.get("timeCreated"),
+            **attributes,
+        },
+        data,
+    )
 
 
 def published(body: bytes | dict, message_id: str = "message-id", publish_time: str = "2026-12-02T04:06:14.109Z"):
     raw = body if isinstance(body, bytes) else json.dumps(body).encode()
-    data = {"subscription": "projects/p/subscriptions/s", "message": {
-        "@type": "type.googleapis.com/google.pubsub.v1.PubsubMessage", "attributes": {"attr1": "attr1-value"},
-        "data": base64.b64encode(raw).decode(), "messageId": message_id, "publishTime": publish_time}}
-    return CloudEvent({"type": events.PUBSUB_PUBLISHED, "source": "//pubsub.googleapis.com/projects/p/topics/t",
-                       "id": message_id}, data)
+    data = {
+        "subscription": "projects/p/subscriptions/s",
+        "message": {
+            "@type": "type.googleapis.com/google.pubsub.v1.PubsubMessage",
+            "attributes": {"attr1": "attr1-value"},
+            "data": base64.b64encode(raw).decode(),
+            "messageId": message_id,
+            "publishTime": publish_time,
+        },
+    }
+    return CloudEvent(
+        {"type": events.PUBSUB_PUBLISHED, "source": "//pubsub.googleapis.com/projects/p/topics/t", "id": message_id},
+        data,
+    )
 
 
 def test_upload_names_its_run_by_object_and_generation():
@@ -69,34 +95,42 @@ def test_redeliveries_of_a_message_name_one_run():
 
 
 def test_nightly_runs_once_a_day():
-    morning = events.launch_request(published({"config_uri": "gs://b/n.json", "nightly": True}, "1",
-                                              "2026-12-02T01:00:00Z"))
-    evening = events.launch_request(published({"config_uri": "gs://b/n.json", "nightly": True}, "2",
-                                              "2026-12-02T23:00:00Z"))
+    morning = events.launch_request(
+        published({"config_uri": "gs://b/n.json", "nightly": True}, "1", "2026-12-02T01:00:00Z")
+    )
+    evening = events.launch_request(
+        published({"config_uri": "gs://b/n.json", "nightly": True}, "2", "2026-12-02T23:00:00Z")
+    )
     assert morning.run_id == evening.run_id == "nightly-20261202" and morning.source["kind"] == "nightly"
 
 
-@pytest.mark.parametrize(("body", "error"), [
-    (b"\x00 not json", "not JSON"),
-    (b"[1, 2]", "must be a JSON object"),
-    ({}, "exactly one of"),
-    ({"config": {}, "config_uri": "gs://b/x"}, "exactly one of"),
-    ({"config": "text"}, "must be a JSON object"),
-    ({"config_uri": "http://elsewhere/x"}, "gs:// URI"),
-    ({"config": {}, "run_name": "Not A Label"}, "run_name"),
-])
+@pytest.mark.parametrize(
+    ("body", "error"),
+    [
+        (b"\x00 not json", "not JSON"),
+        (b"[1, 2]", "must be a JSON object"),
+        ({}, "exactly one of"),
+        ({"config": {}, "config_uri": "gs://b/x"}, "exactly one of"),
+        ({"config": "text"}, "must be a JSON object"),
+        ({"config_uri": "http://elsewhere/x"}, "gs:// URI"),
+        ({"config": {}, "run_name": "Not A Label"}, "run_name"),
+    ],
+)
 def test_bad_messages_carry_their_reason(body, error):
     request = events.launch_request(published(body))
     assert any(error in e for e in request.errors), request.errors
     assert request.config is None and request.config_uri is None
 
 
-@pytest.mark.parametrize(("body", "kind", "run_id"), [
-    ({"kind": "tick"}, "tick", None),
-    ({}, "tick", None),
-    ({"kind": "cancel", "run_id": "shop-0123456789"}, "cancel", "shop-0123456789"),
-    ({"kind": "finished", "run_id": "shop-0123456789", "outcome": "succeeded"}, "finished", "shop-0123456789"),
-])
+@pytest.mark.parametrize(
+    ("body", "kind", "run_id"),
+    [
+        ({"kind": "tick"}, "tick", None),
+        ({}, "tick", None),
+        ({"kind": "cancel", "run_id": "shop-0123456789"}, "cancel", "shop-0123456789"),
+        ({"kind": "finished", "run_id": "shop-0123456789", "outcome": "succeeded"}, "finished", "shop-0123456789"),
+    ],
+)
 def test_watch_messages(body, kind, run_id):
     assert events.watch_request(published(body)) == events.WatchRequest(kind=kind, run_id=run_id)
 

@@ -45,10 +45,17 @@ def test_reference_cluster_follows_the_recipe():
     container = head["template"]["spec"]["containers"][0]
     assert head["rayStartParams"] == {"dashboard-host": "0.0.0.0"}
     assert {p["containerPort"] for p in container["ports"]} == {6379, 8265, 10001}
-    assert container["resources"]["requests"] == container["resources"]["limits"] == {
-        "cpu": "24", "memory": "64Gi", "ephemeral-storage": "9Gi"}
-    assert container["env"] == [{"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {
-        "name": "hf-secret", "key": "hf_api_token", "optional": True}}}]
+    assert (
+        container["resources"]["requests"]
+        == container["resources"]["limits"]
+        == {"cpu": "24", "memory": "64Gi", "ephemeral-storage": "9Gi"}
+    )
+    assert container["env"] == [
+        {
+            "name": "HF_TOKEN",
+            "valueFrom": {"secretKeyRef": {"name": "hf-secret", "key": "hf_api_token", "optional": True}},
+        }
+    ]
     [group] = cluster["spec"]["workerGroupSpecs"]
     assert (group["groupName"], group["replicas"], group["minReplicas"], group["maxReplicas"]) == ("gpu-group", 2, 2, 5)
     worker = group["template"]["spec"]
@@ -73,8 +80,12 @@ def test_objects_are_valid_for_kuberay_and_kubernetes():
         assert obj["apiVersion"] == "ray.io/v1"
         assert unknown_fields(obj) == []
     for template in pod_templates(cluster):
-        pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", **template["metadata"]},
-               "spec": template["spec"]}
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "p", **template["metadata"]},
+            "spec": template["spec"],
+        }
         kubernetes_validate.validate(pod, K8S_VERSION, strict=True)
 
 
@@ -86,7 +97,7 @@ def test_code_configmap_mounts_as_the_package():
     assert configmap["metadata"]["annotations"]["raytune.dev/code-sha256"] == CODE_HASH
 
 
-@pytest.mark.parametrize("hostile", ["'; rm -rf / #", "$(curl evil)", "`id`", "a\"b\\c", "line\nbreak"])
+@pytest.mark.parametrize("hostile", ["'; rm -rf / #", "$(curl evil)", "`id`", 'a"b\\c', "line\nbreak"])
 def test_entrypoint_quotes_every_argument(hostile):
     cfg = reference(prompts=reference().prompts.model_copy(update={"system": hostile}))
     job = manifests.ray_job(cfg, "run-1", CODE_HASH, {})
@@ -103,8 +114,9 @@ def test_runtime_env_pins_the_trainer_versions():
     assert runtime["env_vars"]["RAYTUNE_WATCH_TOPIC"] == "projects/my-project/topics/raytune-watch"
     pins = dict(p.split("==") for p in runtime["pip"]["packages"])
     assert pins["torch"] == "2.13.0" and pins["trl"] == "1.16.0" and pins["transformers"] == "5.24.0"
-    image_based = manifests.ray_job(reference(cluster=reference().cluster.model_copy(update={"dependencies": "image"})),
-                                    "run-1", CODE_HASH, {})
+    image_based = manifests.ray_job(
+        reference(cluster=reference().cluster.model_copy(update={"dependencies": "image"})), "run-1", CODE_HASH, {}
+    )
     assert "pip" not in yaml.safe_load(image_based["spec"]["runtimeEnvYAML"])
 
 
