@@ -4,6 +4,7 @@ so run-record compare-and-swap is real). Used by the embedded local default and 
 from __future__ import annotations
 
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -12,11 +13,62 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+# Every process started here carries this variable (its value names the run), and so do their children:
+# what a run started can be found and stopped, and nothing else on a shared machine.
+TAG = "RAYTUNE_LOCAL_TAG"
+# Below the kernel's ephemeral range (32768-60999 by default), so an outgoing connection does not take a
+# worker port between the check and Ray's bind.
+RANGE_LOW, RANGE_HIGH = 11000, 32000
+
 
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+        return int(sock.getsockname()[1])
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
+def free_port_range(count: int, attempts: int = 200) -> tuple[int, int]:
+    """A run of `count` ports that are all free now, at a random place (two runs rarely pick the same)."""
+    for _ in range(attempts):
+        low = random.randrange(RANGE_LOW, RANGE_HIGH - count)
+        if all(_bindable(port) for port in range(low, low + count)):
+            return low, low + count - 1
+    raise RuntimeError(f"no {count} free ports in a row between {RANGE_LOW} and {RANGE_HIGH}")
+
+
+def tagged(tag: str) -> list[int]:
+    """Pids of live processes whose environment carries TAG=tag (this user's; others are unreadable)."""
+    needle = f"{TAG}={tag}".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            if needle in (entry / "environ").read_bytes().split(b"\0"):
+                found.append(int(entry.name))
+        except OSError:
+            continue  # gone meanwhile, or not ours
+    return found
+
+
+def kill_tagged(tag: str) -> list[int]:
+    """SIGKILL what is left of a run's processes (children that left their process group)."""
+    pids = tagged(tag)
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    return pids
 
 
 def port_open(port: int) -> bool:
@@ -34,7 +86,7 @@ def wait_until(
     while time.monotonic() < deadline:
         if proc is not None and proc.poll() is not None:
             program = proc.args[0] if isinstance(proc.args, list) else proc.args
-            raise RuntimeError(f"{program!s} exited with {proc.returncode} before {what}")
+            raise RuntimeError(f"{Path(str(program)).name} exited with {proc.returncode} before {what}")
         if ready():
             return
         time.sleep(0.05)
@@ -50,14 +102,17 @@ class Service:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def stop(self) -> None:
-        """Stop the whole process group (wrappers such as gcloud leave their children otherwise)."""
+    def stop(self, grace_s: float = 10.0) -> None:
+        """Stop the whole process group (wrappers such as gcloud leave their children otherwise): SIGTERM,
+        then SIGKILL after `grace_s`."""
         if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
             try:
-                self.proc.wait(timeout=10)
+                os.killpg(self.proc.pid, signal.SIGTERM)
+                self.proc.wait(timeout=grace_s)
             except subprocess.TimeoutExpired:
                 os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+            except ProcessLookupError:
                 self.proc.wait()
 
 
@@ -65,7 +120,7 @@ def start(
     args: list[str],
     port: int,
     log_file: Path,
-    env: dict | None = None,
+    env: dict[str, str] | None = None,
     timeout_s: float = 30.0,
     ready: Callable[[], bool] | None = None,
 ) -> Service:
@@ -82,9 +137,9 @@ def start(
         )
     service = Service(proc, port)
     try:
-        wait_until(ready or (lambda: port_open(port)), f"ready ({args[0]})", timeout_s, proc)
-    except Exception:
-        service.stop()
+        wait_until(ready or (lambda: port_open(port)), f"ready ({Path(args[0]).name})", timeout_s, proc)
+    except BaseException:  # an interrupt while it starts must not leave it running
+        service.stop(grace_s=2)
         raise
     return service
 
@@ -99,7 +154,9 @@ def fake_gcs_binary() -> str:
     return str(binary)
 
 
-def fake_gcs(log_file: Path, port: int | None = None, data_dir: Path | None = None) -> Service:
+def fake_gcs(
+    log_file: Path, port: int | None = None, data_dir: Path | None = None, env: dict[str, str] | None = None
+) -> Service:
     """fake-gcs-server on loopback: in memory, or kept under data_dir. Point clients at it with
     STORAGE_EMULATOR_HOST=<url>."""
     port = port or free_port()
@@ -121,4 +178,4 @@ def fake_gcs(log_file: Path, port: int | None = None, data_dir: Path | None = No
         args += ["-backend", "filesystem", "-filesystem-root", str(data_dir)]
     else:
         args += ["-backend", "memory"]
-    return start(args, port, log_file)
+    return start(args, port, log_file, env=env)

@@ -1,19 +1,29 @@
 """The local Platform: a Ray cluster of local processes (a head without CPUs for training, as on GKE,
-plus a worker group of 1-CPU worker nodes that scales up for the run and back to zero after it, like
-the RayCluster's GPU group), the RayJob a Ray Jobs API submission of the trainer entrypoint."""
+plus a worker group that scales up for the run and back to zero after it, like the RayCluster's GPU
+group), the RayJob a Ray Jobs API submission of the trainer entrypoint.
+
+Made for a fresh or a busy machine: the cluster has an auth token of its own (under the workdir, given
+to every node and to the Jobs client; nothing from the home directory), every port is chosen free, and
+every process carries a tag, so stopping the run stops exactly what it started.
+"""
 
 from __future__ import annotations
 
 import datetime as dt
 import os
+import secrets
+import shutil
+import subprocess
 import sys
 import tempfile
 import threading
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from functions.core import manifests
+from functions.core import joblog, manifests
 from functions.core.config import RunConfig
+from functions.core.errors import PermanentError
 from functions.core.platform import ClusterReadiness, Workers
 from functions.local import emulators
 from trainer.codehash import ROOT, code_files, code_sha256
@@ -25,40 +35,108 @@ JOB_DEPLOYMENT = {
     "STOPPED": "Complete",
     "FAILED": "Failed",
 }
+WORKER_PORTS = 100  # ports for a node's worker processes (a 1-CPU node runs a handful)
+START_TIMEOUT_S = 180
 
 
 def _iso(ms: int | None) -> str | None:
     return dt.datetime.fromtimestamp(ms / 1000, dt.UTC).isoformat() if ms else None
 
 
+def machine_gpus() -> int:
+    """NVIDIA GPUs on this machine (0 without a driver)."""
+    if shutil.which("nvidia-smi") is None:
+        return 0
+    try:
+        listing = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return 0
+    return sum(1 for line in listing.splitlines() if line.startswith("GPU "))
+
+
+def check_fits(cfg: RunConfig, gpus: int) -> None:
+    """A GPU config must fit this machine's GPUs; say what would."""
+    scaling = cfg.scaling
+    wanted = scaling.nodes * scaling.gpus_per_node
+    if wanted > gpus:
+        raise PermanentError(
+            f"scaling asks for {scaling.nodes} x {scaling.gpus_per_node} GPUs; this machine has {gpus}: "
+            + (
+                "set scaling.gpus_per_node to 0 for a CPU run"
+                if gpus == 0
+                else f"set scaling.nodes x scaling.gpus_per_node to at most {gpus} for a local run"
+            )
+        )
+
+
+def auth_token(workdir: Path) -> Path:
+    """The local cluster's Ray auth token, made once per workdir (mode 0600)."""
+    path = workdir / "ray-auth-token"
+    if not path.exists():
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as out:
+            out.write(secrets.token_hex(32))
+    return path
+
+
+@dataclass(frozen=True)
+class NodeShape:
+    cpus: int
+    gpus: int
+    accelerator: str | None  # advertised, not enforced: a local GPU stands in for the config's type
+
+
 class LocalRay:
     """Platform on a Ray cluster of local processes, driven through the Ray Jobs API."""
 
-    def __init__(self, workdir: Path, cpus_per_worker: int = 1):
+    def __init__(self, workdir: Path, tag: str, gpus: int | None = None):
         self.workdir = workdir
-        self.cpus_per_worker = cpus_per_worker
+        self.logs = workdir / "logs"
+        self.tag = tag
+        self.gpus = machine_gpus() if gpus is None else gpus
         # Ray's socket paths are length-limited: keep its temp dir short.
         self.ray_tmp = tempfile.mkdtemp(prefix="rt-", dir="/tmp")
+        self.env = {
+            "RAY_AUTH_MODE": "token",
+            "RAY_AUTH_TOKEN_PATH": str(auth_token(workdir)),
+            "RAY_TMPDIR": self.ray_tmp,
+            "RAY_USAGE_STATS_ENABLED": "0",
+            emulators.TAG: tag,
+        }
+        # The Jobs client in this process authenticates with the same token.
+        os.environ.update({k: self.env[k] for k in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN_PATH")})
         self.head: emulators.Service | None = None
         self.dashboard_port = 0
+        self.shape = NodeShape(cpus=1, gpus=0, accelerator=None)
         self.nodes: list[emulators.Service] = []  # the worker group
         self.generation = 0  # bumped on every scale: the precondition scale() checks
         self.lock = threading.RLock()
-        self._client = None
-        os.environ.setdefault("RAY_AUTH_MODE", "token")
+        self._client: Any = None
 
-    def _ray_start(self, args: list[str], port: int, name: str) -> emulators.Service:
-        """One `ray start --block` (a pod, on GKE), ready once it says so in its log."""
+    def _ray_start(self, args: list[str], env: dict[str, str], port: int, name: str) -> emulators.Service:
+        """One `ray start --block` (a pod, on GKE), every port its own, ready once it says so in its log."""
         ray = str(Path(sys.executable).parent / "ray")
-        log = self.workdir / f"{name}.log"
+        log = self.logs / f"{name}.log"
+        log.parent.mkdir(parents=True, exist_ok=True)
         log.unlink(missing_ok=True)
-        env = {"RAY_TMPDIR": self.ray_tmp, "RAY_USAGE_STATS_ENABLED": "0"}
+        low, high = emulators.free_port_range(WORKER_PORTS)
+        ports = [
+            f"--node-manager-port={emulators.free_port()}",
+            f"--object-manager-port={emulators.free_port()}",
+            f"--dashboard-agent-listen-port={emulators.free_port()}",
+            f"--dashboard-agent-grpc-port={emulators.free_port()}",
+            f"--runtime-env-agent-port={emulators.free_port()}",
+            f"--metrics-export-port={emulators.free_port()}",
+            f"--min-worker-port={low}",
+            f"--max-worker-port={high}",
+        ]
+        command = [ray, "start", "--block", "--disable-usage-stats", "--node-ip-address=127.0.0.1", *ports, *args]
         return emulators.start(
-            [ray, "start", "--block", "--disable-usage-stats", "--node-ip-address=127.0.0.1", *args],
+            command,
             port,
             log,
-            env=env,
-            timeout_s=180,
+            env={**self.env, **env},
+            timeout_s=START_TIMEOUT_S,
             ready=lambda: log.exists() and "Ray runtime started" in log.read_text(errors="replace"),
         )
 
@@ -72,8 +150,10 @@ class LocalRay:
                         f"--port={port}",
                         "--num-cpus=0",
                         f"--dashboard-port={self.dashboard_port}",
+                        f"--ray-client-server-port={emulators.free_port()}",
                         f"--temp-dir={self.ray_tmp}",
                     ],
+                    {},
                     port,
                     "ray-head",
                 )
@@ -81,7 +161,7 @@ class LocalRay:
         return ClusterReadiness("ready")
 
     @property
-    def client(self):
+    def client(self) -> Any:
         from ray.job_submission import JobSubmissionClient
 
         with self.lock:
@@ -89,32 +169,43 @@ class LocalRay:
                 self._client = JobSubmissionClient(f"http://127.0.0.1:{self.dashboard_port}")
             return self._client
 
+    def _node_args(self, index: int) -> tuple[list[str], dict[str, str]]:
+        """Worker node `index`'s resources; on a GPU machine its own slice of the GPUs (Ray would otherwise
+        give every local node the same devices)."""
+        assert self.head is not None, "the head starts before any worker"
+        shape = self.shape
+        args = [f"--address=127.0.0.1:{self.head.port}", f"--num-cpus={shape.cpus}", f"--num-gpus={shape.gpus}"]
+        env = {}
+        if shape.gpus:
+            devices = range(index * shape.gpus, (index + 1) * shape.gpus)
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(str(d) for d in devices)
+        if shape.accelerator:
+            args.append(f'--resources={{"accelerator_type:{shape.accelerator}": 1}}')
+        return args, env
+
     def _scale_to(self, replicas: int) -> None:
+        """Start the missing nodes or stop the extra ones. One at a time: two `ray start` of one cluster at
+        once on this machine time out registering with the GCS."""
         while len(self.nodes) < replicas:
             assert self.head is not None, "the head starts before any worker"
-            # Nodes on one machine need ports of their own (on GKE each pod has its own address).
-            ports = [emulators.free_port() for _ in range(2)]
-            low = 20000 + 1000 * len(self.nodes)
-            self.nodes.append(
-                self._ray_start(
-                    [
-                        f"--address=127.0.0.1:{self.head.port}",
-                        f"--num-cpus={self.cpus_per_worker}",
-                        f"--dashboard-agent-listen-port={ports[0]}",
-                        f"--metrics-export-port={ports[1]}",
-                        f"--min-worker-port={low}",
-                        f"--max-worker-port={low + 999}",
-                    ],
-                    self.head.port,
-                    f"ray-worker-{len(self.nodes)}",
-                )
-            )
+            index = len(self.nodes)
+            self.nodes.append(self._ray_start(*self._node_args(index), self.head.port, f"ray-worker-{index}"))
         while len(self.nodes) > replicas:
             self.nodes.pop().stop()
         self.generation += 1
 
     def submit(self, cfg: RunConfig, run_id: str, worker_replicas: int, env: dict[str, str]) -> None:
+        scaling = cfg.scaling
+        if scaling.use_gpu:
+            check_fits(cfg, self.gpus)
         with self.lock:
+            self.shape = NodeShape(
+                cpus=scaling.cpus_per_worker
+                if not scaling.use_gpu
+                else scaling.cpus_per_worker * scaling.gpus_per_node,
+                gpus=scaling.gpus_per_node,
+                accelerator=scaling.accelerator if scaling.use_gpu else None,
+            )
             if len(self.nodes) != worker_replicas:
                 self._scale_to(worker_replicas)
         if self.job_status(cfg, run_id) is not None:
@@ -128,6 +219,8 @@ class LocalRay:
         )
 
     def job_status(self, cfg: RunConfig | None, run_id: str) -> dict[str, Any] | None:
+        if self.head is None:
+            return None  # no cluster, no job
         try:
             info = self.client.get_job_info(run_id)
         except RuntimeError as err:
@@ -138,16 +231,33 @@ class LocalRay:
         return {
             "jobStatus": status,
             "jobDeploymentStatus": JOB_DEPLOYMENT[status],
-            "message": info.message,
+            "message": self._failure(run_id, info.message) if status == "FAILED" else info.message,
             "startTime": _iso(info.start_time),
             "endTime": _iso(info.end_time),
         }
 
-    def logs(self, run_id: str) -> str:
-        return self.client.get_job_logs(run_id)
+    def job_logs(self, run_id: str) -> str:
+        return str(self.client.get_job_logs(run_id)) if self.head is not None else ""
 
-    def stop(self, cfg: RunConfig, run_id: str) -> None:
-        self.client.stop_job(run_id)
+    def save_job_log(self, run_id: str) -> Path | None:
+        """The job driver's log, copied into the workdir (the cluster and its logs go with the run)."""
+        text = self.job_logs(run_id)
+        if not text:
+            return None
+        path = self.logs / f"{run_id}-driver.log"
+        path.write_text(text)
+        return path
+
+    def _failure(self, run_id: str, message: str | None) -> str:
+        """A failed job's reason for people: the root cause's last exception line and where the log is."""
+        path = self.save_job_log(run_id)
+        text = path.read_text(errors="replace") if path else ""
+        cause = joblog.root_cause(text) or joblog.clean((message or "the job failed").strip().splitlines()[-1])
+        return f"{cause[: joblog.REASON_LIMIT]}" + (f" (driver log: {path})" if path else "")
+
+    def stop(self, cfg: RunConfig | None, run_id: str) -> None:
+        if self.head is not None:
+            self.client.stop_job(run_id)
 
     def workers(self, cfg: RunConfig) -> Workers | None:
         with self.lock:
@@ -161,8 +271,12 @@ class LocalRay:
             return True
 
     def shutdown(self) -> None:
+        """Stop every node and the head; Ray's temp dir goes too."""
         with self.lock:
             self._scale_to(0)
             if self.head:
-                self.head.stop()
+                # The head's GCS and raylet drain for 10 s on SIGTERM; nothing in them outlives the run (its
+                # logs are copied before), so it gets a second.
+                self.head.stop(grace_s=1)
                 self.head = None
+            shutil.rmtree(self.ray_tmp, ignore_errors=True)
