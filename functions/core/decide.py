@@ -115,7 +115,7 @@ def _before_submission(record: RunRecord, facts: Facts) -> Step:
     if record.state == State.PROVISIONING and facts.handler == "launch":
         return NOTHING
     if record.cancel_requested:
-        return move(State.CANCELLED, "cancelled on request before submission")
+        return move(State.CANCELLED, f"{record.cancel_why}, before submission")
     deadline = pending_seconds(record)
     if (facts.now - record.created_at).total_seconds() > deadline:
         return move(State.FAILED, f"not submitted within deadlines.pending_seconds ({deadline}s)")
@@ -141,7 +141,7 @@ def _submitted(record: RunRecord, facts: Facts) -> Step:
     if record.cancel_requested:
         if not facts.job_stopped:
             return Step(Action.STOP_JOB)
-        return move(State.CANCELLED, "cancelled on request", collect_result=True)
+        return move(State.CANCELLED, record.cancel_why, collect_result=True)
     if not facts.job_seen:
         return Step(Action.OBSERVE_JOB)
     state, reason = job_outcome(record, facts.job, facts.now, pending_seconds(record))
@@ -172,7 +172,7 @@ def job_outcome(
         return State.SUCCEEDED, detail
     if job == "STOPPED":
         if record.cancel_requested:
-            return State.CANCELLED, "cancelled on request"
+            return State.CANCELLED, record.cancel_why
         return State.FAILED, detail or "the Ray job was stopped"
     if job == "FAILED" or deployment in DEPLOYMENT_TERMINAL:
         return State.FAILED, detail or f"jobStatus {job}, jobDeploymentStatus {deployment}"

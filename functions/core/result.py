@@ -39,3 +39,20 @@ class RunResult(Lenient):
     checkpoints: list[str] = []
     metrics: RunMetrics = RunMetrics()
     wall_seconds: float | None = None
+
+
+# Progress lines: rank 0 of the trainer prints `RAYTUNE_PROGRESS {...}` at every log and evaluation.
+PROGRESS_MARKER = "RAYTUNE_PROGRESS "
+
+
+class Progress(Lenient):
+    step: int
+    max_steps: int
+    epoch: float | None = None
+    elapsed_s: float | None = None
+    eta_s: float | None = None
+    loss: float | None = None
+    eval_loss: float | None = None
+    learning_rate: float | None = None
+    grad_norm: float | None = None
+    mean_token_accuracy: float | None = None

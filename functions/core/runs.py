@@ -71,6 +71,7 @@ class RunRecord(BaseModel):
     job: dict[str, Any] | None = None  # last RayJob status seen
     result: RunResult | None = None  # the trainer's result.json: checkpoints and metrics
     cancel_requested: bool = False
+    cancel_reason: str | None = None  # who or what asked, e.g. "interrupted (SIGINT)"
     settled: bool = False  # terminal and its run-finished event published
     generation: int = Field(0, exclude=True)  # GCS generation this copy was read at
 
@@ -95,6 +96,10 @@ class RunRecord(BaseModel):
     def entered(self, state: State) -> dt.datetime | None:
         """When the run last entered `state`, if it ever did."""
         return next((t.at for t in reversed(self.history) if t.state == state), None)
+
+    @property
+    def cancel_why(self) -> str:
+        return self.cancel_reason or "cancelled on request"
 
     @property
     def reached_cluster(self) -> bool:

@@ -40,13 +40,15 @@ def handle(event: Any, ctx: Context | None = None) -> list[RunRecord]:
     return reconcile_all(ctx)
 
 
-def request_cancel(ctx: Context, run_id: str) -> None:
+def request_cancel(ctx: Context, run_id: str, reason: str | None = None) -> RunRecord | None:
+    """Mark the run for cancelling (the decision function acts on the mark); None for an unknown run."""
+    update = {"cancel_requested": True, "cancel_reason": reason}
     record = ctx.store.update(
-        run_id,
-        lambda r: None if r.state.terminal or r.cancel_requested else r.model_copy(update={"cancel_requested": True}),
+        run_id, lambda r: None if r.state.terminal or r.cancel_requested else r.model_copy(update=update)
     )
     if record is None:
         log.warning("cancel for unknown run %s", run_id)
+    return record
 
 
 def await_job_end(ctx: Context, run_id: str) -> None:

@@ -1,35 +1,69 @@
 """`raytune local`: the embedded local default. The same launch and watch handlers, on this machine:
 the bucket is fake-gcs-server (run records, the uploaded config), the cluster a local Ray cluster
-(functions/local/platform.py), checkpoints a local folder, the model the tiny Gemma 3.
+(functions/local/platform.py), checkpoints a folder, the model the tiny Gemma 3 (or a hub model on a
+GPU workstation).
+
+A workdir holds one local environment (bucket, checkpoints, logs, records) and serves one run at a
+time; a second `raytune local` at once takes the next free default workdir. Ctrl-C or SIGTERM at any
+moment cancels the run, stops every process it started and exits 130/143.
 """
 
 from __future__ import annotations
 
-import json
+import contextlib
+import fcntl
 import logging
 import os
-import re
 import signal
 import sys
 import time
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from types import FrameType
+from typing import Any, TextIO
 
 from functions.adapters.store import RunStore
-from functions.handlers import launch, watch
+from functions.core import joblog
+from functions.core.config import config_format, parse_config
+from functions.core.decide import Facts
+from functions.core.result import Progress
+from functions.core.runs import RunRecord, State
+from functions.handlers import launch, steps, watch
 from functions.handlers.context import Context
 from functions.handlers.settings import Settings
 from functions.local import emulators
 from functions.local.cloudevents import message_published, object_finalized
-from functions.local.platform import LocalRay
-from trainer.codehash import ROOT
+from functions.local.platform import LocalRay, check_fits, machine_gpus
 
 BUCKET = "raytune-local"
 EVENTS_TOPIC = "local/run-events"
-TICK_S = 2.0
-PROGRESS = re.compile(r"\{'loss'|'train_runtime'|Checkpoint successfully created|Error|error:")
-ANSI = re.compile(r"\x1b\[[0-9;]*m")
+TICK_S = 1.0
+QUICKSTART = Path(__file__).with_name("quickstart.json")
+DEFAULT_WORKDIR = Path(".raytune/local")
+
+
+class Interrupted(BaseException):
+    """SIGINT or SIGTERM: the run is cancelled and everything it started is stopped."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def _raise_interrupted(signum: int, frame: FrameType | None) -> None:
+    raise Interrupted(signum)
+
+
+class Console:
+    """One line per event, with the time since start; everything else goes to the log files."""
+
+    def __init__(self, out: TextIO) -> None:
+        self.out = out
+        self.started = time.monotonic()
+
+    def __call__(self, text: str) -> None:
+        print(f"[{time.monotonic() - self.started:6.1f}s] {text}", file=self.out, flush=True)
 
 
 class ConsolePublisher:
@@ -39,42 +73,196 @@ class ConsolePublisher:
         self.say = say
 
     def publish(self, topic: str, message: dict[str, Any], **attributes: str) -> str:
-        self.say(f"event -> {topic}: {json.dumps(message, sort_keys=True)}")
+        self.say(f"event -> {topic}: {message['state']} {message.get('reason') or ''}".rstrip())
         return "local"
 
 
-class Console:
-    def __init__(self) -> None:
-        self.started = time.monotonic()
+@contextlib.contextmanager
+def workdir_lock(requested: Path | None) -> Iterator[Path]:
+    """Hold the workdir for this run. The default one taken by a run in progress: the next free
+    `.raytune/local-N`; an explicit one: an error naming who holds it."""
+    candidates = (
+        [requested] if requested else [DEFAULT_WORKDIR, *(Path(f"{DEFAULT_WORKDIR}-{n}") for n in range(2, 10))]
+    )
+    for workdir in candidates:
+        workdir = workdir.resolve()
+        workdir.mkdir(parents=True, exist_ok=True)
+        handle = open(workdir / ".lock", "a+")  # noqa: SIM115 - held for the run
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            holder = handle.read().strip() or "?"
+            handle.close()
+            if requested:
+                raise RuntimeError(
+                    f"{workdir} is in use by another raytune local (pid {holder}); "
+                    "pass another --workdir to run both at once"
+                ) from None
+            continue
+        handle.seek(0)
+        handle.truncate()
+        handle.write(str(os.getpid()))
+        handle.flush()
+        try:
+            yield workdir
+        finally:
+            handle.close()
+        return
+    raise RuntimeError("every default workdir is in use; pass --workdir")
 
-    def __call__(self, text: str) -> None:
-        print(f"[{time.monotonic() - self.started:6.1f}s] {text}", flush=True)
+
+def progress_line(event: Progress) -> str:
+    parts = [f"step {event.step}/{event.max_steps}"]
+    if event.epoch is not None:
+        parts.append(f"epoch {event.epoch:.2f}")
+    if event.loss is not None:
+        parts.append(f"loss {event.loss:.4f}")
+    if event.eval_loss is not None:
+        parts.append(f"eval loss {event.eval_loss:.4f}")
+    if event.eta_s is not None:
+        parts.append(f"ETA {event.eta_s:.0f}s")
+    return " · ".join(parts)
 
 
-def run(config_path: str, workdir: Path = ROOT / ".raytune" / "local") -> int:
-    """`raytune local CONFIG`: upload the config, launch, watch to the end, print the run record."""
-    from functions.adapters.gcs import Bucket, storage_client
+def summary(record: RunRecord, wall_s: float, record_path: Path) -> list[str]:
+    lines = [
+        f"run {record.run_id} {record.state.value} in {wall_s:.1f}s"
+        + (f": {record.reason}" if record.reason and record.state != State.SUCCEEDED else "")
+    ]
+    result = record.result
+    if result is not None:
+        metrics = result.metrics
+        if result.adapter_path:
+            lines.append(f"  adapter          {result.adapter_path}")
+        if result.best_checkpoint:
+            score = (
+                f" ({metrics.best_checkpoint_by} {metrics.best_checkpoint_score:.4f})"
+                if metrics.best_checkpoint_score is not None
+                else ""
+            )
+            lines.append(f"  best checkpoint  {result.best_checkpoint}{score}")
+        if metrics.tokens_per_second:
+            lines.append(
+                f"  throughput       {metrics.tokens_per_second:.0f} tokens/s, "
+                f"{metrics.global_step} steps in {metrics.train_runtime_seconds or 0:.1f}s of training"
+            )
+    lines.append(f"  record           {record_path}")
+    return lines
 
-    say = Console()
-    # A terminated `raytune local` still stops its Ray nodes and fake-gcs-server (the finally below).
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+
+class LocalRun:
+    """One `raytune local` run: the handlers driven by hand, as Eventarc and the scheduler would."""
+
+    def __init__(self, ctx: Context, platform: LocalRay, workdir: Path, say: Callable[[str], None]):
+        self.ctx, self.platform, self.workdir, self.say = ctx, platform, workdir, say
+        self.log_seen = 0
+        self.steps_seen: set[tuple[int, bool]] = set()
+
+    def settle_earlier_runs(self) -> None:
+        """Runs an earlier `raytune local` of this workdir left live (it was killed): their cluster is gone,
+        so they are cancelled, never revived."""
+        for record in self.ctx.store.active(now=self.ctx.clock()):
+            was = record.state
+            if not was.terminal:
+                watch.request_cancel(self.ctx, record.run_id, "its raytune local ended before it did")
+            ended = steps.run(
+                self.ctx, self.ctx.store.get(record.run_id) or record, Facts(now=self.ctx.clock(), created=True)
+            )
+            self.say(f"earlier run {record.run_id} left {was.value}: now {ended.state.value}")
+
+    def launch(self, config: Path) -> RunRecord:
+        from functions.adapters.gcs import storage_client
+
+        blob = storage_client().bucket(BUCKET).blob(f"configs/{config.name}")
+        blob.upload_from_string(config.read_bytes())
+        self.say(f"uploaded {config} as gs://{BUCKET}/{blob.name}#{blob.generation}")
+        record = launch.handle(
+            object_finalized(BUCKET, blob.name, blob.generation, blob.size, blob.time_created), self.ctx
+        )
+        assert record is not None, "a configs/ upload is never ignored"
+        self.say(
+            f"launch: run {record.run_id} is {record.state.value}" + (f" ({record.reason})" if record.reason else "")
+        )
+        self.say(f"worker group: {len(self.platform.nodes)} nodes")
+        return record
+
+    def follow(self, launched: RunRecord) -> RunRecord:
+        run_id, state = launched.run_id, launched.state
+        while True:
+            watch.handle(message_published({"kind": "tick"}, uuid.uuid4().hex), self.ctx)
+            record = self.ctx.store.get(run_id)
+            assert record is not None
+            self.show_progress(run_id)
+            if record.state != state:
+                state = record.state
+                self.say(f"run {run_id}: {state.value}" + (f" ({record.reason})" if record.reason else ""))
+            if record.settled:
+                self.say(f"worker group: {len(self.platform.nodes)} nodes (scaled down after the run)")
+                return record
+            time.sleep(TICK_S)
+
+    def show_progress(self, run_id: str) -> None:
+        text = self.platform.job_logs(run_id)
+        fresh, self.log_seen = text[self.log_seen :], len(text)
+        for event in joblog.progress(fresh):
+            key = (event.step, event.eval_loss is not None)
+            if key not in self.steps_seen:  # Ray can forward a worker's line twice
+                self.steps_seen.add(key)
+                self.say("  " + progress_line(event))
+
+    def cancel(self, run_id: str, why: str) -> RunRecord | None:
+        """Cancel through the same decisions as a cancel message: stop the job, record, settle."""
+        watch.request_cancel(self.ctx, run_id, why)
+        record = self.ctx.store.get(run_id)
+        if record is None:
+            return None
+        return steps.run(self.ctx, record, Facts(now=self.ctx.clock(), created=True))
+
+
+def run(config_path: str | None, workdir: Path | None = None, as_json: bool = False) -> int:
+    """`raytune local [CONFIG]`: upload the config, launch, follow to the end; print a summary (or the
+    record as JSON) and write the record to a file. Exit 0 when the run succeeded."""
+    config = Path(config_path) if config_path else QUICKSTART
+    cfg = parse_config(config.read_bytes(), config_format(config.name))
+    if cfg.scaling.use_gpu:
+        check_fits(cfg, machine_gpus())
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     logging.getLogger("functions").setLevel(logging.INFO)
-    workdir.mkdir(parents=True, exist_ok=True)
-    checkpoints = workdir / "checkpoints"
-    gcs = emulators.fake_gcs(workdir / "fake-gcs.log", data_dir=workdir / "gcs")
-    os.environ["STORAGE_EMULATOR_HOST"] = gcs.url
-    platform = LocalRay(workdir)
+    with workdir_lock(workdir) as held:
+        return _run(config, held, as_json)
+
+
+def _run(config: Path, workdir: Path, as_json: bool) -> int:
+    say = Console(sys.stderr if as_json else sys.stdout)
+    tag = uuid.uuid4().hex
+    handlers = {sig: signal.signal(sig, _raise_interrupted) for sig in (signal.SIGINT, signal.SIGTERM)}
+    late: list[int] = []  # signals that came while stopping: they set the exit code, not cut the clean-up short
+
+    def stopping() -> None:
+        def remember(signum: int, frame: FrameType | None) -> None:
+            late.append(signum)
+            say("still stopping; one moment")
+
+        for sig in handlers:
+            signal.signal(sig, remember)
+
+    started = time.monotonic()
+    gcs: emulators.Service | None = None
+    platform: LocalRay | None = None
+    local: LocalRun | None = None
+    record: RunRecord | None = None
     try:
+        gcs = emulators.fake_gcs(workdir / "logs" / "fake-gcs.log", data_dir=workdir / "gcs", env={emulators.TAG: tag})
+        os.environ["STORAGE_EMULATOR_HOST"] = gcs.url
+        from functions.adapters.gcs import Bucket, storage_client
+
         client = storage_client()
         if client.lookup_bucket(BUCKET) is None:
             client.create_bucket(BUCKET)
-        say(f"bucket gs://{BUCKET} on fake-gcs-server {gcs.url}; checkpoints in {checkpoints}")
-        raw = json.loads(Path(config_path).read_text())
-        raw.setdefault("storage_path", str(checkpoints))
-        blob = client.bucket(BUCKET).blob(f"configs/{Path(config_path).name}")
-        blob.upload_from_string(json.dumps(raw), content_type="application/json")
-        say(f"uploaded gs://{BUCKET}/{blob.name}#{blob.generation}")
+        checkpoints = workdir / "checkpoints"
+        say(f"workdir {workdir}: bucket gs://{BUCKET} on fake-gcs-server, checkpoints in {checkpoints}")
+        platform = LocalRay(workdir, tag)
         settings = Settings(
             project="local",
             bucket=BUCKET,
@@ -82,38 +270,52 @@ def run(config_path: str, workdir: Path = ROOT / ".raytune" / "local") -> int:
             events_topic=EVENTS_TOPIC,
             max_event_age_s=3600,
             hf_token=os.environ.get("HF_TOKEN") or None,
+            checkpoints=str(checkpoints),
         )
         ctx = Context(
             settings=settings, store=RunStore(Bucket(BUCKET)), platform=platform, publisher=ConsolePublisher(say)
         )
-        event = object_finalized(BUCKET, blob.name, blob.generation, blob.size, blob.time_created)
-        record = launch.handle(event, ctx)
-        assert record is not None, "a config upload is never ignored"
-        say(f"launch: run {record.run_id} is {record.state.value}: {record.reason}")
-        say(f"worker group: {len(platform.nodes)} nodes")
-        return _follow(ctx, platform, record.run_id, say)
+        local = LocalRun(ctx, platform, workdir, say)
+        local.settle_earlier_runs()
+        record = local.launch(config)
+        record = local.follow(record)
+        platform.save_job_log(record.run_id)
+    except Interrupted as interrupt:
+        stopping()
+        say(f"interrupted ({interrupt}): cancelling the run and stopping what it started")
+        if local is not None:
+            run_id = record.run_id if record else _newest_run(local)
+            if run_id:
+                record = local.cancel(run_id, f"interrupted ({interrupt})") or record
+        code = 128 + interrupt.signum
+    else:
+        code = 0 if record.state == State.SUCCEEDED else 1
     finally:
-        platform.shutdown()
-        gcs.stop()
+        stopping()
+        if platform is not None:
+            platform.shutdown()
+        if gcs is not None:
+            gcs.stop()
+        leftovers = emulators.kill_tagged(tag)
+        if leftovers:
+            say(f"stopped {len(leftovers)} leftover processes of this run")
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+    if late and code < 128:
+        code = 128 + late[0]
+    if record is not None:
+        path = workdir / "records" / f"{record.run_id}.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(record.model_dump_json(indent=2))
+        if as_json:
+            print(record.model_dump_json(indent=2))
+        else:
+            for line in summary(record, time.monotonic() - started, path):
+                say(line)
+    return code
 
 
-def _follow(ctx: Context, platform: LocalRay, run_id: str, say: Callable[[str], None]) -> int:
-    state, shown = None, set()
-    while True:
-        watch.handle(message_published({"kind": "tick"}, str(time.time_ns())), ctx)
-        record = ctx.store.get(run_id)
-        assert record is not None
-        if record.state != state:
-            state = record.state
-            say(f"run {run_id}: {state.value}" + (f" ({record.reason})" if record.reason else ""))
-        if platform.head is not None and platform.job_status(None, run_id) is not None:
-            for line in platform.logs(run_id).splitlines():
-                # Ray forwards a worker's line from several log streams: show each once.
-                if PROGRESS.search(line) and line not in shown:
-                    shown.add(line)
-                    say("  " + ANSI.sub("", line).strip()[:200])
-        if record.settled:
-            say(f"worker group: {len(platform.nodes)} nodes (scaled down after the run)")
-            print(json.dumps(record.model_dump(mode="json"), indent=2))
-            return 0 if record.state.value == "SUCCEEDED" else 1
-        time.sleep(TICK_S)
+def _newest_run(local: LocalRun) -> str | None:
+    """The run this process created if the interrupt came before `launch` returned."""
+    live = [r for r in local.ctx.store.active() if not r.state.terminal]
+    return live[-1].run_id if live else None

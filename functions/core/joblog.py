@@ -1,0 +1,56 @@
+"""Reading a Ray job's driver log for people: progress events, and the root cause of a failure as one
+short line (no colours, no Ray prefixes)."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+
+from pydantic import ValidationError
+
+from functions.core.result import PROGRESS_MARKER, Progress
+
+ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+# "(RayTrainWorker pid=123, ip=10.0.0.1)", "[2026-12-02 10:00:00,123 E 123 456]", "(raylet) ", repeat counts.
+RAY_PREFIX = re.compile(
+    r"^(\s*(\([^()]*(pid=|raylet|gcs_server)[^()]*\)|\[\d{4}-\d\d-\d\d [^\]]*\]|\[repeated \d+x[^\]]*\]))+\s*"
+)
+EXCEPTION_LINE = re.compile(
+    r"^(?P<type>[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt|Failure))(\((?P<inner>[\w.]+)\))?(: (?P<text>.*))?$"
+)
+# Exceptions that only carry another one: the cause is further up or inside them.
+WRAPPERS = re.compile(
+    r"(^ray\.|RayTaskError|RayActorError|TrainingFailedError|WorkerGroupError|ControllerError|"
+    r"RuntimeEnvSetupError|ChildProcessError|JobFailed)"
+)
+REASON_LIMIT = 300
+
+
+def clean(line: str) -> str:
+    return RAY_PREFIX.sub("", ANSI.sub("", line)).strip()
+
+
+def progress(text: str) -> Iterator[Progress]:
+    for line in text.splitlines():
+        at = line.find(PROGRESS_MARKER)
+        if at < 0:
+            continue
+        try:
+            yield Progress.model_validate(json.loads(line[at + len(PROGRESS_MARKER) :]))
+        except (ValueError, ValidationError):
+            continue  # a line cut by the log's end
+
+
+def root_cause(text: str) -> str | None:
+    """The last exception line of the innermost error, e.g. `FileNotFoundError: /data/x.parquet`."""
+    found: list[str] = []
+    for raw in text.splitlines():
+        line = clean(raw)
+        match = EXCEPTION_LINE.match(line)
+        if match and not line.startswith(("During handling", "The above exception")):
+            found.append(line)
+    if not found:
+        return None
+    causes = [line for line in found if not WRAPPERS.search(line.split(":", 1)[0])]
+    return (causes or found)[-1][:REASON_LIMIT]

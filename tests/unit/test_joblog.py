@@ -1,0 +1,43 @@
+"""Driver logs for people: progress events and a failure's root cause, from log text as Ray writes it."""
+
+from functions.core.joblog import clean, progress, root_cause
+
+FAILED_LOG = """\
+\x1b[36m(TrainController pid=4242)\x1b[0m Attempting to start training worker group of size 2
+\x1b[36m(RayTrainWorker pid=4301, ip=127.0.0.1)\x1b[0m Traceback (most recent call last):
+\x1b[36m(RayTrainWorker pid=4301, ip=127.0.0.1)\x1b[0m   File "/code/trainer/data.py", line 45, in load
+\x1b[36m(RayTrainWorker pid=4301, ip=127.0.0.1)\x1b[0m FileNotFoundError: Unable to find '/data/products.parquet'
+Traceback (most recent call last):
+  File "/code/trainer/train.py", line 300, in run
+ray.train.v2.api.exceptions.TrainingFailedError: Training failed due to worker errors:
+[Rank 0 Error Snippet]: FileNotFoundError: Unable to find '/data/products.parquet'
+"""
+
+
+def test_root_cause_is_the_innermost_exception_without_prefixes_or_colours():
+    assert root_cause(FAILED_LOG) == "FileNotFoundError: Unable to find '/data/products.parquet'"
+
+
+def test_root_cause_falls_back_to_the_wrapper_and_is_short():
+    assert root_cause("ray.exceptions.RayTaskError: boom") == "ray.exceptions.RayTaskError: boom"
+    assert len(root_cause("ValueError: " + "x" * 1000)) == 300
+    assert root_cause("all fine\n") is None
+
+
+def test_preflight_errors_read_as_they_are():
+    log = "trainer.preflight.PreflightError: dataset /x/y.parquet does not exist\n"
+    assert root_cause(log) == "trainer.preflight.PreflightError: dataset /x/y.parquet does not exist"
+
+
+def test_progress_events_survive_prefixes_and_cut_lines():
+    text = (
+        '\x1b[36m(RayTrainWorker pid=1, ip=127.0.0.1)\x1b[0m RAYTUNE_PROGRESS {"step": 2, "max_steps": 12, "loss": 2.5}\n'
+        'RAYTUNE_PROGRESS {"step": 6, "max_steps": 12, "eval_loss": 2.1, "epoch": 1.0}\n'
+        'RAYTUNE_PROGRESS {"step": 8, "max_st'
+    )
+    events = list(progress(text))
+    assert [(e.step, e.loss, e.eval_loss) for e in events] == [(2, 2.5, None), (6, None, 2.1)]
+
+
+def test_clean():
+    assert clean("\x1b[33m(raylet)\x1b[0m [2026-12-02 10:00:00,1 E 1 2] oops") == "oops"

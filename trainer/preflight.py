@@ -1,0 +1,69 @@
+"""Checks the job driver makes before any worker starts: what no retry can fix (a dataset or model that
+does not exist, a gated model without a token) fails the job at once with one clear line, instead of
+restarting the worker group `scaling.max_failures` times."""
+
+from __future__ import annotations
+
+import logging
+import os
+
+from functions.core.config import TINY_DATASET, TINY_MODEL, DatasetSpec, ModelSpec
+
+log = logging.getLogger("raytune.trainer")
+TINY_MODELS = {TINY_MODEL}
+TINY_DATASETS = {TINY_DATASET}
+
+
+class PreflightError(RuntimeError):
+    """A run that cannot succeed as configured."""
+
+
+def _exists(location: str) -> bool:
+    if location.startswith("gs://"):
+        import pyarrow.fs as pafs
+
+        fs, path = pafs.FileSystem.from_uri(location)
+        return bool(fs.get_file_info(path).type != pafs.FileType.NotFound)
+    return os.path.exists(location)
+
+
+def _hub(kind: str, repo: str, revision: str | None) -> None:
+    """A hub repository must exist and be readable with the token we have; network trouble is not a verdict."""
+    if os.environ.get("HF_HUB_OFFLINE") == "1":
+        return
+    from huggingface_hub import HfApi
+    from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError, RevisionNotFoundError
+
+    token = os.environ.get("HF_TOKEN") or None
+    api = HfApi()
+    try:
+        if kind == "model":
+            api.model_info(repo, revision=revision, token=token)
+        else:
+            api.dataset_info(repo, revision=revision, token=token)
+    except GatedRepoError as err:
+        hint = "accept its licence on the Hub with the token's account" if token else "set HF_TOKEN"
+        raise PreflightError(f"{kind} {repo} is gated: {hint}") from err
+    except RevisionNotFoundError as err:
+        raise PreflightError(f"{kind} {repo} has no revision {revision}") from err
+    except RepositoryNotFoundError as err:
+        hint = "" if token else " (or it is private and HF_TOKEN is not set)"
+        raise PreflightError(f"{kind} {repo} does not exist on the Hugging Face Hub{hint}") from err
+    except Exception as err:
+        log.warning("could not check %s %s on the Hub: %s", kind, repo, err)
+
+
+def _source(kind: str, location: str, tiny: set[str], revision: str | None = None) -> None:
+    if location.startswith("tiny://"):
+        if location not in tiny:
+            raise PreflightError(f"{kind} {location} is not one of {sorted(tiny)}")
+    elif location.startswith(("gs://", "/")):
+        if not _exists(location):
+            raise PreflightError(f"{kind} {location} does not exist")
+    else:
+        _hub(kind, location, revision)
+
+
+def check(model: ModelSpec, dataset: DatasetSpec) -> None:
+    _source("model", model.id, TINY_MODELS, model.revision)
+    _source("dataset", dataset.id, TINY_DATASETS)

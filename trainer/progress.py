@@ -1,0 +1,43 @@
+"""Progress lines for people: rank 0 prints one machine-readable line per Trainer log event
+(`RAYTUNE_PROGRESS {...}`), which `raytune local` (and the logs command) turn into one readable line.
+A marker and JSON survive Ray's log prefixes and colours."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from functions.core.result import PROGRESS_MARKER
+
+KEPT = ("loss", "eval_loss", "learning_rate", "grad_norm", "mean_token_accuracy")
+
+
+def progress_line(step: int, max_steps: int, epoch: float | None, logs: dict[str, Any], elapsed_s: float) -> str:
+    event: dict[str, Any] = {"step": step, "max_steps": max_steps, "epoch": epoch, "elapsed_s": round(elapsed_s, 1)}
+    event.update({key: logs[key] for key in KEPT if isinstance(logs.get(key), (int, float))})
+    if 0 < step < max_steps:
+        event["eta_s"] = round(elapsed_s / step * (max_steps - step), 1)
+    return PROGRESS_MARKER + json.dumps(event, sort_keys=True)
+
+
+def callback() -> Any:
+    from transformers import TrainerCallback
+
+    class ProgressCallback(TrainerCallback):  # type: ignore[misc]
+        """Prints a progress line on the main process at every log and evaluation."""
+
+        def __init__(self) -> None:
+            self.started = time.monotonic()
+
+        def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            self.started = time.monotonic()
+
+        def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kwargs: Any) -> None:
+            if state.is_world_process_zero and logs and any(key in logs for key in ("loss", "eval_loss")):
+                line = progress_line(
+                    state.global_step, state.max_steps, state.epoch, logs, time.monotonic() - self.started
+                )
+                print(line, flush=True)
+
+    return ProgressCallback()
