@@ -2,6 +2,7 @@ locals {
   function_env = {
     RAYTUNE_PROJECT         = var.project_id
     RAYTUNE_BUCKET          = google_storage_bucket.runs.name
+    RAYTUNE_CHECKPOINTS     = "gs://${google_storage_bucket.runs.name}/checkpoints"
     RAYTUNE_WATCH_TOPIC     = google_pubsub_topic.watch.id
     RAYTUNE_EVENTS_TOPIC    = google_pubsub_topic.run_events.id
     RAYTUNE_MAX_EVENT_AGE_S = tostring(var.max_event_age_seconds)

@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import os
 
+from functions.core.config import TINY_MODEL as TINY
 from functions.core.config import LoraSpec, ModelSpec
-
-TINY = "tiny://gemma3"
 
 
 def resolve_source(spec: ModelSpec, workdir: str | None = None) -> str:

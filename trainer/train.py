@@ -13,18 +13,22 @@ import argparse
 import json
 import logging
 import os
+import shutil
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from functions.core.config import RunConfig
+from functions.core.config import TINY_MODEL, RunConfig
 from functions.core.result import RunMetrics, RunResult
 from trainer.codehash import ROOT, code_files, code_sha256
+from trainer.generate import PROMPTS_FILE
 
 log = logging.getLogger("raytune.trainer")
 CODE_WAIT_S = 180  # kubelet refreshes ConfigMap volumes within about a minute
 ADAPTER_DIR = "adapter"
+BASE_DIR = "base-model"  # the tiny model's weights, kept with its adapter
+
 TENSORBOARD_DIR = "tensorboard"
 NOTICE_TIMEOUT_S = 30
 
@@ -114,7 +118,7 @@ def train_loop(loop_config: dict) -> None:
     from ray.train.huggingface.transformers import prepare_trainer
     from trl import SFTTrainer
 
-    from trainer import data
+    from trainer import data, progress
     from trainer import model as models
     from trainer.collator import VisionSFTCollator
 
@@ -140,6 +144,7 @@ def train_loop(loop_config: dict) -> None:
         peft_config=models.lora_config(cfg.lora),
     )
     trainer.add_callback(_report_callback())
+    trainer.add_callback(progress.callback())
     trainer = prepare_trainer(trainer)
     checkpoint = ray.train.get_checkpoint()
     started = time.monotonic()
@@ -161,12 +166,18 @@ def train_loop(loop_config: dict) -> None:
         loop_seconds=time.monotonic() - started,
         world_size=context.get_world_size(),
     )
-    report_final_adapter(trainer, processor, final, context.get_world_rank(), os.environ["TENSORBOARD_LOGGING_DIR"])
+    report_final_adapter(
+        trainer, processor, final, context.get_world_rank(), os.environ["TENSORBOARD_LOGGING_DIR"], cfg, source
+    )
+    shutil.rmtree(output_dir, ignore_errors=True)  # Ray Train has copied what it keeps
 
 
-def report_final_adapter(trainer, processor, final: dict, rank: int, tensorboard_dir: str) -> None:
-    """The last report: rank 0 hands Ray Train the trained adapter (with the processor, ready to load) and
-    its TensorBoard logs, which Ray stores under the run's storage path; every rank reports the final metrics."""
+def report_final_adapter(
+    trainer, processor, final: dict, rank: int, tensorboard_dir: str, cfg: RunConfig, source: str
+) -> None:
+    """The last report: rank 0 hands Ray Train the trained adapter (with the processor and the prompts, ready to
+    load and use) and its TensorBoard logs, which Ray stores under the run's storage path; every rank reports
+    the final metrics. The tiny model has no hub id: its base weights go with the adapter, which points at them."""
     import shutil
 
     import ray.train
@@ -176,8 +187,15 @@ def report_final_adapter(trainer, processor, final: dict, rank: int, tensorboard
         return
     with tempfile.TemporaryDirectory() as staging:
         adapter = Path(staging, ADAPTER_DIR)
-        trainer.accelerator.unwrap_model(trainer.model).save_pretrained(adapter)
+        model = trainer.accelerator.unwrap_model(trainer.model)
+        if cfg.model.id == TINY_MODEL:
+            shutil.copytree(source, Path(staging, BASE_DIR))
+            model.peft_config["default"].base_model_name_or_path = f"../{BASE_DIR}"
+        else:
+            model.peft_config["default"].base_model_name_or_path = cfg.model.id
+        model.save_pretrained(adapter)
         processor.save_pretrained(adapter)
+        (adapter / PROMPTS_FILE).write_text(cfg.prompts.model_dump_json(indent=2))
         if os.path.isdir(tensorboard_dir):
             shutil.copytree(tensorboard_dir, Path(staging, TENSORBOARD_DIR))
         ray.train.report(metrics={"final": final}, checkpoint=ray.train.Checkpoint.from_directory(staging))
@@ -206,13 +224,28 @@ def ray_train_configs(cfg: RunConfig, run_id: str):
     return scaling_config, run_config
 
 
-def summarize(result, cfg: RunConfig, run_id: str, wall_seconds: float) -> RunResult:
-    """result.json: where the adapter and the final and best checkpoints are, and what the run measured."""
-    metrics = dict(result.metrics.get("final", {}))
+def training_checkpoints(result) -> tuple[list, str]:
+    """The training checkpoints in the order written, with their metrics, and the score that ranks them."""
     # Training checkpoints carry the logged losses; the last report is the adapter alone.
     checkpoints = [(c, m) for c, m in (result.best_checkpoints or []) if c is not None and "loss" in m]
     # Best by eval loss where every checkpoint was evaluated, else by training loss.
     score = "eval_loss" if checkpoints and all("eval_loss" in m for _, m in checkpoints) else "loss"
+    return checkpoints, score
+
+
+def prune(checkpoints: list, score: str, keep: int | None) -> list:
+    """Delete all but `keep` training checkpoints (the best and the last always stay); returns those kept."""
+    from trainer.checkpoints import to_delete
+
+    doomed = to_delete([(c, m[score]) for c, m in checkpoints], keep)
+    for checkpoint in doomed:
+        checkpoint.filesystem.delete_dir(checkpoint.path)
+    return [(c, m) for c, m in checkpoints if c not in doomed]
+
+
+def summarize(result, cfg: RunConfig, run_id: str, wall_seconds: float, checkpoints: list, score: str) -> RunResult:
+    """result.json: where the adapter and the final and best checkpoints are, and what the run measured."""
+    metrics = dict(result.metrics.get("final", {}))
     best = min(checkpoints, key=lambda pair: pair[1][score])[0] if checkpoints else None
     final = checkpoints[-1][0] if checkpoints else None
     runtime = metrics.get("train_runtime") or metrics.get("loop_seconds")
@@ -281,17 +314,26 @@ def run(cfg: RunConfig, run_id: str) -> RunResult:
     import ray
     from ray.train.torch import TorchTrainer
 
+    from trainer import preflight
     from trainer.model import resolve_source
 
     started = time.monotonic()
+    preflight.check(cfg.model, cfg.dataset)
     ray.init(ignore_reinit_error=True, log_to_driver=True)
     scaling_config, run_config = ray_train_configs(cfg, run_id)
-    loop_config = {"config": cfg.model_dump(mode="json"), "run_id": run_id, "model_source": resolve_source(cfg.model)}
+    source = resolve_source(cfg.model)
+    loop_config = {"config": cfg.model_dump(mode="json"), "run_id": run_id, "model_source": source}
     trainer = TorchTrainer(
         train_loop, train_loop_config=loop_config, scaling_config=scaling_config, run_config=run_config
     )
-    result = trainer.fit()
-    summary = summarize(result, cfg, run_id, time.monotonic() - started)
+    try:
+        result = trainer.fit()
+    finally:
+        if source != cfg.model.id:  # the tiny model built for this run: kept with the adapter, not here
+            shutil.rmtree(source, ignore_errors=True)
+    checkpoints, score = training_checkpoints(result)
+    checkpoints = prune(checkpoints, score, cfg.training.keep_checkpoints)
+    summary = summarize(result, cfg, run_id, time.monotonic() - started, checkpoints, score)
     write_result(summary, cfg, run_id)
     return summary
 

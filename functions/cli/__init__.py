@@ -1,4 +1,5 @@
-"""`raytune` command line: validate and render run configs, export the schema, run locally, package."""
+"""`raytune` command line: validate and render run configs (JSON or YAML), export the schema, run locally,
+generate with a trained adapter, package the functions."""
 
 from __future__ import annotations
 
@@ -10,10 +11,28 @@ from pathlib import Path
 
 from functions.core import config as configs
 from functions.core import manifests
+from functions.core.errors import PermanentError
+
+
+class FileError(Exception):
+    """An error that names the file it is about."""
 
 
 def _load(path: str) -> configs.RunConfig:
-    return configs.parse_config(Path(path).read_bytes())
+    try:
+        return configs.parse_config(Path(path).read_bytes(), configs.config_format(path))
+    except configs.ConfigError as err:
+        raise configs.ConfigError([f"{path}: {line}" for line in err.errors]) from None
+
+
+def bucket_storage(bucket: str | None) -> str | None:
+    """--bucket as `b`, `gs://b` or `gs://b/`: the default checkpoint location in it."""
+    if not bucket:
+        return None
+    name = bucket.removeprefix("gs://").strip("/")
+    if not re.fullmatch(r"[a-z0-9][a-z0-9._-]{1,61}[a-z0-9]", name):
+        raise configs.ConfigError([f"--bucket: {bucket!r} is not a bucket name (b or gs://b)"])
+    return f"gs://{name}/checkpoints"
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
@@ -30,7 +49,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 def cmd_render(args: argparse.Namespace) -> int:
     from trainer.codehash import code_files, code_sha256
 
-    cfg = _load(args.config).with_storage(args.bucket)
+    cfg = _load(args.config).with_storage(bucket_storage(args.bucket))
     if args.run_id and not re.fullmatch(configs.DNS_LABEL, args.run_id):
         raise configs.ConfigError([f"--run-id: {args.run_id!r} is not a DNS label (a-z, 0-9, '-')"])
     files = code_files()
@@ -63,8 +82,19 @@ def cmd_schema(args: argparse.Namespace) -> int:
 def cmd_local(args: argparse.Namespace) -> int:
     from functions.local import driver as local
 
-    _load(args.config)  # a bad config fails here, before any process starts
-    return local.run(args.config, Path(args.workdir).resolve())
+    if args.config:
+        _load(args.config)  # a bad config fails here, naming the file, before any process starts
+    return local.run(args.config, Path(args.workdir) if args.workdir else None, as_json=args.json)
+
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    from trainer import generate
+
+    for path in (args.adapter, args.image):
+        if not Path(path).exists():
+            raise FileError(f"{path}: no such file or folder")
+    print(generate.describe(args.adapter, args.image, args.product, args.category, max_new_tokens=args.max_new_tokens))
+    return 0
 
 
 def cmd_package(args: argparse.Namespace) -> int:
@@ -80,7 +110,13 @@ def cmd_package(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from importlib.metadata import PackageNotFoundError, version
+
     parser = argparse.ArgumentParser(prog="raytune", description=__doc__)
+    try:
+        parser.add_argument("--version", action="version", version=f"raytune {version('raytune')}")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        parser.add_argument("--version", action="version", version="raytune (not installed)")
     sub = parser.add_subparsers(dest="command", required=True)
 
     validate = sub.add_parser("validate", help="check a run config and summarise it")
@@ -94,11 +130,24 @@ def build_parser() -> argparse.ArgumentParser:
     render.set_defaults(func=cmd_render)
 
     run_local = sub.add_parser("local", help="run a fine-tune end to end on this machine (local Ray, fake-gcs-server)")
-    run_local.add_argument("config", nargs="?", default="examples/quickstart.json")
+    run_local.add_argument("config", nargs="?", help="a run config, JSON or YAML (default: the packaged quickstart)")
     run_local.add_argument(
-        "--workdir", default=".raytune/local", help="bucket data, checkpoints and Ray logs (kept between runs)"
+        "--workdir",
+        help="bucket data, checkpoints, logs and records, kept between runs "
+        "(default .raytune/local, or the next free .raytune/local-N while a run holds it)",
+    )
+    run_local.add_argument(
+        "--json", action="store_true", help="print the final run record as JSON (progress to stderr)"
     )
     run_local.set_defaults(func=cmd_local)
+
+    gen = sub.add_parser("generate", help="describe a product with a trained adapter (as `raytune local` writes it)")
+    gen.add_argument("--adapter", required=True, help="the run's adapter folder (adapter_path in its result)")
+    gen.add_argument("--image", required=True, help="the product photo")
+    gen.add_argument("--product", required=True)
+    gen.add_argument("--category", required=True)
+    gen.add_argument("--max-new-tokens", type=int, default=128)
+    gen.set_defaults(func=cmd_generate)
 
     pack = sub.add_parser("package", help="build the Cloud Functions source archive for Terraform")
     pack.add_argument("--output", "-o", default="build/raytune-functions.zip")
@@ -119,7 +168,13 @@ def main(argv: list[str] | None = None) -> int:
         for line in err.errors:
             print(f"error: {line}", file=sys.stderr)
         return 2
-    except OSError as err:
+    except FileError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    except OSError as err:  # names the file: "[Errno 2] No such file or directory: 'x.json'"
+        print(f"error: {err.filename + ': ' if err.filename else ''}{err.strerror or err}", file=sys.stderr)
+        return 2
+    except (PermanentError, RuntimeError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
 

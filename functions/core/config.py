@@ -79,6 +79,25 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", protected_namespaces=(), validate_default=True)
 
 
+TINY_MODEL = "tiny://gemma3"  # built offline by trainer/tiny.py
+TINY_DATASET = "tiny://products"
+LOCAL_FILE_SUFFIXES = (".parquet", ".json", ".jsonl", ".csv", ".arrow")
+
+
+def _source_hint(value: Any, kind: str, tiny: str) -> Any:
+    """Clear errors for the usual slips before the pattern speaks: an unknown tiny:// id, a relative path."""
+    if not isinstance(value, str):
+        return value
+    if value.startswith("tiny://") and value != tiny:
+        raise ValueError(f"{value!r} is not a built-in {kind}; the only one is {tiny!r}")
+    relative = value.startswith(("./", "../", "~")) or (
+        value.lower().endswith(LOCAL_FILE_SUFFIXES) and not value.startswith(("/", "gs://"))
+    )
+    if relative:
+        raise ValueError(f"{value!r} looks like a relative path: give an absolute path (/...), a gs:// URI or a hub id")
+    return value
+
+
 class ModelSpec(Strict):
     id: Source = "google/gemma-3-4b-it"
     revision: Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9._-]{1,64}$")] | None = None
@@ -86,6 +105,11 @@ class ModelSpec(Strict):
     attn_implementation: Literal["sdpa", "eager", "flash_attention_2"] = "sdpa"
     quantization: Literal["nf4", "int8", "none"] = "nf4"
     double_quant: bool = True
+
+    @field_validator("id", mode="before")
+    @classmethod
+    def known_source(cls, value: Any) -> Any:
+        return _source_hint(value, "model", TINY_MODEL)
 
 
 class DatasetSpec(Strict):
@@ -98,6 +122,11 @@ class DatasetSpec(Strict):
     category_field: FieldName = "Category"
     answer_field: FieldName = "description"
     image_field: FieldName = "image"
+
+    @field_validator("id", mode="before")
+    @classmethod
+    def known_source(cls, value: Any) -> Any:
+        return _source_hint(value, "dataset", TINY_DATASET)
 
 
 class PromptSpec(Strict):
@@ -140,6 +169,8 @@ class TrainingSpec(Strict):
     assistant_only_loss: bool = True
     logging_steps: Annotated[int, Field(ge=1, le=100_000)] = 10
     save_strategy: Literal["epoch", "steps"] = "epoch"
+    # Training checkpoints kept after the run (None: all); the best and the last are always kept.
+    keep_checkpoints: Annotated[int, Field(ge=1, le=10_000)] | None = None
     save_steps: Annotated[int, Field(ge=1, le=10_000_000)] | None = None
     seed: Annotated[int, Field(ge=0, le=2**31 - 1)] = 42
 
@@ -224,13 +255,14 @@ class RunConfig(Strict):
     # Where checkpoints go; None means the controller's bucket (gs://<bucket>/checkpoints).
     storage_path: Annotated[str, StringConstraints(pattern=STORAGE, max_length=256)] | None = None
 
-    def with_storage(self, bucket: str | None) -> RunConfig:
-        """Fill in the default checkpoint location (the controller's bucket) when the config names none."""
+    def with_storage(self, default: str | None) -> RunConfig:
+        """Fill in the default checkpoint location (the controller's, e.g. gs://<bucket>/checkpoints) when the
+        config names none."""
         if self.storage_path:
             return self
-        if not bucket:
+        if not default:
             raise ConfigError(["storage_path: not set and no bucket given (pass --bucket or set storage_path)"])
-        return self.model_copy(update={"storage_path": f"gs://{bucket}/checkpoints"})
+        return self.model_copy(update={"storage_path": default})
 
     @model_validator(mode="after")
     def gpu_only_knobs(self) -> RunConfig:
@@ -250,8 +282,31 @@ class ConfigError(ValueError):
         self.errors = errors
 
 
-def parse_config(raw: bytes | str | dict[str, Any]) -> RunConfig:
-    """Validate raw JSON (or a decoded dict) into a RunConfig, raising ConfigError with per-field reasons."""
+ConfigFormat = Literal["json", "yaml"]
+YAML_SUFFIXES = (".yaml", ".yml")
+
+
+def config_format(name: str) -> ConfigFormat:
+    """A config's format from its file or object name."""
+    return "yaml" if name.lower().endswith(YAML_SUFFIXES) else "json"
+
+
+def _yaml(text: bytes | str) -> Any:
+    """YAML without aliases (no billion laughs) and with the safe loader's types only."""
+    import yaml
+
+    class NoAliases(yaml.SafeLoader):
+        def compose_node(self, parent: Any, index: Any) -> Any:
+            if self.check_event(yaml.AliasEvent):
+                raise yaml.YAMLError("YAML aliases are not accepted in run configs")
+            return super().compose_node(parent, index)
+
+    return yaml.load(text, Loader=NoAliases)
+
+
+def parse_config(raw: bytes | str | dict[str, Any], fmt: ConfigFormat = "json") -> RunConfig:
+    """Validate raw JSON or YAML (or a decoded dict) into a RunConfig, raising ConfigError with per-field
+    reasons."""
     from pydantic import ValidationError
 
     if isinstance(raw, (bytes, str)):
@@ -259,11 +314,15 @@ def parse_config(raw: bytes | str | dict[str, Any]) -> RunConfig:
         if size > MAX_CONFIG_BYTES:
             raise ConfigError([f"config is {size} bytes; the limit is {MAX_CONFIG_BYTES}"])
         try:
-            raw = json.loads(raw)
+            raw = json.loads(raw) if fmt == "json" else _yaml(raw)
         except (json.JSONDecodeError, UnicodeDecodeError) as err:
             raise ConfigError([f"not valid JSON: {err}"]) from None
+        except Exception as err:  # yaml.YAMLError and what a hostile document raises
+            raise ConfigError(
+                [f"not valid YAML: {str(err).splitlines()[0] if str(err) else type(err).__name__}"]
+            ) from None
     if not isinstance(raw, dict):
-        raise ConfigError(["config must be a JSON object"])
+        raise ConfigError([f"config must be a {fmt.upper()} object (a mapping of sections)"])
     try:
         return RunConfig.model_validate(raw)
     except ValidationError as err:

@@ -13,11 +13,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from functions.core import runids
-from functions.core.config import MAX_CONFIG_BYTES
+from functions.core.config import MAX_CONFIG_BYTES, YAML_SUFFIXES, ConfigFormat, config_format
 
 STORAGE_FINALIZED = "google.cloud.storage.object.v1.finalized"
 PUBSUB_PUBLISHED = "google.cloud.pubsub.topic.v1.messagePublished"
 CONFIG_PREFIX = "configs/"
+CONFIG_SUFFIXES = (".json", *YAML_SUFFIXES)
 
 
 @dataclass(frozen=True)
@@ -27,6 +28,7 @@ class LaunchRequest:
     event_time: dt.datetime | None
     config: dict[str, Any] | None = None  # inline config from a message
     config_uri: str | None = None  # gs:// URI to read it from
+    config_format: ConfigFormat = "json"  # how the config at config_uri is written
     errors: list[str] = field(default_factory=list)  # why it cannot be launched, known from the event alone
 
 
@@ -95,8 +97,8 @@ def _from_upload(event: Any) -> LaunchRequest:
     bucket, name, generation = data.get("bucket"), data.get("name"), data.get("generation")
     if not (bucket and name and generation):
         raise Ignored("storage event without bucket, name or generation")
-    if not name.startswith(CONFIG_PREFIX) or not name.endswith(".json"):
-        raise Ignored(f"gs://{bucket}/{name} is not a run config (configs/*.json)")
+    if not name.startswith(CONFIG_PREFIX) or not name.lower().endswith(CONFIG_SUFFIXES):
+        raise Ignored(f"gs://{bucket}/{name} is not a run config (configs/*.json, *.yaml)")
     uri = f"gs://{bucket}/{name}"
     errors = []
     if int(data.get("size") or 0) > MAX_CONFIG_BYTES:  # int64 fields may arrive as strings
@@ -106,6 +108,7 @@ def _from_upload(event: Any) -> LaunchRequest:
         source={"kind": "upload", "ref": f"{uri}#{generation}"},
         event_time=_time(_attribute(event, "time") or data.get("timeCreated")),
         config_uri=None if errors else f"{uri}#{generation}",
+        config_format=config_format(name),
         errors=errors,
     )
 
@@ -137,6 +140,7 @@ def _from_message(event: Any) -> LaunchRequest:
         event_time=published,
         config=None if errors else config,
         config_uri=None if errors else uri,
+        config_format=config_format(uri) if isinstance(uri, str) else "json",
         errors=errors,
     )
 

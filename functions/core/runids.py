@@ -32,7 +32,7 @@ def _compose(prefix: str, key: str) -> str:
 
 def for_object(bucket: str, name: str, generation: int | str) -> str:
     """A config uploaded to gs://bucket/name: keyed by the object's generation (a re-upload is a new run)."""
-    stem = name.rsplit("/", 1)[-1].removesuffix(".json")
+    stem = name.rsplit("/", 1)[-1].rsplit(".", 1)[0]
     return _compose(stem, f"gs://{bucket}/{name}#{generation}")
 
 

@@ -67,7 +67,7 @@ def receive(ctx: Context, request: events.LaunchRequest) -> tuple[RunRecord, boo
             else:
                 assert request.config_uri is not None
                 raw = ctx.read_uri(request.config_uri)
-            cfg = parse_config(raw).with_storage(ctx.settings.bucket)
+            cfg = parse_config(raw, request.config_format).with_storage(ctx.settings.default_storage)
         except NotFound:
             errors.append(f"{request.config_uri} does not exist")
         except ConfigError as err:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 
@@ -14,9 +15,14 @@ class Settings:
     events_topic: str | None  # full topic path; run-finished events for other systems
     max_event_age_s: int  # older deliveries are recorded as rejected, not launched
     hf_token: str | None  # bound from Secret Manager; never logged or stored
+    checkpoints: str | None = None  # where runs without a storage_path keep checkpoints
+
+    @property
+    def default_storage(self) -> str:
+        return self.checkpoints or f"gs://{self.bucket}/checkpoints"
 
     @classmethod
-    def from_env(cls, env: os._Environ | dict = os.environ) -> Settings:
+    def from_env(cls, env: Mapping[str, str] = os.environ) -> Settings:
         missing = [name for name in ("RAYTUNE_PROJECT", "RAYTUNE_BUCKET") if not env.get(name)]
         if missing:
             raise RuntimeError(f"missing environment: {', '.join(missing)}")
@@ -27,4 +33,5 @@ class Settings:
             events_topic=env.get("RAYTUNE_EVENTS_TOPIC") or None,
             max_event_age_s=int(env.get("RAYTUNE_MAX_EVENT_AGE_S", 12 * 3600)),
             hf_token=env.get("HF_TOKEN") or None,
+            checkpoints=env.get("RAYTUNE_CHECKPOINTS") or None,
         )

@@ -408,3 +408,25 @@ def test_orphan_marker_is_dropped_once_old(controller, functions_server):
     h.clock.advance(601)
     watch(functions_server)
     assert h.ctx.store.blobs.list("runs/active/") == []
+
+
+def test_yaml_upload_launches_a_run(controller, functions_server, bucket):
+    text = b"name: shop-yaml\nscaling:\n  nodes: 2\ndeadlines:\n  pending_seconds: 600\n"
+    response = launch_upload(functions_server, bucket, "configs/shop.yaml", text)
+    assert response.status_code == 200, response.text
+    record = only_record(controller)
+    assert record.state == State.SUBMITTED and record.run_id.startswith("shop-")
+    assert record.config["name"] == "shop-yaml"
+
+
+def test_cancel_records_who_asked(controller, functions_server, bucket):
+    from functions.handlers.watch import request_cancel
+
+    h = controller
+    launch_upload(functions_server, bucket, "configs/c.json", QUICK)
+    run_id = only_record(h).run_id
+    request_cancel(h.ctx, run_id, "interrupted (SIGINT)")
+    watch(functions_server)
+    record = h.ctx.store.get(run_id)
+    assert record.state == State.CANCELLED and record.reason == "interrupted (SIGINT)"
+    assert h.kube.names("rayjobs") == []

@@ -128,7 +128,14 @@ def test_ray_train_qlora_run_writes_checkpoints_result_and_adapter(tmp_path):
 def test_resume_after_a_killed_worker(tmp_path):
     store = tmp_path / "store"
     cfg = tiny_config(
-        store, epochs=1, max_steps=40, per_device_batch_size=1, save_strategy="steps", save_steps=8, logging_steps=4
+        store,
+        epochs=1,
+        max_steps=40,
+        per_device_batch_size=1,
+        save_strategy="steps",
+        save_steps=8,
+        logging_steps=4,
+        keep_checkpoints=2,
     )
     log = tmp_path / "job.log"
     proc = start_job(cfg, "tiny-resume", log)
@@ -159,6 +166,10 @@ def test_resume_after_a_killed_worker(tmp_path):
     # kill interrupted may lie on disk half-written; only registered checkpoints are read.)
     steps = [json.loads((Path(c) / "trainer_state.json").read_text())["global_step"] for c in result["checkpoints"]]
     assert steps == sorted(set(steps)) and steps[-1] == 40
+    # keep_checkpoints=2 of the five: the best and the last stay, the others are deleted.
+    assert len(result["checkpoints"]) == 2 and result["best_checkpoint"] in result["checkpoints"]
+    on_disk = {str(p) for p in (store / "tiny-resume").glob("checkpoint_*/checkpoint")}
+    assert set(result["checkpoints"]) <= on_disk
 
 
 def test_code_check_refuses_stale_code(tmp_path):

@@ -110,8 +110,8 @@ def test_validate_command_reports_each_bad_field(tmp_path, capsys):
     path.write_text(json.dumps({"name": "Bad Name", "training": {"epochs": 0}}))
     assert cli(["validate", str(path)]) == 2
     err = capsys.readouterr().err.splitlines()
-    assert err[0].startswith("error: name: String should match pattern")
-    assert err[1].startswith("error: training.epochs: Input should be greater than 0")
+    assert err[0].startswith(f"error: {path}: name: String should match pattern")  # every error names its file
+    assert err[1].startswith(f"error: {path}: training.epochs: Input should be greater than 0")
     assert cli(["validate", str(ROOT / "examples" / "reference.json")]) == 0
     assert "google/gemma-3-4b-it on 2 x 8 B200 (16 Ray Train workers), 3 epochs" in capsys.readouterr().out
 
@@ -133,3 +133,59 @@ def test_main_py_is_the_cli_too():
         [sys.executable, "main.py", "validate", "examples/quickstart.json"], cwd=ROOT, capture_output=True, text=True
     )
     assert out.returncode == 0 and out.stdout.startswith("ok: examples/quickstart.json: tiny://gemma3 on 2 x CPU")
+
+
+def test_yaml_configs_parse_like_json():
+    from functions.core.config import config_format
+
+    text = "name: shop\nscaling:\n  nodes: 1\n  gpus_per_node: 8\ntraining:\n  epochs: 1\n"
+    assert parse_config(text, "yaml") == parse_config(
+        '{"name": "shop", "scaling": {"nodes": 1, "gpus_per_node": 8}, "training": {"epochs": 1}}'
+    )
+    assert config_format("configs/a.YML") == "yaml" and config_format("configs/a.json") == "json"
+
+
+@pytest.mark.parametrize(
+    ("text", "error"),
+    [
+        ("a: &x [1]\nb: *x\n", "aliases are not accepted"),
+        ("- just\n- a list\n", "must be a YAML object"),
+        ("name: [unclosed\n", "not valid YAML"),
+        ("!!python/object:os.system {}\n", "not valid YAML"),
+    ],
+)
+def test_hostile_or_broken_yaml_is_a_config_error(text, error):
+    with pytest.raises(ConfigError) as err:
+        parse_config(text, "yaml")
+    assert error in err.value.errors[0]
+
+
+@pytest.mark.parametrize(
+    ("section", "value", "hint"),
+    [
+        ("model", "tiny://llama", "the only one is 'tiny://gemma3'"),
+        ("dataset", "tiny://cats", "the only one is 'tiny://products'"),
+        ("dataset", "data/products.parquet", "looks like a relative path"),
+        ("dataset", "../products", "looks like a relative path"),
+    ],
+)
+def test_validate_hints_for_usual_slips(section, value, hint):
+    with pytest.raises(ConfigError) as err:
+        parse_config({section: {"id": value}})
+    assert hint in err.value.errors[0] and err.value.errors[0].startswith(f"{section}.id")
+
+
+def test_cli_errors_name_the_file(tmp_path, capsys):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("dataset: {id: data/x.parquet}\n")
+    assert cli(["validate", str(bad)]) == 2
+    assert capsys.readouterr().err.startswith(f"error: {bad}: dataset.id")
+    assert cli(["validate", str(tmp_path / "nope.json")]) == 2
+    assert f"{tmp_path / 'nope.json'}" in capsys.readouterr().err
+
+
+def test_render_takes_the_bucket_either_way(capsys):
+    for bucket in ("my-bucket", "gs://my-bucket", "gs://my-bucket/"):
+        assert cli(["render", str(ROOT / "examples/reference.json"), "--bucket", bucket]) == 0
+        assert "gs://my-bucket/checkpoints" in capsys.readouterr().out
+    assert cli(["render", str(ROOT / "examples/reference.json"), "--bucket", "gs://Bad_Bucket"]) == 2

@@ -1,0 +1,50 @@
+"""`raytune generate`: a product description from a trained adapter, as `raytune local` or a cloud run
+writes it (`adapter_path` in the run's result): the base model named in adapter_config.json (a hub id,
+or the tiny model saved beside the adapter), the adapter, its processor and the run's prompts."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from functions.core.config import PromptSpec
+
+PROMPTS_FILE = "raytune_prompts.json"
+
+
+def base_model(adapter: Path) -> str:
+    """The base the adapter was trained on: a hub id, or a folder relative to the adapter."""
+    base = json.loads((adapter / "adapter_config.json").read_text())["base_model_name_or_path"]
+    return str((adapter / base).resolve()) if base.startswith(("./", "../")) else base
+
+
+def describe(adapter_path: str, image_path: str, product: str, category: str, max_new_tokens: int = 128) -> str:
+    import torch
+    from peft import PeftModel
+    from PIL import Image
+    from transformers import AutoModelForImageTextToText, AutoProcessor
+
+    adapter = Path(adapter_path)
+    prompts_file = adapter / PROMPTS_FILE
+    prompts = PromptSpec.model_validate_json(prompts_file.read_text()) if prompts_file.exists() else PromptSpec()
+    token = os.environ.get("HF_TOKEN") or None
+    processor = AutoProcessor.from_pretrained(adapter)
+    base = AutoModelForImageTextToText.from_pretrained(base_model(adapter), token=token)
+    model = PeftModel.from_pretrained(base, adapter).eval()
+    messages = [
+        {"role": "system", "content": [{"type": "text", "text": prompts.system}]},
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": prompts.user.format(product=product, category=category)},
+                {"type": "image"},
+            ],
+        },
+    ]
+    text = processor.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    inputs = processor(text=text, images=[Image.open(image_path).convert("RGB")], return_tensors="pt")
+    with torch.inference_mode():
+        output = model.generate(**inputs, max_new_tokens=max_new_tokens, do_sample=False)
+    answer = output[0, inputs["input_ids"].shape[1] :]
+    return str(processor.decode(answer, skip_special_tokens=True)).strip()
