@@ -117,11 +117,15 @@ def controller(bucket, pubsub, kube_api):
     add_secret(HF_TOKEN)
     manager = FakeClusterManager()
     manager.add_running(CLUSTER_PATH)
+    refreshes: list[float] = []
     platform = GkePlatform(
         PROJECT,
         HF_TOKEN,
         clusters=GkeClusters(PROJECT, client=manager),
-        kube_factory=lambda cluster: Kube(api_client(kube_api.url)),
+        # Short timeouts: the hung-API tests wait for them.
+        kube_factory=lambda cluster: Kube(
+            api_client(kube_api.url), on_unauthorized=lambda: refreshes.append(1), timeout_s=(1.0, 2.0)
+        ),
     )
     clock = FakeClock()
     ctx = Context(
@@ -133,6 +137,7 @@ def controller(bucket, pubsub, kube_api):
         sleep=lambda s: None,
     )
     harness = Harness(ctx, pubsub.subscribe(events_topic), manager, kube_api, clock, pubsub)
+    harness.refreshes = refreshes
     context.use(ctx)
     yield harness
     context.use(None)

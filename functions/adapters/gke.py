@@ -114,7 +114,14 @@ class _Credentials:
                 self._credentials, _ = google.auth.default(scopes=["https://www.googleapis.com/auth/cloud-platform"])
             if not self._credentials.valid:
                 self._credentials.refresh(google.auth.transport.requests.Request())
-            return self._credentials.token
+            return str(self._credentials.token)
+
+    def refresh(self) -> None:
+        """Forget the token: the API server refused it (revoked, rotated), so the next call gets a new one."""
+        with self._lock:
+            if self._credentials is not None:
+                self._credentials.token = None
+                self._credentials.expiry = None
 
 
 class GkePlatform:
@@ -133,7 +140,10 @@ class GkePlatform:
         ca = tempfile.NamedTemporaryFile(prefix="gke-ca-", suffix=".pem", delete=False)  # noqa: SIM115 - kept for the client
         ca.write(base64.b64decode(cluster.master_auth.cluster_ca_certificate))
         ca.close()
-        return Kube(api_client(f"https://{cluster.endpoint}", token=self._credentials.token, ca_file=ca.name))
+        return Kube(
+            api_client(f"https://{cluster.endpoint}", token=self._credentials.token, ca_file=ca.name),
+            on_unauthorized=self._credentials.refresh,
+        )
 
     def _connect(self, cfg: RunConfig, cluster) -> Kube:
         key = f"{cfg.cluster.region}/{cfg.cluster.gke_cluster}"

@@ -78,55 +78,98 @@ def translate(exc: Exception) -> Exception:
     return exc
 
 
+# Every call has connect and read timeouts: an API server that accepts and never answers must not hold a
+# handler until the platform kills it.
+TIMEOUT_S = (5.0, 20.0)
+
+
 class Kube:
-    def __init__(self, api_client: Any):
+    def __init__(
+        self,
+        api_client: Any,
+        on_unauthorized: Callable[[], None] | None = None,
+        timeout_s: tuple[float, float] = TIMEOUT_S,
+    ):
         from kubernetes import client
 
         self.core = client.CoreV1Api(api_client)
         self.custom = client.CustomObjectsApi(api_client)
+        self.on_unauthorized = on_unauthorized
+        self.timeout_s = timeout_s
 
-    def apply(self, obj: dict) -> None:
+    def _send(self, call: Callable[..., Any], *args: Any, missing_ok: bool = False, **kwargs: Any) -> Any:
+        """One API call with timeouts. 401/403 refresh the credentials and try once more before anything is
+        decided (a token can expire between two calls); 404 is None when `missing_ok`."""
+        from kubernetes.client.exceptions import ApiException
+
+        for attempt in (1, 2):
+            try:
+                return call(*args, _request_timeout=self.timeout_s, **kwargs)
+            except ApiException as exc:
+                if exc.status == 404 and missing_ok:
+                    return None
+                if exc.status in (401, 403) and attempt == 1 and self.on_unauthorized is not None:
+                    self.on_unauthorized()
+                    continue
+                raise
+        raise AssertionError("unreachable")
+
+    def apply(self, obj: dict[str, Any]) -> None:
         """Server-side apply (creates or updates; force: our field manager owns what it applies)."""
         kind, meta = obj["kind"], obj["metadata"]
-        common = {"field_manager": FIELD_MANAGER, "force": True, "field_validation": "Strict", "_content_type": APPLY}
+        common: dict[str, Any] = {
+            "field_manager": FIELD_MANAGER,
+            "force": True,
+            "field_validation": "Strict",
+            "_content_type": APPLY,
+        }
+        args: tuple[Any, ...]
+        if kind == "Secret":
+            call, args = self.core.patch_namespaced_secret, (meta["name"], meta["namespace"], obj)
+        elif kind == "ConfigMap":
+            call, args = self.core.patch_namespaced_config_map, (meta["name"], meta["namespace"], obj)
+        else:
+            call = self.custom.patch_namespaced_custom_object
+            args = (RAY_GROUP, RAY_VERSION, meta["namespace"], PLURALS[kind], meta["name"], obj)
+        with_retries(
+            lambda: self._send(call, *args, **common),
+            f"apply {kind} {meta['namespace']}/{meta['name']}",
+            translate=translate,
+        )
 
-        def call() -> None:
-            if kind == "Secret":
-                self.core.patch_namespaced_secret(meta["name"], meta["namespace"], obj, **common)
-            elif kind == "ConfigMap":
-                self.core.patch_namespaced_config_map(meta["name"], meta["namespace"], obj, **common)
-            else:
-                self.custom.patch_namespaced_custom_object(
-                    RAY_GROUP, RAY_VERSION, meta["namespace"], PLURALS[kind], meta["name"], obj, **common
-                )
+    def _get(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+        return with_retries(
+            lambda: self._send(
+                self.custom.get_namespaced_custom_object,
+                RAY_GROUP,
+                RAY_VERSION,
+                namespace,
+                PLURALS[kind],
+                name,
+                missing_ok=True,
+            ),
+            f"get {kind} {namespace}/{name}",
+            translate=translate,
+        )
 
-        with_retries(call, f"apply {kind} {meta['namespace']}/{meta['name']}", translate=translate)
-
-    def _get(self, kind: str, namespace: str, name: str) -> dict | None:
-        def call():
-            try:
-                return self.custom.get_namespaced_custom_object(RAY_GROUP, RAY_VERSION, namespace, PLURALS[kind], name)
-            except Exception as exc:
-                if _status(exc) == 404:
-                    return None
-                raise
-
-        return with_retries(call, f"get {kind} {namespace}/{name}", translate=translate)
-
-    def get_rayjob(self, namespace: str, name: str) -> dict | None:
+    def get_rayjob(self, namespace: str, name: str) -> dict[str, Any] | None:
         return self._get("RayJob", namespace, name)
 
     def delete_rayjob(self, namespace: str, name: str) -> None:
         """Deleting the RayJob makes KubeRay stop its Ray job (finalizer); the shared cluster stays."""
-
-        def call():
-            try:
-                self.custom.delete_namespaced_custom_object(RAY_GROUP, RAY_VERSION, namespace, "rayjobs", name)
-            except Exception as exc:
-                if _status(exc) != 404:
-                    raise
-
-        with_retries(call, f"delete RayJob {namespace}/{name}", translate=translate)
+        with_retries(
+            lambda: self._send(
+                self.custom.delete_namespaced_custom_object,
+                RAY_GROUP,
+                RAY_VERSION,
+                namespace,
+                "rayjobs",
+                name,
+                missing_ok=True,
+            ),
+            f"delete RayJob {namespace}/{name}",
+            translate=translate,
+        )
 
     def worker_group(self, namespace: str, cluster: str, group: str) -> WorkerGroup | None:
         found = self._get("RayCluster", namespace, cluster)
@@ -148,9 +191,10 @@ class Kube:
             {"op": "replace", "path": f"{base}/replicas", "value": replicas},
         ]
 
-        def call():
+        def call() -> bool:
             try:
-                self.custom.patch_namespaced_custom_object(
+                self._send(
+                    self.custom.patch_namespaced_custom_object,
                     RAY_GROUP,
                     RAY_VERSION,
                     namespace,

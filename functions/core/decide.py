@@ -91,9 +91,16 @@ def decide(record: RunRecord, facts: Facts) -> Step:
 
 
 def _after_end(record: RunRecord, facts: Facts) -> Step:
+    # This handler touched the cluster while another ended the run (a cancel or a deadline during the
+    # apply), or its submission failed after the RayCluster apply: stop what it started, release the workers.
+    touched = facts.submitted is not None or facts.submit_error is not None
+    if facts.submitted is not None and not facts.job_stopped:
+        return Step(Action.STOP_JOB)
+    if touched and not facts.scaled:
+        return Step(Action.SCALE_DOWN)
     if record.settled:
         return NOTHING
-    # Only runs that reached the cluster ever counted towards its workers.
+    # Runs that reached the cluster count towards its workers until they are released.
     if record.reached_cluster and not facts.scaled:
         return Step(Action.SCALE_DOWN)
     return Step(Action.SETTLE)

@@ -51,7 +51,11 @@ def observe(ctx: Context, record: RunRecord, action: Action) -> dict[str, Any]:
             log.exception("%s: cannot submit", record.run_id)
             return {"submit_error": describe(exc)}
     if action is Action.OBSERVE_JOB:
-        return {"job_seen": True, "job": ctx.platform.job_status(cfg, record.run_id)}
+        try:
+            return {"job_seen": True, "job": ctx.platform.job_status(cfg, record.run_id)}
+        except Exception as exc:
+            # One failed status read never decides a run: looked at again on the next tick.
+            raise TransientError(f"cannot read RayJob {record.run_id}: {describe(exc)}") from exc
     if action is Action.STOP_JOB:
         ctx.platform.stop(cfg, record.run_id)
         return {"job_stopped": True}

@@ -9,19 +9,19 @@ down to what its live runs still need, then publish their run-finished event.
 from __future__ import annotations
 
 import logging
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from functions.core import events
 from functions.core.config import RunConfig
-from functions.core.decide import Facts, job_outcome, pending_seconds
+from functions.core.decide import Facts, cluster_key
 from functions.core.errors import describe, is_transient
-from functions.core.runs import RunRecord, State
+from functions.core.runs import RunRecord
 from functions.handlers import steps
 from functions.handlers.context import Context, current
 
 log = logging.getLogger(__name__)
-NOTICE_WAIT_S = 30  # a completion notice arrives just before the Ray job exits
-NOTICE_POLL_S = 2
+PARALLEL_RUNS = 16
 
 
 def handle(event: Any, ctx: Context | None = None) -> list[RunRecord]:
@@ -34,9 +34,8 @@ def handle(event: Any, ctx: Context | None = None) -> list[RunRecord]:
     if request.kind == "cancel":
         assert request.run_id is not None
         request_cancel(ctx, request.run_id)
-    elif request.kind == "finished":
-        assert request.run_id is not None
-        await_job_end(ctx, request.run_id)
+    # A trainer's "finished" notice is a tick now: the job may still be exiting, and then the next tick
+    # (within a minute) ends the run; nothing here waits for it.
     return reconcile_all(ctx)
 
 
@@ -51,31 +50,38 @@ def request_cancel(ctx: Context, run_id: str, reason: str | None = None) -> RunR
     return record
 
 
-def await_job_end(ctx: Context, run_id: str) -> None:
-    record = ctx.store.get(run_id)
-    if record is None or record.state not in (State.SUBMITTED, State.RUNNING):
-        return
-    cfg = RunConfig.model_validate(record.config)
-    for _ in range(NOTICE_WAIT_S // NOTICE_POLL_S):
-        status = ctx.platform.job_status(cfg, run_id)
-        if status is None or job_outcome(record, status, ctx.clock(), pending_seconds(record))[0].terminal:
-            return
-        ctx.sleep(NOTICE_POLL_S)
+def reconcile_one(ctx: Context, record: RunRecord) -> RunRecord | Exception:
+    """One run's steps; its trouble is returned, never raised, so it cannot stall the others."""
+    try:
+        return steps.run(ctx, record, Facts(now=ctx.clock()))
+    except Exception as exc:
+        if is_transient(exc):
+            log.warning("%s: transient error, next tick retries: %s", record.run_id, exc)
+            return exc
+        log.exception("%s: permanent controller error", record.run_id)
+        try:
+            return steps.run(ctx, record, Facts(now=ctx.clock(), error=describe(exc)))
+        except Exception as again:
+            return again
 
 
 def reconcile_all(ctx: Context) -> list[RunRecord]:
-    reconciled: list[RunRecord] = []
-    transient: list[Exception] = []
-    for record in ctx.store.active(now=ctx.clock()):
+    """Every live run at once (a hung call holds one worker thread, not the tick), then each RayCluster a
+    run of this tick ended on is sized again: runs that ended together each saw the others still live."""
+    records = ctx.store.active(now=ctx.clock())
+    with ThreadPoolExecutor(max_workers=min(PARALLEL_RUNS, max(1, len(records)))) as pool:
+        outcomes = list(pool.map(lambda record: reconcile_one(ctx, record), records))
+    reconciled = [o for o in outcomes if isinstance(o, RunRecord)]
+    ended = {
+        cluster_key(cfg): cfg
+        for cfg in (RunConfig.model_validate(r.config) for r in reconciled if r.state.terminal and r.config)
+    }
+    for cfg in ended.values():
         try:
-            reconciled.append(steps.run(ctx, record, Facts(now=ctx.clock())))
-        except Exception as exc:  # one run's trouble must not stall the others
-            if is_transient(exc):
-                log.warning("%s: transient error, next tick retries: %s", record.run_id, exc)
-                transient.append(exc)
-            else:
-                log.exception("%s: permanent controller error", record.run_id)
-                reconciled.append(steps.run(ctx, record, Facts(now=ctx.clock(), error=describe(exc))))
-    if transient:
-        raise transient[0]
+            steps.scale_down(ctx, cfg)
+        except Exception as exc:
+            outcomes.append(exc)
+    failures = [o for o in outcomes if isinstance(o, Exception)]
+    if any(is_transient(f) for f in failures):
+        raise next(f for f in failures if is_transient(f))
     return reconciled

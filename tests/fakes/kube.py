@@ -14,6 +14,7 @@ import copy
 import json
 import re
 import threading
+import time
 import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlparse
@@ -39,6 +40,7 @@ class FakeKube:
         self.requests: list[tuple[str, str, str]] = []  # (method, path, content type)
         self.authorization: list[str | None] = []  # the Authorization header of each request
         self.faults: list[list] = []  # [method, path part, status, times left]
+        self.delays: list[list] = []  # [method, path part, seconds, times left]
         self._version = 0
         self._lock = threading.Lock()
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
@@ -60,6 +62,11 @@ class FakeKube:
     def fail(self, method: str, path_part: str, status: int, times: int = 1) -> None:
         with self._lock:
             self.faults.append([method, path_part, status, times])
+
+    def hang(self, method: str, path_part: str, seconds: float, times: int = 1) -> None:
+        """Accept the request and answer only after `seconds` (an API server that stalls)."""
+        with self._lock:
+            self.delays.append([method, path_part, seconds, times])
 
     def get(self, plural: str, name: str, namespace: str = "default") -> dict | None:
         with self._lock:
@@ -120,6 +127,15 @@ class FakeKube:
                 content_type = self.headers.get("Content-Type", "")
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length) if length else b""
+                delay = 0.0
+                with fake._lock:
+                    for hung in fake.delays:
+                        if hung[0] == method and hung[1] in url.path and hung[3] > 0:
+                            hung[3] -= 1
+                            delay = hung[2]
+                            break
+                if delay:
+                    time.sleep(delay)
                 with fake._lock:
                     fake.requests.append((method, url.path, content_type))
                     fake.authorization.append(self.headers.get("Authorization"))

@@ -310,6 +310,30 @@ AFTER_THE_END = [
     ("rejected: settle only", record(S.REJECTED), dict(handler="launch", created=True), A.SETTLE, None, None),
     ("failed before submission: settle only", record(S.FAILED), {}, A.SETTLE, None, None),
     ("settled: nothing", record(S.CANCELLED, submitted=5, settled=True), {}, A.NOTHING, None, None),
+    (
+        "cancelled while this handler applied the job: stop it",
+        record(S.CANCELLED),
+        dict(handler="launch", created=True, submitted="RayJob run-1"),
+        A.STOP_JOB,
+        None,
+        None,
+    ),
+    (
+        "then release its workers",
+        record(S.CANCELLED),
+        dict(handler="launch", created=True, submitted="RayJob run-1", job_stopped=True),
+        A.SCALE_DOWN,
+        None,
+        None,
+    ),
+    (
+        "failed after the cluster apply: release its workers",
+        record(S.FAILED),
+        dict(submit_error="HTTP 422: job"),
+        A.SCALE_DOWN,
+        None,
+        None,
+    ),
     ("errors do not reopen an ended run", record(S.FAILED, settled=True), dict(error="boom"), A.NOTHING, None, None),
 ]
 
@@ -403,7 +427,7 @@ def test_the_loop_ends_legally(state, handler, created, cancel, age, idle, clust
         elif step.action is A.STOP_JOB:
             facts = facts.learned(job_stopped=True)
         elif step.action is A.SCALE_DOWN:
-            assert run.state.terminal and run.reached_cluster
+            assert run.state.terminal
             facts = facts.learned(scaled=True)
     else:
         pytest.fail(f"no end after 16 steps: {actions}")
