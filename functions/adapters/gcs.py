@@ -17,6 +17,9 @@ from functions.adapters.retry import with_retries
 from functions.core import errors
 
 
+TIMEOUT_S = (5.0, 30.0)  # connect, read: every call has both
+
+
 @functools.cache
 def storage_client() -> Any:
     """One client per process, made on first use (cold starts stay fast); the client is thread-safe."""
@@ -38,18 +41,25 @@ def split_uri(uri: str) -> tuple[str, str]:
     return bucket, name
 
 
-def read_uri(uri: str) -> bytes:
-    """Bytes of a gs:// object (`#generation` pins a version) or a local file; NotFound when absent."""
+def read_uri(uri: str, limit: int | None = None) -> bytes:
+    """Bytes of a gs:// object (`#generation` pins a version) or a local file; NotFound when absent,
+    TooLarge when over `limit` bytes (never downloaded whole)."""
     if not uri.startswith("gs://"):
         path = Path(uri)
         if not path.is_file():
             raise errors.NotFound(uri)
+        if limit is not None and path.stat().st_size > limit:
+            raise errors.TooLarge(f"{uri} is larger than {limit} bytes")
         return path.read_bytes()
     location, _, generation = uri.partition("#")
     bucket, name = split_uri(location)
-    found = Bucket(bucket).read(name, int(generation) if generation else None)
+    if generation and not generation.isdigit():
+        raise errors.PermanentError(f"{uri}: the generation after # must be a number")
+    found = Bucket(bucket).read(name, int(generation) if generation else None, limit=limit)
     if found is None:
         raise errors.NotFound(uri)
+    if limit is not None and len(found[0]) > limit:
+        raise errors.TooLarge(f"{uri} is larger than {limit} bytes")
     return found[0]
 
 
@@ -66,11 +76,14 @@ class Bucket:
     def _retried(self, call: Any, what: str) -> Any:
         return with_retries(call, f"{what} gs://{self.name}", translate=translate)
 
-    def read(self, path: str, generation: int | None = None) -> tuple[bytes, int] | None:
+    def read(self, path: str, generation: int | None = None, limit: int | None = None) -> tuple[bytes, int] | None:
+        """The object's bytes (at most limit + 1 of them: enough to tell it is too large) and generation."""
+
         def call() -> tuple[bytes, int] | None:
             blob = self._bucket.blob(path, generation=generation)
             try:
-                data = blob.download_as_bytes()
+                data = blob.download_as_bytes(end=limit, timeout=TIMEOUT_S) if limit is not None else (
+                    blob.download_as_bytes(timeout=TIMEOUT_S))
             except Exception as exc:
                 if isinstance(translate(exc), errors.NotFound):
                     return None
@@ -82,7 +95,8 @@ class Bucket:
     def write(self, path: str, data: bytes, if_generation_match: int) -> int:
         def call() -> int:
             blob = self._bucket.blob(path)
-            blob.upload_from_string(data, content_type="application/json", if_generation_match=if_generation_match)
+            blob.upload_from_string(data, content_type="application/json", if_generation_match=if_generation_match,
+                                    timeout=TIMEOUT_S)
             return int(blob.generation)
 
         # A retried upload whose first attempt landed fails its precondition (Conflict): the caller
@@ -92,7 +106,7 @@ class Bucket:
     def delete(self, path: str) -> None:
         def call() -> None:
             try:
-                self._bucket.blob(path).delete()
+                self._bucket.blob(path).delete(timeout=TIMEOUT_S)
             except Exception as exc:
                 if not isinstance(translate(exc), errors.NotFound):
                     raise
@@ -102,7 +116,8 @@ class Bucket:
     def listing(self, prefix: str) -> list[tuple[str, dt.datetime]]:
         """Names and creation times under `prefix` (one list call)."""
         return self._retried(
-            lambda: [(b.name, b.time_created) for b in storage_client().list_blobs(self.name, prefix=prefix)],
+            lambda: [(b.name, b.time_created) for b in storage_client().list_blobs(self.name, prefix=prefix,
+                                                                                     timeout=TIMEOUT_S)],
             f"list {prefix} in",
         )
 

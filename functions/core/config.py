@@ -7,7 +7,6 @@ Every string is constrained by a pattern: values end up in Kubernetes objects an
 
 from __future__ import annotations
 
-import json
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
@@ -309,18 +308,17 @@ def parse_config(raw: bytes | str | dict[str, Any], fmt: ConfigFormat = "json") 
     reasons."""
     from pydantic import ValidationError
 
+    from functions.core import jsonsafe  # here, not at the top: the trainer ships this module alone
+
     if isinstance(raw, (bytes, str)):
         size = len(raw.encode() if isinstance(raw, str) else raw)
         if size > MAX_CONFIG_BYTES:
             raise ConfigError([f"config is {size} bytes; the limit is {MAX_CONFIG_BYTES}"])
         try:
-            raw = json.loads(raw) if fmt == "json" else _yaml(raw)
-        except (json.JSONDecodeError, UnicodeDecodeError) as err:
-            raise ConfigError([f"not valid JSON: {err}"]) from None
-        except Exception as err:  # yaml.YAMLError and what a hostile document raises
-            raise ConfigError(
-                [f"not valid YAML: {str(err).splitlines()[0] if str(err) else type(err).__name__}"]
-            ) from None
+            raw = jsonsafe.loads(raw) if fmt == "json" else _yaml(raw)
+        except Exception as err:  # what a broken or hostile document raises: ValueError, YAMLError, RecursionError
+            first = str(err).splitlines()[0] if str(err) else type(err).__name__
+            raise ConfigError([f"not valid {fmt.upper()}: {first}"]) from None
     if not isinstance(raw, dict):
         raise ConfigError([f"config must be a {fmt.upper()} object (a mapping of sections)"])
     try:

@@ -36,6 +36,10 @@ class Conflict(ControllerError):
     pass
 
 
+class TooLarge(PermanentError):
+    """An object larger than the caller reads (checked before it is downloaded whole)."""
+
+
 class Contended(TransientError):
     """A record kept changing under a read-modify-write: worth another try later, not a failure."""
 

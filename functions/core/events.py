@@ -8,11 +8,11 @@ from __future__ import annotations
 import base64
 import binascii
 import datetime as dt
-import json
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from functions.core import runids
+from functions.core import jsonsafe, runids
 from functions.core.config import MAX_CONFIG_BYTES, YAML_SUFFIXES, ConfigFormat, config_format
 
 STORAGE_FINALIZED = "google.cloud.storage.object.v1.finalized"
@@ -42,21 +42,42 @@ class Ignored(Exception):
     """An event that is not ours to act on (another object in the bucket, an unknown type)."""
 
 
+# A bucket name as GCS allows it, an object name, and optionally a numeric generation.
+GS_URI = re.compile(r"^gs://(?P<bucket>[a-z0-9][a-z0-9_.-]{1,61}[a-z0-9])/(?P<name>[^#\x00-\x1f\x7f]{1,1024})"
+                    r"(#(?P<generation>[0-9]{1,20}))?$")
+
+
 def _time(value: Any) -> dt.datetime | None:
+    """A timestamp, UTC when it names no zone; None when absent or not a timestamp (no age is checked)."""
     if isinstance(value, dt.datetime):
-        return value if value.tzinfo else value.replace(tzinfo=dt.UTC)
-    if not value:
+        parsed = value
+    elif isinstance(value, str) and value:
+        try:
+            parsed = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+        except ValueError:
+            return None
+    else:
         return None
-    return dt.datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.UTC)
 
 
 def _data(event: Any) -> dict[str, Any]:
     data = event.get_data() if hasattr(event, "get_data") else event["data"]
     if isinstance(data, (bytes, str)):
-        data = json.loads(data)
+        try:
+            data = jsonsafe.loads(data)
+        except (ValueError, UnicodeDecodeError) as err:
+            raise Ignored(f"event data is not JSON: {err}") from None
     if not isinstance(data, dict):
         raise Ignored("event data is not an object")
     return data
+
+
+def config_uri_error(uri: Any) -> str | None:
+    """Why `uri` cannot name a config, or None."""
+    if not isinstance(uri, str) or not GS_URI.match(uri):
+        return f"'config_uri' must be gs://BUCKET/OBJECT with an optional numeric #generation, not {str(uri)[:200]!r}"
+    return None
 
 
 def _attribute(event: Any, name: str) -> Any:
@@ -66,7 +87,9 @@ def _attribute(event: Any, name: str) -> Any:
 def _message(event: Any) -> tuple[dict[str, Any], dict[str, Any] | None, list[str]]:
     """The Pub/Sub message and its JSON body (None with errors when the body is not a JSON object)."""
     message = _data(event).get("message") or {}
-    if not message.get("messageId"):
+    if not isinstance(message, dict) or not isinstance(message.get("messageId"), (str, int)) or not str(
+        message["messageId"]
+    ):
         raise Ignored("Pub/Sub envelope without messageId")
     try:
         raw = base64.b64decode(message.get("data") or "", validate=True)
@@ -75,8 +98,8 @@ def _message(event: Any) -> tuple[dict[str, Any], dict[str, Any] | None, list[st
     if len(raw) > MAX_CONFIG_BYTES:
         return message, None, [f"message is {len(raw)} bytes; the limit is {MAX_CONFIG_BYTES}"]
     try:
-        body = json.loads(raw or b"{}")
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        body = jsonsafe.loads(raw or b"{}")
+    except (ValueError, UnicodeDecodeError) as err:
         return message, None, [f"message data is not JSON: {err}"]
     if not isinstance(body, dict):
         return message, None, ["message data must be a JSON object"]
@@ -95,14 +118,23 @@ def launch_request(event: Any) -> LaunchRequest:
 def _from_upload(event: Any) -> LaunchRequest:
     data = _data(event)
     bucket, name, generation = data.get("bucket"), data.get("name"), data.get("generation")
-    if not (bucket and name and generation):
+    if not (isinstance(bucket, str) and isinstance(name, str) and isinstance(generation, (str, int)) and bucket
+            and name and str(generation)):
         raise Ignored("storage event without bucket, name or generation")
     if not name.startswith(CONFIG_PREFIX) or not name.lower().endswith(CONFIG_SUFFIXES):
-        raise Ignored(f"gs://{bucket}/{name} is not a run config (configs/*.json, *.yaml)")
+        raise Ignored(f"gs://{bucket[:100]}/{name[:200]} is not a run config (configs/*.json, *.yaml)")
+    generation = str(generation)[:40]
     uri = f"gs://{bucket}/{name}"
     errors = []
-    if int(data.get("size") or 0) > MAX_CONFIG_BYTES:  # int64 fields may arrive as strings
-        errors.append(f"config is {data['size']} bytes; the limit is {MAX_CONFIG_BYTES}")
+    size = str(data.get("size") or 0)  # int64 fields arrive as strings
+    if not size.isdigit():
+        errors.append(f"object size {size[:40]!r} is not a number")
+    elif int(size[:40]) > MAX_CONFIG_BYTES:
+        errors.append(f"config is {size[:40]} bytes; the limit is {MAX_CONFIG_BYTES}")
+    if not generation.isdigit():
+        errors.append(f"object generation {generation!r} is not a number")
+    elif why := config_uri_error(f"{uri}#{generation}"):
+        errors.append(why)
     return LaunchRequest(
         run_id=runids.for_object(bucket, name, generation),
         source={"kind": "upload", "ref": f"{uri}#{generation}"},
@@ -132,8 +164,8 @@ def _from_message(event: Any) -> LaunchRequest:
         errors.append("the message needs exactly one of 'config' (an object) or 'config_uri' (gs://...)")
     elif config is not None and not isinstance(config, dict):
         errors.append("'config' must be a JSON object")
-    elif uri is not None and not (isinstance(uri, str) and uri.startswith("gs://")):
-        errors.append("'config_uri' must be a gs:// URI")
+    elif uri is not None and (why := config_uri_error(uri)):
+        errors.append(why)
     return LaunchRequest(
         run_id=run_id,
         source={"kind": "nightly" if nightly else "message", "ref": f"pubsub:{message_id}"},

@@ -32,7 +32,7 @@ class Context:
     store: RunStore
     platform: Platform
     publisher: Publisher
-    read_uri: Callable[[str], bytes] = gcs.read_uri
+    read_uri: Callable[..., bytes] = gcs.read_uri  # (uri, limit=None)
     clock: Callable[[], dt.datetime] = utcnow
     sleep: Callable[[float], None] = field(default=time.sleep)
 

@@ -19,9 +19,9 @@ import logging
 from typing import Any
 
 from functions.core import events
-from functions.core.config import ConfigError, RunConfig, parse_config
+from functions.core.config import MAX_CONFIG_BYTES, ConfigError, RunConfig, parse_config
 from functions.core.decide import Facts
-from functions.core.errors import NotFound
+from functions.core.errors import NotFound, PermanentError, TooLarge, describe
 from functions.core.runs import RunRecord, State, Transition
 from functions.core.secrets import redact
 from functions.handlers import steps
@@ -66,10 +66,14 @@ def receive(ctx: Context, request: events.LaunchRequest) -> tuple[RunRecord, boo
                 raw = request.config
             else:
                 assert request.config_uri is not None
-                raw = ctx.read_uri(request.config_uri)
+                raw = ctx.read_uri(request.config_uri, limit=MAX_CONFIG_BYTES)
             cfg = parse_config(raw, request.config_format).with_storage(ctx.settings.default_storage)
         except NotFound:
             errors.append(f"{request.config_uri} does not exist")
+        except TooLarge:
+            errors.append(f"{request.config_uri} is larger than {MAX_CONFIG_BYTES} bytes, the limit for a config")
+        except PermanentError as err:  # a bucket we may not read, a name GCS refuses
+            errors.append(f"cannot read {request.config_uri}: {describe(err)}")
         except ConfigError as err:
             errors.extend(err.errors)
     state = State.REJECTED if errors else State.RECEIVED

@@ -9,13 +9,14 @@ from typing import Any
 from functions.core import decide as decisions
 from functions.core.config import RunConfig
 from functions.core.decide import Action, Facts, Step
-from functions.core.errors import NotFound, TransientError, describe, is_transient
+from functions.core.errors import NotFound, PermanentError, TransientError, describe, is_transient
 from functions.core.result import RunResult
 from functions.core.runs import RunRecord
 from functions.handlers.context import Context
 
 log = logging.getLogger(__name__)
-MAX_STEPS = 16  # a run needs at most 8; more means two handlers keep undoing each other
+MAX_STEPS = 16
+RESULT_LIMIT = 1024 * 1024  # result.json is a few KiB  # a run needs at most 8; more means two handlers keep undoing each other
 
 
 def run(ctx: Context, record: RunRecord, facts: Facts) -> RunRecord:
@@ -111,11 +112,11 @@ def collect_result(ctx: Context, cfg: RunConfig, run_id: str) -> RunResult | Non
     assert cfg.storage_path is not None
     uri = f"{cfg.storage_path.rstrip('/')}/{run_id}/result.json"
     try:
-        return RunResult.model_validate_json(ctx.read_uri(uri))
+        return RunResult.model_validate_json(ctx.read_uri(uri, limit=RESULT_LIMIT))
     except NotFound:
         return None
-    except ValueError:
-        log.warning("%s: unreadable %s", run_id, uri)
+    except (ValueError, PermanentError) as err:  # not ours to fix by retrying: the record says so
+        log.warning("%s: unreadable %s: %s", run_id, uri, describe(err))
         return None
 
 

@@ -278,6 +278,7 @@ def test_scale_down_loses_the_race_to_a_launch(controller, bucket):
     def workers_then_launch(cfg):
         read = real_workers(cfg)
         if not second:  # another launch lands right after the watcher read the group
+            second["launching"] = True  # (its own read of the group must not launch a third)
             g = upload(bucket, "configs/second.json", QUICK)
             second["record"] = launch_handle(object_finalized(bucket, "configs/second.json", g), h.ctx)
         return read

@@ -112,7 +112,12 @@ def test_nightly_runs_once_a_day():
         ({}, "exactly one of"),
         ({"config": {}, "config_uri": "gs://b/x"}, "exactly one of"),
         ({"config": "text"}, "must be a JSON object"),
-        ({"config_uri": "http://elsewhere/x"}, "gs:// URI"),
+        ({"config_uri": "http://elsewhere/x"}, "must be gs://BUCKET/OBJECT"),
+    ({"config_uri": "gs:///x"}, "must be gs://BUCKET/OBJECT"),
+    ({"config_uri": "gs://-bad-/x"}, "must be gs://BUCKET/OBJECT"),
+    ({"config_uri": "gs://b-1/x.json#fragment"}, "must be gs://BUCKET/OBJECT"),
+    (b"[" * 10_000, "nested 10000 levels deep"),
+    (b'{"config": {"training": {"seed": ' + b"9" * 5000 + b"}}}", "a number of 5000 characters"),
         ({"config": {}, "run_name": "Not A Label"}, "run_name"),
     ],
 )
