@@ -16,7 +16,6 @@ from functions.adapters.google_api import translate
 from functions.adapters.retry import with_retries
 from functions.core import errors
 
-
 TIMEOUT_S = (5.0, 30.0)  # connect, read: every call has both
 
 
@@ -82,8 +81,11 @@ class Bucket:
         def call() -> tuple[bytes, int] | None:
             blob = self._bucket.blob(path, generation=generation)
             try:
-                data = blob.download_as_bytes(end=limit, timeout=TIMEOUT_S) if limit is not None else (
-                    blob.download_as_bytes(timeout=TIMEOUT_S))
+                data = (
+                    blob.download_as_bytes(end=limit, timeout=TIMEOUT_S)
+                    if limit is not None
+                    else (blob.download_as_bytes(timeout=TIMEOUT_S))
+                )
             except Exception as exc:
                 if isinstance(translate(exc), errors.NotFound):
                     return None
@@ -95,8 +97,9 @@ class Bucket:
     def write(self, path: str, data: bytes, if_generation_match: int) -> int:
         def call() -> int:
             blob = self._bucket.blob(path)
-            blob.upload_from_string(data, content_type="application/json", if_generation_match=if_generation_match,
-                                    timeout=TIMEOUT_S)
+            blob.upload_from_string(
+                data, content_type="application/json", if_generation_match=if_generation_match, timeout=TIMEOUT_S
+            )
             return int(blob.generation)
 
         # A retried upload whose first attempt landed fails its precondition (Conflict): the caller
@@ -116,8 +119,10 @@ class Bucket:
     def listing(self, prefix: str) -> list[tuple[str, dt.datetime]]:
         """Names and creation times under `prefix` (one list call)."""
         return self._retried(
-            lambda: [(b.name, b.time_created) for b in storage_client().list_blobs(self.name, prefix=prefix,
-                                                                                     timeout=TIMEOUT_S)],
+            lambda: [
+                (b.name, b.time_created)
+                for b in storage_client().list_blobs(self.name, prefix=prefix, timeout=TIMEOUT_S)
+            ],
             f"list {prefix} in",
         )
 

@@ -43,8 +43,10 @@ class Ignored(Exception):
 
 
 # A bucket name as GCS allows it, an object name, and optionally a numeric generation.
-GS_URI = re.compile(r"^gs://(?P<bucket>[a-z0-9][a-z0-9_.-]{1,61}[a-z0-9])/(?P<name>[^#\x00-\x1f\x7f]{1,1024})"
-                    r"(#(?P<generation>[0-9]{1,20}))?$")
+GS_URI = re.compile(
+    r"^gs://(?P<bucket>[a-z0-9][a-z0-9_.-]{1,61}[a-z0-9])/(?P<name>[^#\x00-\x1f\x7f]{1,1024})"
+    r"(#(?P<generation>[0-9]{1,20}))?$"
+)
 
 
 def _time(value: Any) -> dt.datetime | None:
@@ -87,8 +89,10 @@ def _attribute(event: Any, name: str) -> Any:
 def _message(event: Any) -> tuple[dict[str, Any], dict[str, Any] | None, list[str]]:
     """The Pub/Sub message and its JSON body (None with errors when the body is not a JSON object)."""
     message = _data(event).get("message") or {}
-    if not isinstance(message, dict) or not isinstance(message.get("messageId"), (str, int)) or not str(
-        message["messageId"]
+    if (
+        not isinstance(message, dict)
+        or not isinstance(message.get("messageId"), (str, int))
+        or not str(message["messageId"])
     ):
         raise Ignored("Pub/Sub envelope without messageId")
     try:
@@ -118,8 +122,14 @@ def launch_request(event: Any) -> LaunchRequest:
 def _from_upload(event: Any) -> LaunchRequest:
     data = _data(event)
     bucket, name, generation = data.get("bucket"), data.get("name"), data.get("generation")
-    if not (isinstance(bucket, str) and isinstance(name, str) and isinstance(generation, (str, int)) and bucket
-            and name and str(generation)):
+    if not (
+        isinstance(bucket, str)
+        and isinstance(name, str)
+        and isinstance(generation, (str, int))
+        and bucket
+        and name
+        and str(generation)
+    ):
         raise Ignored("storage event without bucket, name or generation")
     if not name.startswith(CONFIG_PREFIX) or not name.lower().endswith(CONFIG_SUFFIXES):
         raise Ignored(f"gs://{bucket[:100]}/{name[:200]} is not a run config (configs/*.json, *.yaml)")

@@ -16,7 +16,9 @@ from functions.handlers.context import Context
 
 log = logging.getLogger(__name__)
 MAX_STEPS = 16
-RESULT_LIMIT = 1024 * 1024  # result.json is a few KiB  # a run needs at most 8; more means two handlers keep undoing each other
+RESULT_LIMIT = (
+    1024 * 1024
+)  # result.json is a few KiB  # a run needs at most 8; more means two handlers keep undoing each other
 
 
 def run(ctx: Context, record: RunRecord, facts: Facts) -> RunRecord:
