@@ -24,6 +24,9 @@ class Blobs(Protocol):
 
 RECORDS = "runs/"
 ACTIVE = "runs/active/"
+QUARANTINE = "quarantine/runs/"  # outside runs/: never listed as a record again
+EVENT_CLAIMS = "events/claims/"  # one object per run and state: who publishes its run-finished event
+STALE_CLAIM = dt.timedelta(minutes=5)
 ORPHAN_AFTER = dt.timedelta(minutes=10)
 
 
@@ -85,15 +88,57 @@ class RunStore:
     def unmark_active(self, run_id: str) -> None:
         self.blobs.delete(f"{ACTIVE}{run_id}")
 
-    def active(self, now: dt.datetime | None = None) -> list[RunRecord]:
+    def active(
+        self, now: dt.datetime | None = None, quarantined: builtins.list[tuple[str, str]] | None = None
+    ) -> builtins.list[RunRecord]:
         """Records the watcher still has to look at, oldest first. Given `now`, a marker whose record never
         came (its launch died between the two writes and was not redelivered) is dropped once it is old:
-        a redelivery marks the run again before it writes the record."""
+        a redelivery marks the run again before it writes the record. A record that cannot be read as one
+        is moved aside (`quarantined` gets its run id and why) so it cannot stall every other run."""
         records = []
         for path, created in self.blobs.listing(ACTIVE):
-            record = self.get(path.removeprefix(ACTIVE))
+            run_id = path.removeprefix(ACTIVE)
+            try:
+                record = self.get(run_id)
+            except ValueError as err:  # corrupt JSON or not a record (pydantic's ValidationError is one)
+                self.quarantine(run_id, str(err).splitlines()[0][:300])
+                if quarantined is not None:
+                    quarantined.append((run_id, str(err).splitlines()[0][:300]))
+                continue
             if record is not None:
                 records.append(record)
             elif now is not None and now - created > ORPHAN_AFTER:
                 self.blobs.delete(path)
         return sorted(records, key=lambda r: r.created_at)
+
+    def claim_event(self, run_id: str, state: str, now: dt.datetime) -> bool:
+        """Whether this caller publishes the run's event for `state`: the first to create the claim does;
+        a claim whose publisher died before settling the run (older than STALE_CLAIM) is taken over."""
+        path = f"{EVENT_CLAIMS}{run_id}.{state}"
+        try:
+            self.blobs.write(path, now.isoformat().encode(), if_generation_match=0)
+            return True
+        except Conflict:
+            pass
+        found = self.blobs.read(path)
+        if found is None:
+            return False
+        claimed_at = dt.datetime.fromisoformat(found[0].decode())
+        if now - claimed_at < STALE_CLAIM:
+            return False
+        try:
+            self.blobs.write(path, now.isoformat().encode(), if_generation_match=found[1])
+            return True
+        except Conflict:
+            return False
+
+    def quarantine(self, run_id: str, why: str) -> None:
+        """Move an unreadable record aside (kept for a person to look at) and stop watching it."""
+        found = self.blobs.read(f"{RECORDS}{run_id}.json")
+        if found is not None:
+            try:
+                self.blobs.write(f"{QUARANTINE}{run_id}.json", found[0], if_generation_match=0)
+            except Conflict:
+                pass  # moved aside before
+            self.blobs.delete(f"{RECORDS}{run_id}.json")
+        self.unmark_active(run_id)

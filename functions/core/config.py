@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
 
 DNS_LABEL = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
 # Hub id ("org/name"), local absolute path, gs:// URI, or tiny:// (built offline by trainer/tiny.py).
@@ -34,7 +34,19 @@ Name = Annotated[str, StringConstraints(pattern=DNS_LABEL, max_length=40)]
 Source = Annotated[str, StringConstraints(pattern=SOURCE, max_length=256)]
 Image = Annotated[str, StringConstraints(pattern=IMAGE, max_length=256)]
 Quantity = Annotated[str, StringConstraints(pattern=QUANTITY, max_length=16)]
-LabelKey = Annotated[str, StringConstraints(pattern=LABEL_KEY, max_length=253)]
+
+
+def _label_key(key: str) -> str:
+    """Kubernetes' rule: an optional prefix (a DNS subdomain of at most 253) and a name of at most 63."""
+    prefix, _, name = key.rpartition("/")
+    if len(name) > 63:
+        raise ValueError(f"label key {key[:80]!r}: the name after the prefix has {len(name)} characters; at most 63")
+    if len(prefix) > 253:
+        raise ValueError(f"label key {key[:80]!r}: the prefix has {len(prefix)} characters; at most 253")
+    return key
+
+
+LabelKey = Annotated[str, StringConstraints(pattern=LABEL_KEY, max_length=253 + 1 + 63), AfterValidator(_label_key)]
 LabelValue = Annotated[str, StringConstraints(pattern=LABEL_VALUE, max_length=63)]
 Module = Annotated[str, StringConstraints(pattern=MODULE, max_length=100)]
 FieldName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9 _.-]+$", max_length=64)]

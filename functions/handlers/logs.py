@@ -6,6 +6,8 @@ import json
 import logging
 import sys
 import threading
+from collections.abc import Callable
+from typing import Any
 
 from functions.core.secrets import redact
 
@@ -23,6 +25,24 @@ class JsonFormatter(logging.Formatter):
 
 _lock = threading.Lock()
 _configured = False
+_plain = logging.Formatter()
+
+
+def _scrubbing_factory(make: Callable[..., logging.LogRecord]) -> Callable[..., logging.LogRecord]:
+    """Every log record is scrubbed as it is made, so every handler (functions-framework's execution-id
+    handler included) and every traceback sees only the redacted text."""
+
+    def factory(*args: Any, **kwargs: Any) -> logging.LogRecord:
+        record = make(*args, **kwargs)
+        try:
+            record.msg, record.args = redact(record.getMessage()), ()
+        except Exception:
+            record.msg = redact(str(record.msg))
+        if record.exc_info:
+            record.exc_text = redact(_plain.formatException(record.exc_info))
+        return record
+
+    return factory
 
 
 def setup(level: int = logging.INFO) -> None:
@@ -30,6 +50,9 @@ def setup(level: int = logging.INFO) -> None:
     with _lock:
         if _configured:
             return
+        logging.setLogRecordFactory(_scrubbing_factory(logging.getLogRecordFactory()))
+        # A handler that fails must not print the raw record and traceback to stderr (unscrubbed) instead.
+        logging.raiseExceptions = False
         handler = logging.StreamHandler(sys.stdout)
         handler.setFormatter(JsonFormatter())
         root = logging.getLogger()

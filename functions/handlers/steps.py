@@ -3,6 +3,7 @@ returns and feeding back what the step showed. Nothing here decides anything."""
 
 from __future__ import annotations
 
+import json
 import logging
 from typing import Any
 
@@ -12,6 +13,7 @@ from functions.core.decide import Action, Facts, Step
 from functions.core.errors import NotFound, PermanentError, TransientError, describe, is_transient
 from functions.core.result import RunResult
 from functions.core.runs import RunRecord
+from functions.core.secrets import redact
 from functions.handlers.context import Context
 
 log = logging.getLogger(__name__)
@@ -32,6 +34,8 @@ def run(ctx: Context, record: RunRecord, facts: Facts) -> RunRecord:
             facts = facts.learned(now=ctx.clock())
         elif step.action is Action.SETTLE:
             record = settle(ctx, record)
+            if not record.settled:
+                return record  # another handler holds the event's claim and settles it
         else:
             facts = facts.learned(**observe(ctx, record, step.action))
     log.error("%s: no decision reached after %d steps; next tick looks again", record.run_id, MAX_STEPS)
@@ -52,7 +56,7 @@ def observe(ctx: Context, record: RunRecord, action: Action) -> dict[str, Any]:
             if is_transient(exc):
                 raise
             log.exception("%s: cannot submit", record.run_id)
-            return {"submit_error": describe(exc)}
+            return {"submit_error": redact(describe(exc))}  # API errors can quote what was sent
     if action is Action.OBSERVE_JOB:
         try:
             return {"job_seen": True, "job": ctx.platform.job_status(cfg, record.run_id)}
@@ -94,7 +98,7 @@ def move(ctx: Context, record: RunRecord, step: Step) -> RunRecord:
         if current.state != record.state:
             log.info("%s: already %s, not moving it to %s", record.run_id, current.state.value, target.value)
             return None
-        return current.moved(target, ctx.clock(), step.reason, **changes)
+        return current.moved(target, ctx.clock(), redact(step.reason) if step.reason else None, **changes)
 
     updated = ctx.store.update(record.run_id, change) or record
     if updated.state != record.state:
@@ -157,11 +161,13 @@ def finished_event(record: RunRecord) -> dict[str, Any]:
 
 
 def settle(ctx: Context, record: RunRecord) -> RunRecord:
-    """A terminal run: publish its run-finished event (at least once), then stop watching it."""
+    """A terminal run: publish its run-finished event, then stop watching it. One event per run and state
+    however many handlers settle it at once (the claim); at least one if its publisher dies (claims go stale)."""
+    if not ctx.store.claim_event(record.run_id, record.state.value, ctx.clock()):
+        return record  # another handler publishes it and settles the run
     if ctx.settings.events_topic:
-        ctx.publisher.publish(
-            ctx.settings.events_topic, finished_event(record), run_id=record.run_id, state=record.state.value
-        )
+        event = json.loads(redact(json.dumps(finished_event(record))))
+        ctx.publisher.publish(ctx.settings.events_topic, event, run_id=record.run_id, state=record.state.value)
     settled = ctx.store.update(record.run_id, lambda r: None if r.settled else r.model_copy(update={"settled": True}))
     ctx.store.unmark_active(record.run_id)
     return settled or record

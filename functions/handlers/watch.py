@@ -68,7 +68,17 @@ def reconcile_one(ctx: Context, record: RunRecord) -> RunRecord | Exception:
 def reconcile_all(ctx: Context) -> list[RunRecord]:
     """Every live run at once (a hung call holds one worker thread, not the tick), then each RayCluster a
     run of this tick ended on is sized again: runs that ended together each saw the others still live."""
-    records = ctx.store.active(now=ctx.clock())
+    quarantined: list[tuple[str, str]] = []
+    records = ctx.store.active(now=ctx.clock(), quarantined=quarantined)
+    for run_id, why in quarantined:
+        log.error("%s: unreadable run record moved to quarantine/runs/: %s", run_id, why, extra={"run_id": run_id})
+        if ctx.settings.events_topic:
+            ctx.publisher.publish(
+                ctx.settings.events_topic,
+                {"run_id": run_id, "state": "QUARANTINED", "reason": f"unreadable record: {why}"},
+                run_id=run_id,
+                state="QUARANTINED",
+            )
     with ThreadPoolExecutor(max_workers=min(PARALLEL_RUNS, max(1, len(records)))) as pool:
         outcomes = list(pool.map(lambda record: reconcile_one(ctx, record), records))
     reconciled = [o for o in outcomes if isinstance(o, RunRecord)]

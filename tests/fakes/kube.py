@@ -59,9 +59,9 @@ class FakeKube:
         self.server.shutdown()
         self.server.server_close()
 
-    def fail(self, method: str, path_part: str, status: int, times: int = 1) -> None:
+    def fail(self, method: str, path_part: str, status: int, times: int = 1, message: str | None = None) -> None:
         with self._lock:
-            self.faults.append([method, path_part, status, times])
+            self.faults.append([method, path_part, status, times, message or f"injected fault {status}"])
 
     def hang(self, method: str, path_part: str, seconds: float, times: int = 1) -> None:
         """Accept the request and answer only after `seconds` (an API server that stalls)."""
@@ -142,7 +142,7 @@ class FakeKube:
                     for fault in fake.faults:
                         if fault[0] == method and fault[1] in url.path and fault[3] > 0:
                             fault[3] -= 1
-                            return self._status(fault[2], "Injected", f"injected fault {fault[2]}")
+                            return self._status(fault[2], "Injected", fault[4])
                 match = PATHS.match(url.path)
                 if not match or (match["group"], match["plural"]) not in KINDS:
                     return self._status(404, "NotFound", f"the server could not find the requested resource {url.path}")

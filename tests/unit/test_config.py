@@ -189,3 +189,22 @@ def test_render_takes_the_bucket_either_way(capsys):
         assert cli(["render", str(ROOT / "examples/reference.json"), "--bucket", bucket]) == 0
         assert "gs://my-bucket/checkpoints" in capsys.readouterr().out
     assert cli(["render", str(ROOT / "examples/reference.json"), "--bucket", "gs://Bad_Bucket"]) == 2
+
+
+@pytest.mark.parametrize(
+    ("key", "ok"),
+    [
+        ("team", True),
+        ("a" * 63, True),
+        ("a" * 64, False),  # Kubernetes would refuse the RayJob: REJECTED here instead
+        ("example.com/" + "n" * 63, True),
+        ("example.com/" + "n" * 64, False),
+        ("x" * 254 + "/name", False),
+    ],
+)
+def test_label_keys_follow_kubernetes_rules(key, ok):
+    if ok:
+        parse_config({"labels": {key: "v"}})
+    else:
+        with pytest.raises(ConfigError, match="at most"):
+            parse_config({"labels": {key: "v"}})

@@ -1,0 +1,143 @@
+"""Hostile input through real HTTP deliveries: permanent trouble is answered once (a REJECTED record or an
+`ignored` line, and a 2xx), a corrupt record is quarantined, and the token never leaks."""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+from concurrent.futures import ThreadPoolExecutor
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from functions.core.runs import State
+from tests.conftest import HF_TOKEN
+from tests.fakes.http_events import post, pubsub_event, storage_event
+from tests.integration.test_functions import QUICK, only_record, upload, watch
+
+
+def test_one_invalid_config_delivered_50_times_is_one_event(controller, functions_server, bucket):
+    generation = upload(bucket, "configs/bad.json", b"{not json")
+    event = storage_event(bucket, "configs/bad.json", generation, size=9)
+    with ThreadPoolExecutor(10) as pool:
+        codes = list(pool.map(lambda _: post(functions_server["launch"], event).status_code, range(50)))
+    assert codes == [200] * 50
+    assert only_record(controller).state == State.REJECTED
+    events = controller.finished_events()
+    assert [e["state"] for e in events] == ["REJECTED"], events
+
+
+def test_a_corrupt_record_is_quarantined_and_the_tick_goes_on(controller, functions_server, bucket):
+    h = controller
+    post(functions_server["launch"], storage_event(bucket, "configs/ok.json", upload(bucket, "configs/ok.json", QUICK)))
+    good = only_record(h)
+    h.ctx.store.mark_active("broken-0123456789")
+    upload(bucket, "runs/broken-0123456789.json", b'{"run_id": "broken", "state": "NOPE"')
+    h.kube.set_status("rayjobs", good.run_id, {"jobStatus": "RUNNING", "jobDeploymentStatus": "Running"})
+    watch(functions_server)
+    assert h.ctx.store.get(good.run_id).state == State.RUNNING
+    assert h.ctx.store.blobs.list("quarantine/runs/") == ["quarantine/runs/broken-0123456789.json"]
+    assert "runs/active/broken-0123456789" not in h.ctx.store.blobs.list("runs/active/")
+    [event] = [e for e in h.finished_events() if e["state"] == "QUARANTINED"]
+    assert event["run_id"] == "broken-0123456789"
+    watch(functions_server)  # reported once
+    assert not [e for e in h.finished_events() if e["state"] == "QUARANTINED"]
+
+
+def test_an_api_error_quoting_the_token_is_scrubbed_everywhere(controller, functions_server, bucket, capfd):
+    from functions.handlers import logs
+
+    logs.setup()
+    h = controller
+    h.kube.fail("PATCH", "/rayjobs/", 422, times=1, message=f"spec.entrypoint: invalid value {HF_TOKEN}")
+    # A handler added after set-up, as functions-framework adds one with LOG_EXECUTION_ID=true.
+    late = logging.StreamHandler()
+    logging.getLogger().addHandler(late)
+    try:
+        post(
+            functions_server["launch"], storage_event(bucket, "configs/q.json", upload(bucket, "configs/q.json", QUICK))
+        )
+    finally:
+        logging.getLogger().removeHandler(late)
+    record = only_record(h)
+    assert record.state == State.FAILED and "[REDACTED]" in record.reason
+    assert HF_TOKEN not in json.dumps(record.model_dump(mode="json"))
+    assert all(HF_TOKEN not in json.dumps(e) for e in h.finished_events())
+    out, err = capfd.readouterr()
+    assert "invalid value" in out + err and HF_TOKEN not in out + err
+
+
+ENVELOPE_VALUES = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(),
+    st.text(max_size=30),
+    st.just("2026-12-02T10:00:00"),
+    st.just("not-a-time"),
+    st.just("12abc"),
+    st.lists(st.integers(), max_size=3),
+    st.dictionaries(st.text(max_size=5), st.integers(), max_size=2),
+)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    data=st.fixed_dictionaries(
+        {},
+        optional={
+            "bucket": ENVELOPE_VALUES,
+            "name": st.one_of(ENVELOPE_VALUES, st.just("configs/x.json")),
+            "generation": ENVELOPE_VALUES,
+            "size": ENVELOPE_VALUES,
+            "timeCreated": ENVELOPE_VALUES,
+        },
+    )
+)
+def test_no_storage_envelope_gets_a_5xx(controller, functions_server, bucket, data):
+    headers, _ = storage_event(bucket, "configs/x.json", 1)
+    response = post(functions_server["launch"], (headers, json.dumps(data).encode()))
+    assert response.status_code < 500, (data, response.text[-500:])
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    body=st.one_of(
+        st.binary(max_size=200),
+        st.recursive(
+            st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False), st.text(max_size=20)),
+            lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=10), inner, max_size=3),
+            max_leaves=10,
+        ).map(lambda v: json.dumps(v).encode()),
+        st.fixed_dictionaries(
+            {},
+            optional={
+                "config": ENVELOPE_VALUES,
+                "config_uri": st.one_of(
+                    ENVELOPE_VALUES, st.just("gs:///x"), st.just("gs://-bad-/x"), st.just("gs://b-1/x#frag")
+                ),
+                "run_name": ENVELOPE_VALUES,
+                "nightly": ENVELOPE_VALUES,
+                "kind": st.sampled_from(["tick", "cancel", "x"]),
+                "run_id": ENVELOPE_VALUES,
+            },
+        ).map(lambda v: json.dumps(v).encode()),
+    )
+)
+def test_no_pubsub_push_body_gets_a_5xx(controller, functions_server, body):
+    for target in ("launch", "watch"):
+        response = post(functions_server[target], pubsub_event(body))
+        assert response.status_code < 500, (target, body, response.text[-500:])
+
+
+def test_raw_envelope_oddities_are_answered(controller, functions_server, bucket):
+    headers, _ = pubsub_event({})
+    for raw in (
+        b"[" * 10_000 + b"]" * 10_000,
+        b'{"message": "x"}',
+        b'{"message": {"messageId": {}}}',
+        json.dumps(
+            {"message": {"messageId": "1", "data": base64.b64encode(b'{"config": 1' + b"9" * 5000 + b"}").decode()}}
+        ).encode(),
+    ):
+        assert post(functions_server["launch"], (headers, raw)).status_code < 500
