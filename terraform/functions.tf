@@ -6,6 +6,7 @@ locals {
     RAYTUNE_WATCH_TOPIC     = google_pubsub_topic.watch.id
     RAYTUNE_EVENTS_TOPIC    = google_pubsub_topic.run_events.id
     RAYTUNE_MAX_EVENT_AGE_S = tostring(var.max_event_age_seconds)
+    RAYTUNE_NODE_HOUR_PRICE = var.node_hour_price
     LOG_EXECUTION_ID        = "true"
   }
   functions = {

@@ -84,3 +84,9 @@ variable "time_zone" {
   type        = string
   default     = "Etc/UTC"
 }
+
+variable "node_hour_price" {
+  description = "Price of one GPU node (an A4 machine) per hour, for each run's cost in its record and run-finished event (empty: no cost)."
+  type        = string
+  default     = ""
+}

@@ -51,6 +51,7 @@ class Step:
     reason: str | None = None  # MOVE: why (None keeps the current reason when the state stays)
     job: dict[str, Any] | None = None  # MOVE: the RayJob status summary to keep
     collect_result: bool = False  # MOVE: read the trainer's result.json into the record first
+    gpu_node_seconds: float | None = None  # MOVE: what the ending run held, from submission to release
 
 
 NOTHING = Step(Action.NOTHING)
@@ -148,7 +149,7 @@ def _submitted(record: RunRecord, facts: Facts) -> Step:
     if record.cancel_requested:
         if not facts.job_stopped:
             return Step(Action.STOP_JOB)
-        return move(State.CANCELLED, record.cancel_why, collect_result=True)
+        return move(State.CANCELLED, record.cancel_why, collect_result=True, gpu_node_seconds=held(record, facts.now))
     if not facts.job_seen:
         return Step(Action.OBSERVE_JOB)
     state, reason = job_outcome(record, facts.job, facts.now, pending_seconds(record))
@@ -159,7 +160,16 @@ def _submitted(record: RunRecord, facts: Facts) -> Step:
         return move(state, reason, job=summary)
     if facts.job is not None and facts.job.get("jobStatus") not in JOB_TERMINAL and not facts.job_stopped:
         return Step(Action.STOP_JOB)  # a stuck or half-failed job must not hold the GPUs
-    return move(state, reason, job=summary, collect_result=True)
+    return move(state, reason, job=summary, collect_result=True, gpu_node_seconds=held(record, facts.now))
+
+
+def held(record: RunRecord, now: dt.datetime) -> float:
+    """GPU node-seconds a submitted run held: its nodes from submission until now (0 on CPU)."""
+    scaling = (record.config or {}).get("scaling", {})
+    if not scaling.get("gpus_per_node"):
+        return 0.0
+    since = record.entered(State.SUBMITTED) or now
+    return round(max(0.0, (now - since).total_seconds()) * int(scaling.get("nodes", 1)), 1)
 
 
 def job_outcome(

@@ -70,6 +70,8 @@ class RunRecord(BaseModel):
     history: list[Transition] = []
     job: dict[str, Any] | None = None  # last RayJob status seen
     result: RunResult | None = None  # the trainer's result.json: checkpoints and metrics
+    gpu_node_seconds: float | None = None  # GPU nodes x seconds held, from submission to release
+    cost: float | None = None  # gpu_node_seconds at the configured price per node-hour
     cancel_requested: bool = False
     cancel_reason: str | None = None  # who or what asked, e.g. "interrupted (SIGINT)"
     settled: bool = False  # terminal and its run-finished event published

@@ -16,6 +16,7 @@ class Settings:
     max_event_age_s: int  # older deliveries are recorded as rejected, not launched
     hf_token: str | None  # bound from Secret Manager; never logged or stored
     checkpoints: str | None = None  # where runs without a storage_path keep checkpoints
+    node_hour_price: float | None = None  # a GPU node's price per hour, for each run's cost
 
     @property
     def default_storage(self) -> str:
@@ -34,4 +35,5 @@ class Settings:
             max_event_age_s=int(env.get("RAYTUNE_MAX_EVENT_AGE_S", 12 * 3600)),
             hf_token=env.get("HF_TOKEN") or None,
             checkpoints=env.get("RAYTUNE_CHECKPOINTS") or None,
+            node_hour_price=float(env["RAYTUNE_NODE_HOUR_PRICE"]) if env.get("RAYTUNE_NODE_HOUR_PRICE") else None,
         )

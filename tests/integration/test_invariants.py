@@ -103,3 +103,21 @@ def test_runs_ending_in_one_tick_leave_no_workers(controller, bucket):
     tick(h)
     assert all(h.ctx.store.get(r.run_id).state == State.SUCCEEDED for r in runs)
     assert workers(h)["replicas"] == 0 and workers(h)["minReplicas"] == 0
+
+
+def test_each_run_records_the_gpu_time_it_held_and_its_cost(controller, bucket):
+    import dataclasses
+
+    h = controller
+    h.ctx.settings = dataclasses.replace(h.ctx.settings, node_hour_price=12.5)
+    record = launch(h, bucket, "costed")  # 2 nodes x 8 GPUs
+    h.kube.set_status("rayjobs", record.run_id, RUNNING)
+    tick(h)
+    h.clock.advance(1800)
+    h.kube.set_status("rayjobs", record.run_id, DONE)
+    tick(h)
+    ended = h.ctx.store.get(record.run_id)
+    assert ended.state == State.SUCCEEDED
+    assert ended.gpu_node_seconds == 3600.0 and ended.cost == 12.5  # 2 nodes for half an hour
+    [event] = [e for e in h.finished_events() if e["run_id"] == record.run_id]
+    assert event["gpu_node_seconds"] == 3600.0 and event["cost"] == 12.5
