@@ -48,9 +48,48 @@ class CountingBlobs:
         return counted
 
 
+def _upload(client, config: bytes, name: str):
+    blob = client.bucket("bench-runs").blob(f"configs/{name}.json")
+    blob.upload_from_string(config)
+    return blob
+
+
+def tick_table(repeats: int, launch_one, tick, kube, config: bytes) -> None:
+    """The watch tick as live runs grow (1, 10, 50, 100 RUNNING runs, nothing changing), and the scale-down
+    delay after the last of them ends: the tick that sees it end (the trainer's notice triggers it at once)."""
+    live = 0
+    print(
+        f"\n| live runs | quiet tick min / median / max (ms, {repeats} repeats) | last run ends: tick to 0 workers (ms) |"
+    )
+    print("|---|---|---|")
+    for target in (1, 10, 50, 100):
+        while live < target:
+            launch_one(config, f"tick-{live}")
+            live += 1
+        for name in kube.names("rayjobs"):
+            kube.set_status("rayjobs", name, {"jobStatus": "RUNNING", "jobDeploymentStatus": "Running"})
+        tick()  # records move to RUNNING once
+        samples = []
+        for _ in range(repeats):
+            started = time.perf_counter()
+            tick()
+            samples.append((time.perf_counter() - started) * 1000)
+        print(f"| {target} | {min(samples):.0f} / {statistics.median(samples):.0f} / {max(samples):.0f} | ", end="")
+        if target == 100:
+            for name in kube.names("rayjobs"):
+                kube.set_status("rayjobs", name, {"jobStatus": "SUCCEEDED", "jobDeploymentStatus": "Complete"})
+            started = time.perf_counter()
+            tick()
+            group = kube.get("rayclusters", "gemma3-tuning")["spec"]["workerGroupSpecs"][0]
+            print(f"{(time.perf_counter() - started) * 1000:.0f} (replicas {group['replicas']}) |")
+        else:
+            print("- |")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--runs", type=int, default=20, help="launches to time")
+    parser.add_argument("--repeats", type=int, default=5, help="repeats of each tick measurement")
     args = parser.parse_args()
 
     imports = cold_import(5)
@@ -153,6 +192,13 @@ def main() -> int:
         print(
             f"watch tick, {len(ended)} runs ending at once (records, events, scale-down): {finish * 1000:.0f} ms, "
             f"API calls {dict(sorted(finish_calls.items()))}"
+        )
+        tick_table(
+            args.repeats,
+            lambda config, name: launch(upload_event(_upload(client, config, name)), ctx),
+            lambda: watch(tick, ctx),
+            kube,
+            config,
         )
     finally:
         kube.stop()

@@ -19,18 +19,30 @@ from functions.core import errors
 TIMEOUT_S = (5.0, 30.0)  # connect, read: every call has both
 
 
+POOL_SIZE = 32  # connections kept per host: the watcher reads records from many threads at once
+
+
 @functools.cache
 def storage_client() -> Any:
-    """One client per process, made on first use (cold starts stay fast); the client is thread-safe."""
+    """One client per process, made on first use (cold starts stay fast); the client is thread-safe and
+    keeps enough connections for the watcher's parallel reads."""
     import os
 
+    import google.auth
+    from google.auth.transport.requests import AuthorizedSession
     from google.cloud import storage
+    from requests.adapters import HTTPAdapter
 
     if os.environ.get("STORAGE_EMULATOR_HOST"):
         from google.auth.credentials import AnonymousCredentials
 
-        return storage.Client(project=os.environ.get("RAYTUNE_PROJECT", "local"), credentials=AnonymousCredentials())
-    return storage.Client()
+        credentials, project = AnonymousCredentials(), os.environ.get("RAYTUNE_PROJECT", "local")
+    else:
+        credentials, project = google.auth.default()
+    session = AuthorizedSession(credentials)
+    for scheme in ("http://", "https://"):
+        session.mount(scheme, HTTPAdapter(pool_connections=POOL_SIZE, pool_maxsize=POOL_SIZE))
+    return storage.Client(project=project, credentials=credentials, _http=session)
 
 
 def split_uri(uri: str) -> tuple[str, str]:

@@ -43,6 +43,7 @@ def api_client(host: str, token: Callable[[], str] | None = None, ca_file: str |
     if ca_file:
         configuration.ssl_ca_cert = ca_file
     configuration.retries = 0  # retries are ours (with_retries), not urllib3's
+    configuration.connection_pool_maxsize = 32  # the watcher reads RayJobs from many threads at once
     return client.ApiClient(configuration)
 
 

@@ -91,6 +91,10 @@ def move(ctx: Context, record: RunRecord, step: Step) -> RunRecord:
     changes: dict[str, Any] = {}
     if step.job is not None:
         changes["job"] = step.job
+    if step.gpu_node_seconds is not None:
+        changes["gpu_node_seconds"] = step.gpu_node_seconds
+        if ctx.settings.node_hour_price is not None:
+            changes["cost"] = round(step.gpu_node_seconds / 3600 * ctx.settings.node_hour_price, 2)
     if step.collect_result:
         changes["result"] = collect_result(ctx, RunConfig.model_validate(record.config), record.run_id)
 
@@ -157,6 +161,8 @@ def finished_event(record: RunRecord) -> dict[str, Any]:
         "best_checkpoint": result.best_checkpoint,
         "adapter_path": result.adapter_path,
         "metrics": result.metrics.model_dump(mode="json", exclude_none=True) if record.result else None,
+        "gpu_node_seconds": record.gpu_node_seconds,
+        "cost": record.cost,
     }
 
 

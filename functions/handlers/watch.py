@@ -51,16 +51,17 @@ def request_cancel(ctx: Context, run_id: str, reason: str | None = None) -> RunR
 
 
 def reconcile_one(ctx: Context, record: RunRecord) -> RunRecord | Exception:
-    """One run's steps; its trouble is returned, never raised, so it cannot stall the others."""
+    """One run's steps; its trouble is returned, never raised, so it cannot stall the others. Its cluster
+    is sized once after the tick (reconcile_all), not once per ended run."""
     try:
-        return steps.run(ctx, record, Facts(now=ctx.clock()))
+        return steps.run(ctx, record, Facts(now=ctx.clock(), scaled=True))
     except Exception as exc:
         if is_transient(exc):
             log.warning("%s: transient error, next tick retries: %s", record.run_id, exc)
             return exc
         log.exception("%s: permanent controller error", record.run_id)
         try:
-            return steps.run(ctx, record, Facts(now=ctx.clock(), error=describe(exc)))
+            return steps.run(ctx, record, Facts(now=ctx.clock(), scaled=True, error=describe(exc)))
         except Exception as again:
             return again
 

@@ -34,6 +34,13 @@ APPLY = "application/apply-patch+yaml"
 JSON_PATCH = "application/json-patch+json"
 
 
+class _Server(ThreadingHTTPServer):
+    # A real API server takes many connections at once; the default backlog of 5 drops SYNs under the
+    # watcher's parallel reads and costs each a 1 s retransmit.
+    request_queue_size = 128
+    daemon_threads = True
+
+
 class FakeKube:
     def __init__(self):
         self.objects: dict[tuple[str, str, str], dict] = {}  # (plural, namespace, name) -> object
@@ -43,7 +50,7 @@ class FakeKube:
         self.delays: list[list] = []  # [method, path part, seconds, times left]
         self._version = 0
         self._lock = threading.Lock()
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self.server = _Server(("127.0.0.1", 0), self._handler())
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
     # --- test helpers -------------------------------------------------------------------------
