@@ -297,8 +297,8 @@ def _run(config: Path, workdir: Path, as_json: bool) -> int:
         if gcs is not None:
             gcs.stop()
         leftovers = emulators.kill_tagged(tag)
-        if leftovers:
-            say(f"stopped {len(leftovers)} leftover processes of this run")
+        if leftovers:  # Ray processes that left their node's process group: expected, logged, not shown
+            logging.getLogger(__name__).info("stopped %d leftover processes of this run: %s", len(leftovers), leftovers)
         for sig, handler in handlers.items():
             signal.signal(sig, handler)
     if late and code < 128:
