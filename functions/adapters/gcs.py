@@ -93,11 +93,7 @@ class Bucket:
         def call() -> tuple[bytes, int] | None:
             blob = self._bucket.blob(path, generation=generation)
             try:
-                data = (
-                    blob.download_as_bytes(end=limit, timeout=TIMEOUT_S)
-                    if limit is not None
-                    else (blob.download_as_bytes(timeout=TIMEOUT_S))
-                )
+                data = blob.download_as_bytes(end=limit, timeout=TIMEOUT_S)  # end=None: the whole object
             except Exception as exc:
                 if isinstance(translate(exc), errors.NotFound):
                     return None

@@ -30,7 +30,7 @@ def bucket_storage(bucket: str | None) -> str | None:
     if not bucket:
         return None
     name = bucket.removeprefix("gs://").strip("/")
-    if not re.fullmatch(r"[a-z0-9][a-z0-9._-]{1,61}[a-z0-9]", name):
+    if not re.fullmatch(configs.BUCKET, name):
         raise configs.ConfigError([f"--bucket: {bucket!r} is not a bucket name (b or gs://b)"])
     return f"gs://{name}/checkpoints"
 

@@ -12,14 +12,15 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
 
 DNS_LABEL = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
+BUCKET = r"[a-z0-9][a-z0-9._-]{1,61}[a-z0-9]"  # a GCS bucket name
 # Hub id ("org/name"), local absolute path, gs:// URI, or tiny:// (built offline by trainer/tiny.py).
 SOURCE = (
     r"^(tiny://[a-z0-9-]+"
-    r"|gs://[a-z0-9][a-z0-9._-]{1,61}[a-z0-9](/[A-Za-z0-9._=/-]*)?"
+    rf"|gs://{BUCKET}(/[A-Za-z0-9._=/-]*)?"
     r"|/[A-Za-z0-9._/-]+"
     r"|[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?)$"
 )
-STORAGE = r"^(gs://[a-z0-9][a-z0-9._-]{1,61}[a-z0-9](/[A-Za-z0-9._=/-]*)?|/[A-Za-z0-9._/-]+)$"
+STORAGE = rf"^(gs://{BUCKET}(/[A-Za-z0-9._=/-]*)?|/[A-Za-z0-9._/-]+)$"
 IMAGE = r"^[a-z0-9.-]+(:[0-9]+)?(/[a-z0-9._-]+)+(:[A-Za-z0-9._-]{1,128})?(@sha256:[a-f0-9]{64})?$"
 PIP_REQUIREMENT = r"^[A-Za-z0-9][A-Za-z0-9._-]*(\[[A-Za-z0-9,._-]+\])?((==|>=|<=|~=|!=|<|>)[A-Za-z0-9.*+!_-]+)?$"
 QUANTITY = r"^[0-9]+(\.[0-9]+)?(m|k|Ki|Mi|Gi|Ti|M|G|T)?$"

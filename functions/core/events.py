@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from functions.core import jsonsafe, runids
-from functions.core.config import MAX_CONFIG_BYTES, YAML_SUFFIXES, ConfigFormat, config_format
+from functions.core.config import BUCKET, MAX_CONFIG_BYTES, YAML_SUFFIXES, ConfigFormat, config_format
 
 STORAGE_FINALIZED = "google.cloud.storage.object.v1.finalized"
 PUBSUB_PUBLISHED = "google.cloud.pubsub.topic.v1.messagePublished"
@@ -44,7 +44,7 @@ class Ignored(Exception):
 
 # A bucket name as GCS allows it, an object name, and optionally a numeric generation.
 GS_URI = re.compile(
-    r"^gs://(?P<bucket>[a-z0-9][a-z0-9_.-]{1,61}[a-z0-9])/(?P<name>[^#\x00-\x1f\x7f]{1,1024})"
+    rf"^gs://(?P<bucket>{BUCKET})/(?P<name>[^#\x00-\x1f\x7f]{{1,1024}})"
     r"(#(?P<generation>[0-9]{1,20}))?$"
 )
 

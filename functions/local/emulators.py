@@ -45,9 +45,9 @@ def free_port_range(count: int, attempts: int = 200) -> tuple[int, int]:
     raise RuntimeError(f"no {count} free ports in a row between {RANGE_LOW} and {RANGE_HIGH}")
 
 
-def tagged(tag: str) -> list[int]:
-    """Pids of live processes whose environment carries TAG=tag (this user's; others are unreadable)."""
-    needle = f"{TAG}={tag}".encode()
+def tagged(tag: str, variable: str = TAG) -> list[int]:
+    """Pids of live processes whose environment carries variable=tag (this user's; others are unreadable)."""
+    needle = f"{variable}={tag}".encode()
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit() or int(entry.name) == os.getpid():

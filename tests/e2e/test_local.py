@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from functions.local import emulators
+
 ROOT = Path(__file__).resolve().parents[2]
 RAYTUNE = str(Path(sys.executable).parent / "raytune")
 RAY_DEFAULT_PORTS = (6379, 8265, 10001, 52365)
@@ -25,16 +27,7 @@ pytestmark = pytest.mark.slow
 
 def marked_processes(mark: str) -> list[int]:
     """Processes of one test run: every child inherits the RAYTUNE_TEST_MARK the test set."""
-    needle = f"RAYTUNE_TEST_MARK={mark}".encode()
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit() and int(entry.name) != os.getpid():
-            try:
-                if needle in (entry / "environ").read_bytes().split(b"\0"):
-                    found.append(int(entry.name))
-            except OSError:
-                continue
-    return found
+    return emulators.tagged(mark, variable="RAYTUNE_TEST_MARK")
 
 
 def start(workdir: Path, *args: str, home: Path) -> tuple[subprocess.Popen, str]:
