@@ -86,10 +86,20 @@ class Harness:
     def __init__(self, ctx, events, gke, kube, clock, pubsub):
         self.ctx, self.events, self.gke, self.kube, self.clock, self.pubsub = ctx, events, gke, kube, clock, pubsub
 
-    def finished_events(self) -> list[dict]:
+        self.published: list[tuple[dict, dict]] = []  # (message, attributes) pulled so far
+
+    def all_events(self) -> list[tuple[dict, dict]]:
         import json
 
-        return [json.loads(m.data) for m in self.pubsub.pull(self.events)]
+        self.published += [(json.loads(m.data), dict(m.attributes)) for m in self.pubsub.pull(self.events)]
+        return list(self.published)
+
+    def finished_events(self) -> list[dict]:
+        """Run-finished events (and quarantine reports) published so far."""
+        return [m for m, attributes in self.all_events() if attributes.get("event") in (None, "run-finished")]
+
+    def events_of(self, kind: str) -> list[dict]:
+        return [m for m, attributes in self.all_events() if attributes.get("event") == kind]
 
 
 @pytest.fixture

@@ -11,13 +11,14 @@ from typing import Any
 from functions.adapters.google_api import translate
 from functions.adapters.kube import Kube, WorkerGroup, api_client
 from functions.adapters.retry import with_retries
-from functions.core import errors, manifests
+from functions.core import errors, manifests, stuck
 from functions.core.config import ClusterSpec, RunConfig
-from functions.core.platform import ClusterReadiness, Workers
+from functions.core.platform import ClusterReadiness, Leftover, Workers
 
 # The API server answers in these states; RECONCILING and DEGRADED clusters still take work.
 READY = {"RUNNING", "RECONCILING", "DEGRADED"}
 BROKEN = {"ERROR", "STOPPING"}
+JOB_ENDED = {"SUCCEEDED", "FAILED", "STOPPED"}
 
 
 def autopilot_cluster(spec: ClusterSpec) -> dict:
@@ -145,52 +146,97 @@ class GkePlatform:
             on_unauthorized=self._credentials.refresh,
         )
 
-    def _connect(self, cfg: RunConfig, cluster) -> Kube:
-        key = f"{cfg.cluster.region}/{cfg.cluster.gke_cluster}"
+    def _connect(self, spec: ClusterSpec, cluster) -> Kube:
+        key = f"{spec.region}/{spec.gke_cluster}"
         with self._lock:
             if key not in self._kubes:
                 self._kubes[key] = self._kube_factory(cluster)
             return self._kubes[key]
 
-    def _kube(self, cfg: RunConfig) -> Kube:
-        key = f"{cfg.cluster.region}/{cfg.cluster.gke_cluster}"
+    def _reachable(self, spec: ClusterSpec) -> Kube | None:
+        """The cluster's API when the GKE cluster exists and answers; None otherwise. Never creates one:
+        only ensure_cluster does, for a run that needs it."""
+        key = f"{spec.region}/{spec.gke_cluster}"
         with self._lock:
             if key in self._kubes:
                 return self._kubes[key]
-        readiness, cluster = self.clusters.ensure(cfg.cluster)
-        if readiness.state != "ready":
-            raise RuntimeError(f"cluster {key} not ready: {readiness.message}")
-        return self._connect(cfg, cluster)
+        cluster = self.clusters.get(spec)
+        if cluster is None or cluster.status.name not in READY:
+            return None
+        return self._connect(spec, cluster)
+
+    def _kube(self, spec: ClusterSpec) -> Kube:
+        kube = self._reachable(spec)
+        if kube is None:
+            raise errors.TransientError(f"GKE cluster {spec.region}/{spec.gke_cluster} is not ready")
+        return kube
 
     def ensure_cluster(self, cfg: RunConfig) -> ClusterReadiness:
         readiness, cluster = self.clusters.ensure(cfg.cluster)
         if readiness.state == "ready":
-            self._connect(cfg, cluster)  # the cluster as just read: no second lookup to reach its API
+            self._connect(cfg.cluster, cluster)  # the cluster as just read: no second lookup to reach its API
         return readiness
 
-    def submit(self, cfg: RunConfig, run_id: str, worker_replicas: int, env: dict[str, str]) -> None:
+    def workers(self, spec: ClusterSpec) -> Workers | None:
+        kube = self._reachable(spec)
+        if kube is None:
+            return None  # no GKE cluster, no RayCluster
+        group = kube.worker_group(spec.namespace, spec.ray_cluster, manifests.GPU_GROUP)
+        return None if group is None else Workers(group.replicas, group.stamp, group)
+
+    def size(self, cfg: RunConfig, workers: Workers | None, replicas: int, stamp: int) -> bool:
         from trainer.codehash import code_files, code_sha256
 
-        kube = self._kube(cfg)
+        kube = self._kube(cfg.cluster)
         if self.hf_token:
             kube.apply(manifests.secret(cfg, self.hf_token))
         files = code_files()
-        for obj in manifests.run_objects(cfg, run_id, files, code_sha256(files), worker_replicas, env):
-            kube.apply(obj)
+        code_hash = code_sha256(files)
+        kube.apply(manifests.code_configmap(cfg, files, code_hash))
+        cluster = manifests.ray_cluster(cfg, list(files), code_hash, replicas, stamp)
+        if workers is None:
+            return kube.create(cluster)
+        assert isinstance(workers.handle, WorkerGroup)
+        return kube.apply(cluster, resource_version=workers.handle.resource_version)
+
+    def scale(self, spec: ClusterSpec, workers: Workers, replicas: int, stamp: int) -> bool:
+        assert isinstance(workers.handle, WorkerGroup)
+        return self._kube(spec).scale_worker_group(
+            spec.namespace, spec.ray_cluster, manifests.GPU_GROUP, workers.handle, replicas, stamp
+        )
+
+    def delete_cluster(self, spec: ClusterSpec, workers: Workers) -> bool:
+        assert isinstance(workers.handle, WorkerGroup)
+        return self._kube(spec).delete_raycluster(spec.namespace, spec.ray_cluster, workers.handle.resource_version)
+
+    def submit(self, cfg: RunConfig, run_id: str, env: dict[str, str]) -> None:
+        from trainer.codehash import code_files, code_sha256
+
+        self._kube(cfg.cluster).apply(manifests.ray_job(cfg, run_id, code_sha256(code_files()), env))
 
     def job_status(self, cfg: RunConfig, run_id: str) -> dict | None:
-        job = self._kube(cfg).get_rayjob(cfg.cluster.namespace, run_id)
+        job = self._kube(cfg.cluster).get_rayjob(cfg.cluster.namespace, run_id)
         return None if job is None else job.get("status", {})
 
-    def stop(self, cfg: RunConfig, run_id: str) -> None:
-        self._kube(cfg).delete_rayjob(cfg.cluster.namespace, run_id)
+    def waiting_reason(self, cfg: RunConfig, run_id: str) -> str | None:
+        kube = self._kube(cfg.cluster)
+        namespace = cfg.cluster.namespace
+        pods = kube.pods(namespace, f"ray.io/cluster={cfg.cluster.ray_cluster}")
+        pending = [p["metadata"]["name"] for p in pods if (p.get("status") or {}).get("phase") == "Pending"]
+        return stuck.explain(pods, {name: kube.events(namespace, name) for name in pending[:4]})
 
-    def workers(self, cfg: RunConfig) -> Workers | None:
-        group = self._kube(cfg).worker_group(cfg.cluster.namespace, cfg.cluster.ray_cluster, manifests.GPU_GROUP)
-        return None if group is None else Workers(group.replicas, group)
+    def stop(self, spec: ClusterSpec, run_id: str) -> None:
+        self._kube(spec).delete_rayjob(spec.namespace, run_id)
 
-    def scale(self, cfg: RunConfig, workers: Workers, replicas: int) -> bool:
-        assert isinstance(workers.handle, WorkerGroup)
-        return self._kube(cfg).scale_worker_group(
-            cfg.cluster.namespace, cfg.cluster.ray_cluster, manifests.GPU_GROUP, workers.handle, replicas
-        )
+    def leftovers(self, spec: ClusterSpec) -> list[Leftover]:
+        kube = self._reachable(spec)
+        if kube is None:
+            return []
+        found = [
+            Leftover("RayJob", job["metadata"]["name"], job.get("status", {}).get("jobStatus") not in JOB_ENDED)
+            for job in kube.owned(spec.namespace, "RayJob")
+        ]
+        for cluster in kube.owned(spec.namespace, "RayCluster"):
+            groups = cluster.get("spec", {}).get("workerGroupSpecs", [])
+            found.append(Leftover("RayCluster", cluster["metadata"]["name"], any(g.get("replicas") for g in groups)))
+        return found

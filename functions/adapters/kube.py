@@ -15,6 +15,7 @@ from typing import Any
 
 from functions.adapters.retry import with_retries
 from functions.core import errors
+from functions.core.manifests import ALLOCATION_ANNOTATION, MANAGED_BY
 
 FIELD_MANAGER = "raytune"
 APPLY = "application/apply-patch+yaml"
@@ -23,11 +24,22 @@ RAY_GROUP, RAY_VERSION = "ray.io", "v1"
 PLURALS = {"RayCluster": "rayclusters", "RayJob": "rayjobs"}
 
 
+STAMP = ALLOCATION_ANNOTATION
+MANAGED = ",".join(f"{k}={v}" for k, v in MANAGED_BY.items())
+
+
 @dataclass(frozen=True)
 class WorkerGroup:
     replicas: int
-    resource_version: str  # the RayCluster's, read together with replicas: the scale precondition
+    resource_version: str  # the RayCluster's, read together with replicas: every write's precondition
     index: int
+    stamp: int
+    annotated: bool  # the RayCluster has metadata.annotations (a JSON patch can add the stamp to it)
+
+
+def stamp_of(obj: dict[str, Any]) -> int:
+    value = (obj["metadata"].get("annotations") or {}).get(STAMP, "0")
+    return int(value) if str(value).isdigit() else 0
 
 
 def api_client(host: str, token: Callable[[], str] | None = None, ca_file: str | None = None) -> Any:
@@ -115,9 +127,12 @@ class Kube:
                 raise
         raise AssertionError("unreachable")
 
-    def apply(self, obj: dict[str, Any]) -> None:
-        """Server-side apply (creates or updates; force: our field manager owns what it applies)."""
+    def apply(self, obj: dict[str, Any], resource_version: str | None = None) -> bool:
+        """Server-side apply (creates or updates; force: our field manager owns what it applies). Given
+        `resource_version`, only if the object is still at it: False when it changed or went meanwhile."""
         kind, meta = obj["kind"], obj["metadata"]
+        if resource_version is not None:
+            obj = {**obj, "metadata": {**meta, "resourceVersion": resource_version}}
         common: dict[str, Any] = {
             "field_manager": FIELD_MANAGER,
             "force": True,
@@ -132,11 +147,51 @@ class Kube:
         else:
             call = self.custom.patch_namespaced_custom_object
             args = (RAY_GROUP, RAY_VERSION, meta["namespace"], PLURALS[kind], meta["name"], obj)
-        with_retries(
-            lambda: self._send(call, *args, **common),
-            f"apply {kind} {meta['namespace']}/{meta['name']}",
-            translate=translate,
-        )
+
+        def send() -> bool:
+            try:
+                self._send(call, *args, **common)
+            except Exception as exc:
+                if resource_version is not None and self._lost_race(exc, kind, meta, resource_version):
+                    return False
+                raise
+            return True
+
+        return with_retries(send, f"apply {kind} {meta['namespace']}/{meta['name']}", translate=translate)
+
+    def _lost_race(self, exc: Exception, kind: str, meta: dict[str, Any], resource_version: str) -> bool:
+        """Whether a conditional write failed because the object changed or went since it was read (409, or
+        404/422 for a vanished object), as opposed to being refused for what it says."""
+        if _status(exc) == 409:
+            return True
+        if _status(exc) not in (404, 422):
+            return False
+        current = self._get(kind, meta["namespace"], meta["name"])
+        return current is None or current["metadata"].get("resourceVersion") != resource_version
+
+    def create(self, obj: dict[str, Any]) -> bool:
+        """Create a ray.io object; False when it already exists (someone else created it first)."""
+        meta = obj["metadata"]
+
+        def send() -> bool:
+            try:
+                self._send(
+                    self.custom.create_namespaced_custom_object,
+                    RAY_GROUP,
+                    RAY_VERSION,
+                    meta["namespace"],
+                    PLURALS[obj["kind"]],
+                    obj,
+                    field_manager=FIELD_MANAGER,
+                    field_validation="Strict",
+                )
+            except Exception as exc:
+                if _status(exc) == 409:
+                    return False
+                raise
+            return True
+
+        return with_retries(send, f"create {obj['kind']} {meta['namespace']}/{meta['name']}", translate=translate)
 
     def _get(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
         return with_retries(
@@ -172,24 +227,104 @@ class Kube:
             translate=translate,
         )
 
+    def delete_raycluster(self, namespace: str, name: str, resource_version: str) -> bool:
+        """Delete the RayCluster if it is still at `resource_version`; False when it changed meanwhile."""
+
+        def send() -> bool:
+            try:
+                self._send(
+                    self.custom.delete_namespaced_custom_object,
+                    RAY_GROUP,
+                    RAY_VERSION,
+                    namespace,
+                    "rayclusters",
+                    name,
+                    body={"preconditions": {"resourceVersion": resource_version}, "propagationPolicy": "Background"},
+                    missing_ok=True,
+                )
+            except Exception as exc:
+                if _status(exc) == 409:
+                    return False
+                raise
+            return True
+
+        return with_retries(send, f"delete RayCluster {namespace}/{name}", translate=translate)
+
+    def owned(self, namespace: str, kind: str) -> list[dict[str, Any]]:
+        """The ray.io objects of `kind` carrying the controller's label."""
+        found = with_retries(
+            lambda: self._send(
+                self.custom.list_namespaced_custom_object,
+                RAY_GROUP,
+                RAY_VERSION,
+                namespace,
+                PLURALS[kind],
+                label_selector=MANAGED,
+            ),
+            f"list {kind} in {namespace}",
+            translate=translate,
+        )
+        return list(found.get("items", []))
+
+    def pods(self, namespace: str, label_selector: str) -> list[dict[str, Any]]:
+        return self._raw_items(
+            lambda: self._send(
+                self.core.list_namespaced_pod, namespace, label_selector=label_selector, _preload_content=False
+            ),
+            f"list pods {label_selector} in {namespace}",
+        )
+
+    def events(self, namespace: str, name: str) -> list[dict[str, Any]]:
+        """The Events about one object (a pod), oldest first."""
+        items = self._raw_items(
+            lambda: self._send(
+                self.core.list_namespaced_event,
+                namespace,
+                field_selector=f"involvedObject.name={name}",
+                _preload_content=False,
+            ),
+            f"list events of {namespace}/{name}",
+        )
+        return sorted(items, key=lambda e: str(e.get("lastTimestamp") or e.get("eventTime") or ""))
+
+    def _raw_items(self, call: Callable[[], Any], what: str) -> list[dict[str, Any]]:
+        """A list's items as plain JSON: the client's models reject objects other versions of Kubernetes
+        leave fields out of, and the controller only reads a few fields."""
+        response = with_retries(call, what, translate=translate)
+        return list(json.loads(response.data).get("items") or [])
+
     def worker_group(self, namespace: str, cluster: str, group: str) -> WorkerGroup | None:
         found = self._get("RayCluster", namespace, cluster)
         if found is None:
             return None
         for index, spec in enumerate(found["spec"].get("workerGroupSpecs", [])):
             if spec["groupName"] == group:
-                return WorkerGroup(int(spec.get("replicas", 0)), found["metadata"]["resourceVersion"], index)
+                return WorkerGroup(
+                    int(spec.get("replicas", 0)),
+                    found["metadata"]["resourceVersion"],
+                    index,
+                    stamp_of(found),
+                    "annotations" in found["metadata"],
+                )
         return None
 
-    def scale_worker_group(self, namespace: str, cluster: str, group: str, current: WorkerGroup, replicas: int) -> bool:
-        """Set replicas and minReplicas (KubeRay clamps replicas up to minReplicas) if the RayCluster is
-        still at `current.resource_version`; False when it changed meanwhile (HTTP 409)."""
+    def scale_worker_group(
+        self, namespace: str, cluster: str, group: str, current: WorkerGroup, replicas: int, stamp: int
+    ) -> bool:
+        """Set replicas and minReplicas (KubeRay clamps replicas up to minReplicas) and the allocation stamp if
+        the RayCluster is still at `current.resource_version`; False when it changed meanwhile (HTTP 409)."""
         base = f"/spec/workerGroupSpecs/{current.index}"
+        stamped = (
+            {"op": "add", "path": "/metadata/annotations/" + STAMP.replace("/", "~1"), "value": str(stamp)}
+            if current.annotated
+            else {"op": "add", "path": "/metadata/annotations", "value": {STAMP: str(stamp)}}
+        )
         patch = [
             {"op": "test", "path": f"{base}/groupName", "value": group},
             {"op": "replace", "path": "/metadata/resourceVersion", "value": current.resource_version},
             {"op": "replace", "path": f"{base}/minReplicas", "value": replicas},
             {"op": "replace", "path": f"{base}/replicas", "value": replicas},
+            stamped,
         ]
 
         def call() -> bool:

@@ -6,10 +6,14 @@ from __future__ import annotations
 import builtins
 import datetime as dt
 from collections.abc import Callable
-from typing import Protocol
+from typing import Protocol, TypeVar
 
+from functions.core.allocation import Allocation, key_path
+from functions.core.config import ClusterSpec
 from functions.core.errors import Conflict, Contended
 from functions.core.runs import RunRecord
+
+T = TypeVar("T")
 
 
 class Blobs(Protocol):
@@ -28,6 +32,26 @@ QUARANTINE = "quarantine/runs/"  # outside runs/: never listed as a record again
 EVENT_CLAIMS = "events/claims/"  # one object per run and state: who publishes its run-finished event
 STALE_CLAIM = dt.timedelta(minutes=5)
 ORPHAN_AFTER = dt.timedelta(minutes=10)
+ALLOCATIONS = "clusters/"
+
+
+def compare_and_swap(
+    read: Callable[[], T | None], write: Callable[[T], T], change: Callable[[T], T | None], what: str, attempts: int = 8
+) -> T | None:
+    """Read-modify-write: `change` sees the latest value and returns the new one (None: no change);
+    `write` raises Conflict when someone wrote in between, and the change is made again on what they wrote."""
+    for _ in range(attempts):
+        current = read()
+        if current is None:
+            return None
+        new = change(current)
+        if new is None:
+            return current
+        try:
+            return write(new)
+        except Conflict:
+            continue
+    raise Contended(f"{what}: still contended after {attempts} attempts")
 
 
 class RunStore:
@@ -61,18 +85,7 @@ class RunStore:
         self, run_id: str, change: Callable[[RunRecord], RunRecord | None], attempts: int = 8
     ) -> RunRecord | None:
         """Read-modify-write with CAS: `change` sees the latest record and returns the new one (None: no change)."""
-        for _ in range(attempts):
-            current = self.get(run_id)
-            if current is None:
-                return None
-            new = change(current)
-            if new is None:
-                return current
-            try:
-                return self.put(new)
-            except Conflict:
-                continue
-        raise Contended(f"{run_id}: still contended after {attempts} attempts")
+        return compare_and_swap(lambda: self.get(run_id), self.put, change, run_id, attempts)
 
     def _write(self, record: RunRecord, if_generation_match: int) -> RunRecord:
         data = record.model_dump_json(indent=2).encode()
@@ -142,3 +155,46 @@ class RunStore:
                 pass  # moved aside before
             self.blobs.delete(f"{RECORDS}{run_id}.json")
         self.unmark_active(run_id)
+
+
+class Allocations:
+    """The per-RayCluster allocation objects (functions/core/allocation.py), changed only by CAS."""
+
+    def __init__(self, blobs: Blobs):
+        self.blobs = blobs
+
+    def _read(self, path: str) -> Allocation | None:
+        found = self.blobs.read(path)
+        if found is None:
+            return None
+        alloc = Allocation.model_validate_json(found[0])
+        alloc.generation = found[1]
+        return alloc
+
+    def get(self, cluster: ClusterSpec) -> Allocation | None:
+        return self._read(key_path(cluster))
+
+    def _write(self, alloc: Allocation) -> Allocation:
+        data = alloc.model_dump_json(indent=2).encode()
+        generation = self.blobs.write(key_path(alloc.cluster), data, if_generation_match=alloc.generation)
+        return alloc.model_copy(update={"generation": generation})
+
+    def update(self, cluster: ClusterSpec, change: Callable[[Allocation], Allocation | None]) -> Allocation:
+        """CAS-change the RayCluster's allocation (an empty one when it has none yet); returns it as stored."""
+        updated = compare_and_swap(
+            lambda: self.get(cluster) or Allocation(cluster=cluster), self._write, change, key_path(cluster)
+        )
+        assert updated is not None
+        return updated
+
+    def all(self) -> builtins.list[Allocation]:
+        """Every RayCluster the controller ever sized (unreadable objects are skipped: a person looks)."""
+        found = []
+        for path in self.blobs.list(ALLOCATIONS):
+            try:
+                alloc = self._read(path)
+            except ValueError:
+                continue
+            if alloc is not None:
+                found.append(alloc)
+        return found

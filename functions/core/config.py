@@ -229,7 +229,11 @@ class ClusterSpec(Strict):
     head: ResourcesSpec = ResourcesSpec(cpu="24", memory="64Gi", ephemeral_storage="9Gi")
     # None: only the GPUs are requested and Autopilot sizes the rest of the A4 node.
     worker: ResourcesSpec | None = None
+    # GPU worker nodes the RayCluster may hold at once; runs that do not fit beside the live ones wait QUEUED.
     max_worker_nodes: Annotated[int, Field(ge=1, le=64)] = 5
+    # Delete the RayCluster (its head pod bills around the clock) after this long with no live or queued
+    # run; the next launch recreates it. 0: never.
+    idle_delete_seconds: Annotated[int, Field(ge=0, le=30 * 86400)] = 1800
     # "pip": install the trainer's pinned packages at job start (cached per node by Ray);
     # "image": the worker image already has them (fast start, recommended for production).
     dependencies: Literal["pip", "image"] = "pip"
@@ -249,6 +253,8 @@ class ClusterSpec(Strict):
 class DeadlineSpec(Strict):
     # KubeRay jobs can hang in Initializing/PENDING: give up after this long.
     pending_seconds: Annotated[int, Field(ge=60, le=7 * 86400)] = 3600
+    # How long a run may wait QUEUED for worker nodes, counted from its arrival.
+    queue_seconds: Annotated[int, Field(ge=60, le=30 * 86400)] = 86400
     # Hard limit on the whole job (RayJob activeDeadlineSeconds).
     run_seconds: Annotated[int, Field(ge=60, le=30 * 86400)] = 86400
 
@@ -275,6 +281,15 @@ class RunConfig(Strict):
         if not default:
             raise ConfigError(["storage_path: not set and no bucket given (pass --bucket or set storage_path)"])
         return self.model_copy(update={"storage_path": default})
+
+    @model_validator(mode="after")
+    def fits_the_cluster(self) -> RunConfig:
+        if self.scaling.nodes > self.cluster.max_worker_nodes:
+            raise ValueError(
+                f"scaling.nodes ({self.scaling.nodes}) is more than cluster.max_worker_nodes "
+                f"({self.cluster.max_worker_nodes}): the run could never be admitted"
+            )
+        return self
 
     @model_validator(mode="after")
     def gpu_only_knobs(self) -> RunConfig:

@@ -17,9 +17,9 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import enum
-from collections.abc import Iterable
 from typing import Any, Literal
 
+from functions.core.allocation import Admission
 from functions.core.config import DeadlineSpec, RunConfig
 from functions.core.platform import ClusterReadiness
 from functions.core.runs import RunRecord, State
@@ -34,12 +34,13 @@ JOB_SUMMARY_KEYS = ("jobStatus", "jobDeploymentStatus", "reason", "message", "st
 
 
 class Action(enum.Enum):
+    ADMIT = "admit"  # hold the run's worker nodes in its RayCluster's allocation, or queue it (FIFO)
     ENSURE_CLUSTER = "ensure_cluster"  # look at the run's cluster; create or repair it, never wait for it
-    SUBMIT = "submit"  # apply the code, the RayCluster (never shrinking it) and the RayJob
+    SUBMIT = "submit"  # size the RayCluster to its allocation (never shrinking it), then apply the RayJob
     OBSERVE_JOB = "observe_job"  # read the RayJob's status
     STOP_JOB = "stop_job"  # stop the Ray job (delete the RayJob; KubeRay stops the job)
     MOVE = "move"  # write a transition, or new details in the same state, to the record
-    SCALE_DOWN = "scale_down"  # shrink the run's RayCluster to what its live runs still need
+    SCALE_DOWN = "scale_down"  # release the run's nodes; size its RayCluster to what live runs still hold
     SETTLE = "settle"  # publish the run-finished event and stop watching the run
     NOTHING = "nothing"  # nothing to do for this run now
 
@@ -52,6 +53,7 @@ class Step:
     job: dict[str, Any] | None = None  # MOVE: the RayJob status summary to keep
     collect_result: bool = False  # MOVE: read the trainer's result.json into the record first
     gpu_node_seconds: float | None = None  # MOVE: what the ending run held, from submission to release
+    queue_position: int | None = None  # MOVE to QUEUED: its place in line
 
 
 NOTHING = Step(Action.NOTHING)
@@ -64,11 +66,13 @@ class Facts:
     now: dt.datetime
     handler: Literal["launch", "watch"] = "watch"
     created: bool = False  # this handler created the record, so it holds the RECEIVED claim
+    admission: Admission | None = None  # after ADMIT
     cluster: ClusterReadiness | None = None  # after ENSURE_CLUSTER
     submitted: str | None = None  # after SUBMIT: what was applied
     submit_error: str | None = None  # ENSURE_CLUSTER or SUBMIT failed for good
     job_seen: bool = False  # after OBSERVE_JOB
     job: dict[str, Any] | None = None  # the RayJob's status (None when seen: the RayJob is gone)
+    stuck: str | None = None  # why a waiting job waits, from its pods and their Events (when known)
     job_stopped: bool = False  # after STOP_JOB
     scaled: bool = False  # after SCALE_DOWN
     error: str | None = None  # a permanent controller error while handling the run
@@ -86,7 +90,7 @@ def decide(record: RunRecord, facts: Facts) -> Step:
         return _after_end(record, facts)
     if facts.error:
         return move(State.FAILED, f"controller error: {facts.error}")
-    if record.state in (State.RECEIVED, State.PROVISIONING):
+    if record.state in (State.RECEIVED, State.QUEUED, State.PROVISIONING):
         return _before_submission(record, facts)
     return _submitted(record, facts)
 
@@ -101,8 +105,8 @@ def _after_end(record: RunRecord, facts: Facts) -> Step:
         return Step(Action.SCALE_DOWN)
     if record.settled:
         return NOTHING
-    # Runs that reached the cluster count towards its workers until they are released.
-    if record.reached_cluster and not facts.scaled:
+    # Any accepted run may hold nodes or a place in line until it is released.
+    if record.state != State.REJECTED and record.config and not facts.scaled:
         return Step(Action.SCALE_DOWN)
     return Step(Action.SETTLE)
 
@@ -111,24 +115,52 @@ def claim_expired(record: RunRecord, now: dt.datetime) -> bool:
     return (now - record.updated_at).total_seconds() > CLAIM_SECONDS
 
 
+def deadlines(record: RunRecord) -> DeadlineSpec:
+    return DeadlineSpec.model_validate((record.config or {}).get("deadlines", {}))
+
+
 def pending_seconds(record: RunRecord) -> int:
-    return DeadlineSpec.model_validate((record.config or {}).get("deadlines", {})).pending_seconds
+    return deadlines(record).pending_seconds
+
+
+def _missed_deadline(record: RunRecord, now: dt.datetime) -> str | None:
+    """Waiting in line counts against deadlines.queue_seconds from arrival; getting the cluster ready and
+    submitting counts against deadlines.pending_seconds from arrival or from leaving the queue."""
+    if record.state == State.QUEUED:
+        limit = deadlines(record).queue_seconds
+        waited = (now - record.created_at).total_seconds()
+        if waited > limit:
+            return (
+                f"still queued (position {record.queue_position}) after {int(waited)}s "
+                f"(deadlines.queue_seconds {limit}): {record.reason}"
+            )
+        return None
+    limit = pending_seconds(record)
+    if (now - (record.left(State.QUEUED) or record.created_at)).total_seconds() > limit:
+        return f"not submitted within deadlines.pending_seconds ({limit}s)"
+    return None
 
 
 def _before_submission(record: RunRecord, facts: Facts) -> Step:
-    """RECEIVED belongs to the handler that created it until its claim expires; PROVISIONING to the
-    watcher (a duplicate launch delivery leaves it alone)."""
+    """RECEIVED belongs to the handler that created it until its claim expires; QUEUED and PROVISIONING
+    to the watcher (a duplicate launch delivery leaves them alone)."""
     if record.state == State.RECEIVED and not facts.created and not claim_expired(record, facts.now):
         return NOTHING  # its launch handler is still at work
-    if record.state == State.PROVISIONING and facts.handler == "launch":
+    if record.state != State.RECEIVED and facts.handler == "launch":
         return NOTHING
     if record.cancel_requested:
         return move(State.CANCELLED, f"{record.cancel_why}, before submission")
-    deadline = pending_seconds(record)
-    if (facts.now - record.created_at).total_seconds() > deadline:
-        return move(State.FAILED, f"not submitted within deadlines.pending_seconds ({deadline}s)")
+    if missed := _missed_deadline(record, facts.now):
+        return move(State.FAILED, missed)
     if facts.submit_error:
         return move(State.FAILED, f"cannot submit: {facts.submit_error}")
+    if facts.admission is None:
+        return Step(Action.ADMIT)
+    if not facts.admission.admitted:
+        reason = facts.admission.describe(int((record.config or {}).get("scaling", {}).get("nodes", 1)))
+        if record.state == State.QUEUED and record.reason == reason:
+            return NOTHING
+        return move(State.QUEUED, reason, queue_position=facts.admission.position)
     if facts.cluster is None:
         return Step(Action.ENSURE_CLUSTER)
     if facts.cluster.state == "error":
@@ -152,10 +184,10 @@ def _submitted(record: RunRecord, facts: Facts) -> Step:
         return move(State.CANCELLED, record.cancel_why, collect_result=True, gpu_node_seconds=held(record, facts.now))
     if not facts.job_seen:
         return Step(Action.OBSERVE_JOB)
-    state, reason = job_outcome(record, facts.job, facts.now, pending_seconds(record))
+    state, reason = job_outcome(record, facts.job, facts.now, pending_seconds(record), facts.stuck)
     summary = job_summary(facts.job)
     if not state.terminal:
-        if state == record.state and summary == record.job:
+        if state == record.state and summary == record.job and (reason is None or reason == record.reason):
             return NOTHING
         return move(state, reason, job=summary)
     if facts.job is not None and facts.job.get("jobStatus") not in JOB_TERMINAL and not facts.job_stopped:
@@ -173,7 +205,7 @@ def held(record: RunRecord, now: dt.datetime) -> float:
 
 
 def job_outcome(
-    record: RunRecord, status: dict[str, Any] | None, now: dt.datetime, pending: int
+    record: RunRecord, status: dict[str, Any] | None, now: dt.datetime, pending: int, stuck: str | None = None
 ) -> tuple[State, str | None]:
     """What a RayJob status means for the run: its state and why.
 
@@ -199,8 +231,9 @@ def job_outcome(
     if job in WAITING and waited > pending:
         return State.FAILED, (
             f"still {deployment or job or 'pending'} after {int(waited)}s (deadlines.pending_seconds {pending})"
+            + (f": {stuck}" if stuck else "")
         )
-    return record.state, None
+    return record.state, stuck if job in WAITING else None
 
 
 def job_summary(status: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -209,25 +242,6 @@ def job_summary(status: dict[str, Any] | None) -> dict[str, Any] | None:
     return {k: status[k] for k in JOB_SUMMARY_KEYS if status.get(k) is not None}
 
 
-ClusterKey = tuple[str, str, str, str]
-
-
-def cluster_key(cfg: RunConfig) -> ClusterKey:
+def cluster_key(cfg: RunConfig) -> tuple[str, str, str, str]:
     c = cfg.cluster
     return (c.region, c.gke_cluster, c.namespace, c.ray_cluster)
-
-
-def gpu_demand(live: Iterable[RunConfig], key: ClusterKey) -> int:
-    """Worker nodes the RayCluster must keep: the largest live run on it (runs queue on Ray's resources),
-    0 when none is live."""
-    return max((cfg.scaling.nodes for cfg in live if cluster_key(cfg) == key), default=0)
-
-
-def scale_target(replicas: int, demand: int) -> int | None:
-    """The size to shrink a worker group to, or None to leave it (never shrink under live demand)."""
-    return demand if demand < replicas else None
-
-
-def launch_replicas(cfg: RunConfig, current: int | None) -> int:
-    """Workers a submission asks for: never fewer than the group has (shrinking is the watcher's)."""
-    return max(cfg.scaling.nodes, current or 0)

@@ -16,6 +16,7 @@ from functions.core.config import GKE_ACCELERATORS, RunConfig
 MANAGED_BY = {"app.kubernetes.io/managed-by": "raytune"}
 RUN_LABEL = "raytune.dev/run-id"
 CODE_HASH_ANNOTATION = "raytune.dev/code-sha256"
+ALLOCATION_ANNOTATION = "raytune.dev/allocation"  # the allocation version the worker group is sized for
 HF_SECRET = "hf-secret"
 HF_SECRET_KEY = "hf_api_token"
 CODE_CONFIGMAP = "ray-job-cm"
@@ -108,9 +109,12 @@ def _worker_resources(cfg: RunConfig) -> dict[str, Any]:
     return {"requests": dict(amounts), "limits": dict(amounts)}
 
 
-def ray_cluster(cfg: RunConfig, code_paths: list[str], code_hash: str, worker_replicas: int) -> dict[str, Any]:
+def ray_cluster(
+    cfg: RunConfig, code_paths: list[str], code_hash: str, worker_replicas: int, stamp: int = 0
+) -> dict[str, Any]:
     """The shared RayCluster. Worker replicas and minReplicas move together: KubeRay clamps
-    replicas up to minReplicas, so scaling to zero needs both at 0."""
+    replicas up to minReplicas, so scaling to zero needs both at 0. `stamp` is the allocation version
+    the size comes from (functions/core/allocation.py): writers with an older one lose."""
     cluster = cfg.cluster
     head = cluster.head
     head_amounts = {"cpu": head.cpu, "memory": head.memory, "ephemeral-storage": head.ephemeral_storage}
@@ -124,7 +128,12 @@ def ray_cluster(cfg: RunConfig, code_paths: list[str], code_hash: str, worker_re
     return {
         "apiVersion": "ray.io/v1",
         "kind": "RayCluster",
-        "metadata": {"name": cluster.ray_cluster, "namespace": cluster.namespace, "labels": dict(MANAGED_BY)},
+        "metadata": {
+            "name": cluster.ray_cluster,
+            "namespace": cluster.namespace,
+            "labels": dict(MANAGED_BY),
+            "annotations": {ALLOCATION_ANNOTATION: str(stamp)},
+        },
         "spec": {
             "rayVersion": cluster.ray_version,
             "headGroupSpec": {

@@ -1,12 +1,12 @@
-"""What the handlers need from wherever Ray runs: GKE + KubeRay (functions/gke.py) or the embedded
-local default (functions/local.py). Handlers only speak this interface."""
+"""What the handlers need from wherever Ray runs: GKE + KubeRay (functions/adapters/gke.py) or the embedded
+local default (functions/local/platform.py). Handlers only speak this interface."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
-from functions.core.config import RunConfig
+from functions.core.config import ClusterSpec, RunConfig
 
 
 @dataclass(frozen=True)
@@ -18,23 +18,47 @@ class ClusterReadiness:
 @dataclass(frozen=True)
 class Workers:
     replicas: int
-    handle: object  # the group as read, given back to scale() as its precondition
+    stamp: int  # the allocation version the group was last sized for (0: never stamped)
+    handle: object  # the RayCluster as read, given back to size()/scale()/delete_cluster() as their precondition
+
+
+@dataclass(frozen=True)
+class Leftover:
+    """A RayJob or RayCluster carrying the controller's labels, as found by the leak sweep."""
+
+    kind: Literal["RayJob", "RayCluster"]
+    name: str
+    active: bool  # a job not ended / a cluster with worker nodes
 
 
 class Platform(Protocol):
     def ensure_cluster(self, cfg: RunConfig) -> ClusterReadiness:
         """Ready, or creation/repair started (never waits for it)."""
 
-    def submit(self, cfg: RunConfig, run_id: str, worker_replicas: int, env: dict[str, str]) -> None:
-        """Apply the code, the RayCluster (with this many workers) and the run's job; idempotent."""
+    def workers(self, spec: ClusterSpec) -> Workers | None:
+        """The RayCluster's GPU worker group as it stands; None when there is no RayCluster."""
+
+    def size(self, cfg: RunConfig, workers: Workers | None, replicas: int, stamp: int) -> bool:
+        """Apply the code, the Secret and the RayCluster with this many workers, stamped: created when
+        `workers` is None, else only if unchanged since `workers` was read. False when it changed (or was
+        created) meanwhile."""
+
+    def scale(self, spec: ClusterSpec, workers: Workers, replicas: int, stamp: int) -> bool:
+        """Resize the worker group, stamped, if unchanged since read; False when it changed meanwhile."""
+
+    def delete_cluster(self, spec: ClusterSpec, workers: Workers) -> bool:
+        """Delete the RayCluster if unchanged since read; False when it changed meanwhile."""
+
+    def submit(self, cfg: RunConfig, run_id: str, env: dict[str, str]) -> None:
+        """Apply the run's job to its (sized) RayCluster; idempotent."""
 
     def job_status(self, cfg: RunConfig, run_id: str) -> dict[str, Any] | None:
         """The job's status in RayJob terms (jobStatus, jobDeploymentStatus, reason, message, ...); None if gone."""
 
-    def stop(self, cfg: RunConfig, run_id: str) -> None: ...
+    def waiting_reason(self, cfg: RunConfig, run_id: str) -> str | None:
+        """Why a submitted job still waits, from its cluster's pods and their Events; None when nothing is wrong."""
 
-    def workers(self, cfg: RunConfig) -> Workers | None:
-        """The GPU worker group as it stands; None when there is no cluster."""
+    def stop(self, spec: ClusterSpec, run_id: str) -> None: ...
 
-    def scale(self, cfg: RunConfig, workers: Workers, replicas: int) -> bool:
-        """Scale the worker group if it is still as read; False when it changed meanwhile."""
+    def leftovers(self, spec: ClusterSpec) -> list[Leftover]:
+        """The RayJobs and RayClusters with the controller's labels in the cluster's namespace."""

@@ -2,11 +2,13 @@
 every change is decided by `functions.core.decide` and written with compare-and-swap.
 
     RECEIVED ──► REJECTED
-       │
+       │ ╲
+       │  QUEUED (waits for worker nodes under cluster.max_worker_nodes, FIFO)
+       │  ╱ │
        ├──► PROVISIONING ──► SUBMITTED ──► RUNNING ──► SUCCEEDED
-       │         │               │            │
-       └─────────┴───────────────┴────────────┴──► FAILED | CANCELLED
-       (RECEIVED ──► SUBMITTED directly when the cluster is ready at launch)
+       │    │                    │            │
+       └────┴────────────────────┴────────────┴──► FAILED | CANCELLED
+       (RECEIVED or QUEUED ──► SUBMITTED directly when the cluster is ready)
 
 A marker `runs/active/<run_id>` lists the runs the watcher must still look at; it goes once a run
 is terminal and its run-finished event is out (`settled`).
@@ -26,6 +28,7 @@ from functions.core.result import RunResult
 class State(enum.StrEnum):
     RECEIVED = "RECEIVED"  # the event was valid and recorded; its launch handler holds the run for a while
     REJECTED = "REJECTED"  # the config or event can never launch: every reason in `errors`
+    QUEUED = "QUEUED"  # its worker nodes do not fit beside the live runs' yet; the watcher admits it in turn
     PROVISIONING = "PROVISIONING"  # the GKE cluster or its Ray operator is being created; the watcher resumes
     SUBMITTED = "SUBMITTED"  # RayCluster and RayJob applied; the job has not started running yet
     RUNNING = "RUNNING"  # the RayJob reports RUNNING
@@ -40,8 +43,11 @@ class State(enum.StrEnum):
 
 TERMINAL = frozenset({State.REJECTED, State.SUCCEEDED, State.FAILED, State.CANCELLED})
 ALLOWED: dict[State, frozenset[State]] = {
-    State.RECEIVED: frozenset({State.REJECTED, State.PROVISIONING, State.SUBMITTED, State.FAILED, State.CANCELLED}),
-    State.PROVISIONING: frozenset({State.SUBMITTED, State.FAILED, State.CANCELLED}),
+    State.RECEIVED: frozenset(
+        {State.REJECTED, State.QUEUED, State.PROVISIONING, State.SUBMITTED, State.FAILED, State.CANCELLED}
+    ),
+    State.QUEUED: frozenset({State.PROVISIONING, State.SUBMITTED, State.FAILED, State.CANCELLED}),
+    State.PROVISIONING: frozenset({State.QUEUED, State.SUBMITTED, State.FAILED, State.CANCELLED}),
     State.SUBMITTED: frozenset({State.RUNNING, State.SUCCEEDED, State.FAILED, State.CANCELLED}),
     State.RUNNING: frozenset({State.SUCCEEDED, State.FAILED, State.CANCELLED}),
 }
@@ -72,6 +78,7 @@ class RunRecord(BaseModel):
     result: RunResult | None = None  # the trainer's result.json: checkpoints and metrics
     gpu_node_seconds: float | None = None  # GPU nodes x seconds held, from submission to release
     cost: float | None = None  # gpu_node_seconds at the configured price per node-hour
+    queue_position: int | None = None  # 1-based place in its RayCluster's queue while QUEUED
     cancel_requested: bool = False
     cancel_reason: str | None = None  # who or what asked, e.g. "interrupted (SIGINT)"
     settled: bool = False  # terminal and its run-finished event published
@@ -98,6 +105,15 @@ class RunRecord(BaseModel):
     def entered(self, state: State) -> dt.datetime | None:
         """When the run last entered `state`, if it ever did."""
         return next((t.at for t in reversed(self.history) if t.state == state), None)
+
+    def left(self, state: State) -> dt.datetime | None:
+        """When the run last moved on from `state`, if it ever did."""
+        following = None
+        for t in reversed(self.history):
+            if t.state == state:
+                return following
+            following = t.at
+        return None
 
     @property
     def cancel_why(self) -> str:

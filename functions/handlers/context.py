@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from functions.adapters import gcs
-from functions.adapters.store import RunStore
+from functions.adapters.store import Allocations, RunStore
 from functions.core.platform import Platform
 from functions.core.secrets import add_secret
 from functions.handlers import logs
@@ -35,6 +35,10 @@ class Context:
     read_uri: Callable[..., bytes] = gcs.read_uri  # (uri, limit=None)
     clock: Callable[[], dt.datetime] = utcnow
     sleep: Callable[[float], None] = field(default=time.sleep)
+    allocations: Allocations = field(init=False)  # beside the run records, in the same bucket
+
+    def __post_init__(self) -> None:
+        self.allocations = Allocations(self.store.blobs)
 
 
 _lock = threading.Lock()

@@ -12,15 +12,14 @@ from functions.core.config import RunConfig
 from functions.core.decide import Action, Facts, Step
 from functions.core.errors import NotFound, PermanentError, TransientError, describe, is_transient
 from functions.core.result import RunResult
-from functions.core.runs import RunRecord
+from functions.core.runs import RunRecord, State
 from functions.core.secrets import redact
+from functions.handlers import sizing
 from functions.handlers.context import Context
 
 log = logging.getLogger(__name__)
-MAX_STEPS = 16
-RESULT_LIMIT = (
-    1024 * 1024
-)  # result.json is a few KiB  # a run needs at most 8; more means two handlers keep undoing each other
+MAX_STEPS = 16  # a run needs at most 9; more means two handlers keep undoing each other
+RESULT_LIMIT = 1024 * 1024  # result.json is a few KiB
 
 
 def run(ctx: Context, record: RunRecord, facts: Facts) -> RunRecord:
@@ -45,6 +44,8 @@ def run(ctx: Context, record: RunRecord, facts: Facts) -> RunRecord:
 def observe(ctx: Context, record: RunRecord, action: Action) -> dict[str, Any]:
     """Do a step on the platform and say what it showed, as Facts fields."""
     cfg = RunConfig.model_validate(record.config)
+    if action is Action.ADMIT:
+        return {"admission": sizing.admit(ctx, record, cfg)}
     if action in (Action.ENSURE_CLUSTER, Action.SUBMIT):
         # A permanent GKE/Kubernetes error (403, 404, 400: missing namespace, denied permission, rejected
         # object) fails the run with the API's reason instead of a retry storm; transient ones raise.
@@ -59,24 +60,36 @@ def observe(ctx: Context, record: RunRecord, action: Action) -> dict[str, Any]:
             return {"submit_error": redact(describe(exc))}  # API errors can quote what was sent
     if action is Action.OBSERVE_JOB:
         try:
-            return {"job_seen": True, "job": ctx.platform.job_status(cfg, record.run_id)}
+            job = ctx.platform.job_status(cfg, record.run_id)
         except Exception as exc:
             # One failed status read never decides a run: looked at again on the next tick.
             raise TransientError(f"cannot read RayJob {record.run_id}: {describe(exc)}") from exc
+        return {"job_seen": True, "job": job, "stuck": stuck(ctx, cfg, record.run_id, job)}
     if action is Action.STOP_JOB:
-        ctx.platform.stop(cfg, record.run_id)
+        ctx.platform.stop(cfg.cluster, record.run_id)
         return {"job_stopped": True}
     if action is Action.SCALE_DOWN:
-        scale_down(ctx, cfg)
+        sizing.release(ctx, cfg.cluster)
         return {"scaled": True}
     raise AssertionError(f"not an observation: {action}")
 
 
 def submit(ctx: Context, cfg: RunConfig, run_id: str) -> str:
-    current = ctx.platform.workers(cfg)
-    replicas = decisions.launch_replicas(cfg, current.replicas if current else None)
-    ctx.platform.submit(cfg, run_id, replicas, trainer_env(ctx))
+    replicas = sizing.sync_workers(ctx, cfg.cluster, launching=cfg)
+    ctx.platform.submit(cfg, run_id, trainer_env(ctx))
     return f"RayJob {run_id} on RayCluster {cfg.cluster.ray_cluster} ({replicas} worker nodes)"
+
+
+def stuck(ctx: Context, cfg: RunConfig, run_id: str, job: dict[str, Any] | None) -> str | None:
+    """Why a waiting job waits (pods and their Events); best effort: the reason is news, not a decision."""
+    if job is None or (job.get("jobStatus") or None) not in decisions.WAITING:
+        return None
+    try:
+        why = ctx.platform.waiting_reason(cfg, run_id)
+    except Exception as exc:
+        log.warning("%s: cannot read why the job waits: %s", run_id, describe(exc))
+        return None
+    return redact(why) if why else None
 
 
 def trainer_env(ctx: Context) -> dict[str, str]:
@@ -95,10 +108,14 @@ def move(ctx: Context, record: RunRecord, step: Step) -> RunRecord:
         changes["gpu_node_seconds"] = step.gpu_node_seconds
         if ctx.settings.node_hour_price is not None:
             changes["cost"] = round(step.gpu_node_seconds / 3600 * ctx.settings.node_hour_price, 2)
+    # Where a run stood in line stays on it when it ends there (cancelled, queue deadline).
+    changes["queue_position"] = step.queue_position if target == State.QUEUED else None
     if step.collect_result:
         changes["result"] = collect_result(ctx, RunConfig.model_validate(record.config), record.run_id)
 
     def change(current: RunRecord) -> RunRecord | None:
+        if target.terminal and current.state == State.QUEUED:
+            changes["queue_position"] = current.queue_position
         if current.state != record.state:
             log.info("%s: already %s, not moving it to %s", record.run_id, current.state.value, target.value)
             return None
@@ -114,7 +131,21 @@ def move(ctx: Context, record: RunRecord, step: Step) -> RunRecord:
             f" ({updated.reason})" if updated.reason else "",
             extra={"run_id": record.run_id, "state": updated.state.value},
         )
+    if updated.state == State.QUEUED and updated.reason != record.reason:
+        publish_state(ctx, updated)
     return updated
+
+
+def publish_state(ctx: Context, record: RunRecord) -> None:
+    """A run-state event: a run that waits in line says so, and where it stands, as its place changes."""
+    if ctx.settings.events_topic:
+        event = {"event": "run-state", **{k: v for k, v in finished_event(record).items() if k in STATE_KEYS}}
+        ctx.publisher.publish(
+            ctx.settings.events_topic, event, run_id=record.run_id, state=record.state.value, event="run-state"
+        )
+
+
+STATE_KEYS = ("run_id", "state", "reason", "name", "source", "queue_position")
 
 
 def collect_result(ctx: Context, cfg: RunConfig, run_id: str) -> RunResult | None:
@@ -128,24 +159,6 @@ def collect_result(ctx: Context, cfg: RunConfig, run_id: str) -> RunResult | Non
     except (ValueError, PermanentError) as err:  # not ours to fix by retrying: the record says so
         log.warning("%s: unreadable %s: %s", run_id, uri, describe(err))
         return None
-
-
-def scale_down(ctx: Context, cfg: RunConfig, attempts: int = 3) -> None:
-    """Shrink the GPU worker group to what live runs still need. The group is read before the runs are
-    listed and patched only if unchanged since, so a launch that scaled it up meanwhile wins."""
-    key = decisions.cluster_key(cfg)
-    for _ in range(attempts):
-        workers = ctx.platform.workers(cfg)
-        if workers is None:
-            return
-        live = [RunConfig.model_validate(r.config) for r in ctx.store.active() if not r.state.terminal and r.config]
-        target = decisions.scale_target(workers.replicas, decisions.gpu_demand(live, key))
-        if target is None:
-            return
-        if ctx.platform.scale(cfg, workers, target):
-            log.info("RayCluster %s: GPU workers %d -> %d", cfg.cluster.ray_cluster, workers.replicas, target)
-            return
-    raise TransientError(f"RayCluster {cfg.cluster.ray_cluster} kept changing while scaling down")
 
 
 def finished_event(record: RunRecord) -> dict[str, Any]:
@@ -163,6 +176,7 @@ def finished_event(record: RunRecord) -> dict[str, Any]:
         "metrics": result.metrics.model_dump(mode="json", exclude_none=True) if record.result else None,
         "gpu_node_seconds": record.gpu_node_seconds,
         "cost": record.cost,
+        "queue_position": record.queue_position,
     }
 
 
@@ -173,7 +187,9 @@ def settle(ctx: Context, record: RunRecord) -> RunRecord:
         return record  # another handler publishes it and settles the run
     if ctx.settings.events_topic:
         event = json.loads(redact(json.dumps(finished_event(record))))
-        ctx.publisher.publish(ctx.settings.events_topic, event, run_id=record.run_id, state=record.state.value)
+        ctx.publisher.publish(
+            ctx.settings.events_topic, event, run_id=record.run_id, state=record.state.value, event="run-finished"
+        )
     settled = ctx.store.update(record.run_id, lambda r: None if r.settled else r.model_copy(update={"settled": True}))
     ctx.store.unmark_active(record.run_id)
     return settled or record

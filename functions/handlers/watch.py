@@ -16,8 +16,8 @@ from functions.core import events
 from functions.core.config import RunConfig
 from functions.core.decide import Facts, cluster_key
 from functions.core.errors import describe, is_transient
-from functions.core.runs import RunRecord
-from functions.handlers import steps
+from functions.core.runs import RunRecord, State
+from functions.handlers import housekeeping, sizing, steps
 from functions.handlers.context import Context, current
 
 log = logging.getLogger(__name__)
@@ -67,8 +67,9 @@ def reconcile_one(ctx: Context, record: RunRecord) -> RunRecord | Exception:
 
 
 def reconcile_all(ctx: Context) -> list[RunRecord]:
-    """Every live run at once (a hung call holds one worker thread, not the tick), then each RayCluster a
-    run of this tick ended on is sized again: runs that ended together each saw the others still live."""
+    """Every live run at once (a hung call holds one worker thread, not the tick); then each RayCluster a run
+    of this tick ended on releases its nodes and is sized again (runs that ended together each saw the
+    others live), its queued runs get their turn, and idle or leaked Ray objects are cleaned up."""
     quarantined: list[tuple[str, str]] = []
     records = ctx.store.active(now=ctx.clock(), quarantined=quarantined)
     for run_id, why in quarantined:
@@ -80,8 +81,7 @@ def reconcile_all(ctx: Context) -> list[RunRecord]:
                 run_id=run_id,
                 state="QUARANTINED",
             )
-    with ThreadPoolExecutor(max_workers=min(PARALLEL_RUNS, max(1, len(records)))) as pool:
-        outcomes = list(pool.map(lambda record: reconcile_one(ctx, record), records))
+    outcomes = _each(ctx, records)
     reconciled = [o for o in outcomes if isinstance(o, RunRecord)]
     ended = {
         cluster_key(cfg): cfg
@@ -89,10 +89,26 @@ def reconcile_all(ctx: Context) -> list[RunRecord]:
     }
     for cfg in ended.values():
         try:
-            steps.scale_down(ctx, cfg)
+            sizing.release(ctx, cfg.cluster)
         except Exception as exc:
             outcomes.append(exc)
+    waiting = [
+        r for r in reconciled if r.state == State.QUEUED and cluster_key(RunConfig.model_validate(r.config)) in ended
+    ]
+    if waiting:  # nodes were just released: the queue moves in this tick, not the next
+        again = _each(ctx, [ctx.store.get(r.run_id) or r for r in waiting])
+        moved = {o.run_id: o for o in again if isinstance(o, RunRecord)}
+        reconciled = [moved.get(r.run_id, r) for r in reconciled]
+        outcomes += [o for o in again if isinstance(o, Exception)]
+    outcomes += housekeeping.tidy(ctx, [r for r in reconciled if not r.state.terminal])
     failures = [o for o in outcomes if isinstance(o, Exception)]
     if any(is_transient(f) for f in failures):
         raise next(f for f in failures if is_transient(f))
     return reconciled
+
+
+def _each(ctx: Context, records: list[RunRecord]) -> list[RunRecord | Exception]:
+    if not records:
+        return []
+    with ThreadPoolExecutor(max_workers=min(PARALLEL_RUNS, len(records))) as pool:
+        return list(pool.map(lambda record: reconcile_one(ctx, record), records))

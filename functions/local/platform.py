@@ -22,9 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from functions.core import joblog, manifests
-from functions.core.config import RunConfig
+from functions.core.config import ClusterSpec, RunConfig
 from functions.core.errors import PermanentError
-from functions.core.platform import ClusterReadiness, Workers
+from functions.core.platform import ClusterReadiness, Leftover, Workers
 from functions.local import emulators
 from trainer.codehash import ROOT, code_files, code_sha256
 
@@ -109,7 +109,8 @@ class LocalRay:
         self.dashboard_port = 0
         self.shape = NodeShape(cpus=1, gpus=0, accelerator=None)
         self.nodes: list[emulators.Service] = []  # the worker group
-        self.generation = 0  # bumped on every scale: the precondition scale() checks
+        self.generation = 0  # bumped on every scale: the precondition size()/scale() check
+        self.stamp = 0  # the allocation version the worker group was last sized for
         self.lock = threading.RLock()
         self._client: Any = None
 
@@ -194,11 +195,13 @@ class LocalRay:
             self.nodes.pop().stop()
         self.generation += 1
 
-    def submit(self, cfg: RunConfig, run_id: str, worker_replicas: int, env: dict[str, str]) -> None:
+    def size(self, cfg: RunConfig, workers: Workers | None, replicas: int, stamp: int) -> bool:
         scaling = cfg.scaling
         if scaling.use_gpu:
             check_fits(cfg, self.gpus)
         with self.lock:
+            if self.head is None or (workers is not None and workers.handle != self.generation):
+                return False
             self.shape = NodeShape(
                 cpus=scaling.cpus_per_worker
                 if not scaling.use_gpu
@@ -206,8 +209,11 @@ class LocalRay:
                 gpus=scaling.gpus_per_node,
                 accelerator=scaling.accelerator if scaling.use_gpu else None,
             )
-            if len(self.nodes) != worker_replicas:
-                self._scale_to(worker_replicas)
+            self._scale_to(replicas)
+            self.stamp = stamp
+            return True
+
+    def submit(self, cfg: RunConfig, run_id: str, env: dict[str, str]) -> None:
         if self.job_status(cfg, run_id) is not None:
             return  # submitted before: the submission id is the run id
         self.client.submit_job(
@@ -255,28 +261,47 @@ class LocalRay:
         cause = joblog.root_cause(text) or joblog.clean((message or "the job failed").strip().splitlines()[-1])
         return f"{cause[: joblog.REASON_LIMIT]}" + (f" (driver log: {path})" if path else "")
 
-    def stop(self, cfg: RunConfig | None, run_id: str) -> None:
+    def stop(self, spec: ClusterSpec | None, run_id: str) -> None:
         if self.head is not None:
             self.client.stop_job(run_id)
 
-    def workers(self, cfg: RunConfig) -> Workers | None:
-        with self.lock:
-            return None if self.head is None else Workers(len(self.nodes), self.generation)
+    def waiting_reason(self, cfg: RunConfig, run_id: str) -> str | None:
+        return None  # Ray's own job message says why locally; there are no pods
 
-    def scale(self, cfg: RunConfig, workers: Workers, replicas: int) -> bool:
+    def workers(self, spec: ClusterSpec) -> Workers | None:
+        with self.lock:
+            return None if self.head is None else Workers(len(self.nodes), self.stamp, self.generation)
+
+    def scale(self, spec: ClusterSpec, workers: Workers, replicas: int, stamp: int) -> bool:
         with self.lock:
             if workers.handle != self.generation:
                 return False
             self._scale_to(replicas)
+            self.stamp = stamp
             return True
+
+    def delete_cluster(self, spec: ClusterSpec, workers: Workers) -> bool:
+        """The idle teardown: every node and the head go; the next ensure_cluster starts a new head."""
+        with self.lock:
+            if workers.handle != self.generation:
+                return False
+            self._stop_all()
+            return True
+
+    def leftovers(self, spec: ClusterSpec) -> list[Leftover]:
+        return []  # one process owns the local cluster and every job on it; the driver stops them at exit
 
     def shutdown(self) -> None:
         """Stop every node and the head; Ray's temp dir goes too."""
         with self.lock:
-            self._scale_to(0)
-            if self.head:
-                # The head's GCS and raylet drain for 10 s on SIGTERM; nothing in them outlives the run (its
-                # logs are copied before), so it gets a second.
-                self.head.stop(grace_s=1)
-                self.head = None
+            self._stop_all()
             shutil.rmtree(self.ray_tmp, ignore_errors=True)
+
+    def _stop_all(self) -> None:
+        self._scale_to(0)
+        if self.head:
+            # The head's GCS and raylet drain for 10 s on SIGTERM; nothing in them outlives the run (its
+            # logs are copied before), so it gets a second.
+            self.head.stop(grace_s=1)
+            self.head = None
+            self._client = None

@@ -1,11 +1,13 @@
 """An HTTP fake of the Kubernetes API server, for the real `kubernetes` client.
 
-It speaks the REST protocol the controller uses: namespaced Secrets, ConfigMaps, RayClusters and
-RayJobs at their real paths; GET, DELETE and PATCH; server-side apply (content type
-application/apply-patch+yaml, fieldManager required, strict field validation for ray.io objects
-against the KubeRay v1 fields); JSON patch with resourceVersion preconditions (409) and test ops (422);
-Status bodies with real codes; and injected faults (429/500/409...) per method and path.
-There are no controllers: tests set RayJob status themselves.
+It speaks the REST protocol the controller uses: namespaced Secrets, ConfigMaps, RayClusters, RayJobs,
+Pods and Events at their real paths; GET (objects and label/field-selected lists), POST (create: 409
+AlreadyExists), DELETE (with resourceVersion preconditions: 409) and PATCH; server-side apply (content
+type application/apply-patch+yaml, fieldManager required, strict field validation for ray.io objects
+against the KubeRay v1 fields, metadata.resourceVersion as a precondition: 409); JSON patch with
+resourceVersion preconditions (409) and test ops (422); Status bodies with real codes; and injected
+faults (429/500/409...) per method and path. There are no controllers: tests set RayJob status and
+put pods and events themselves.
 """
 
 from __future__ import annotations
@@ -22,11 +24,13 @@ from urllib.parse import parse_qs, urlparse
 from tests.fakes.kuberay_fields import unknown_fields
 
 PATHS = re.compile(
-    r"^/(?:api/v1|apis/(?P<group>[a-z.]+)/(?P<version>v1))/namespaces/(?P<ns>[a-z0-9-]+)/(?P<plural>[a-z]+)/(?P<name>[a-z0-9.-]+)$"
+    r"^/(?:api/v1|apis/(?P<group>[a-z.]+)/(?P<version>v1))/namespaces/(?P<ns>[a-z0-9-]+)/(?P<plural>[a-z]+)(?:/(?P<name>[a-z0-9.-]+))?$"
 )
 KINDS = {
     (None, "secrets"): ("v1", "Secret"),
     (None, "configmaps"): ("v1", "ConfigMap"),
+    (None, "pods"): ("v1", "Pod"),
+    (None, "events"): ("v1", "Event"),
     ("ray.io", "rayclusters"): ("ray.io/v1", "RayCluster"),
     ("ray.io", "rayjobs"): ("ray.io/v1", "RayJob"),
 }
@@ -90,6 +94,13 @@ class FakeKube:
             obj = self.objects[(plural, namespace, name)]
             obj["status"] = {**obj.get("status", {}), **status}
             obj["metadata"]["resourceVersion"] = self._next_version()
+
+    def put(self, plural: str, obj: dict, namespace: str = "default") -> None:
+        """An object some other controller made (a pod, an Event)."""
+        with self._lock:
+            obj = copy.deepcopy(obj)
+            obj.setdefault("metadata", {}).update(namespace=namespace, resourceVersion=self._next_version())
+            self.objects[(plural, namespace, obj["metadata"]["name"])] = obj
 
     def calls(self, method: str, path_part: str = "") -> int:
         with self._lock:
@@ -155,6 +166,10 @@ class FakeKube:
                     return self._status(404, "NotFound", f"the server could not find the requested resource {url.path}")
                 key = (match["plural"], match["ns"], match["name"])
                 query = {k: v[0] for k, v in parse_qs(url.query).items()}
+                if match["name"] is None and method == "GET":
+                    method = "LIST"
+                elif (match["name"] is None) != (method == "POST"):
+                    return self._status(405, "MethodNotAllowed", f"{method} {url.path}")
                 with fake._lock:
                     code, result = getattr(fake, f"_{method.lower()}")(key, match, query, content_type, body)
                 if code >= 400:
@@ -170,6 +185,9 @@ class FakeKube:
             def do_PATCH(self):
                 self._route("PATCH")
 
+            def do_POST(self):
+                self._route("POST")
+
         return Handler
 
     def _get(self, key, match, query, content_type, body):
@@ -177,9 +195,50 @@ class FakeKube:
             return 404, ("NotFound", f'{key[0]} "{key[2]}" not found')
         return 200, copy.deepcopy(self.objects[key])
 
+    def _list(self, key, match, query, content_type, body):
+        wanted = dict(part.split("=", 1) for part in query.get("labelSelector", "").split(",") if part)
+        fields = dict(part.split("=", 1) for part in query.get("fieldSelector", "").split(",") if part)
+        items = []
+        for (plural, namespace, _), obj in sorted(self.objects.items()):
+            if (plural, namespace) != key[:2]:
+                continue
+            labels = obj["metadata"].get("labels") or {}
+            if any(labels.get(k) != v for k, v in wanted.items()):
+                continue
+            if any(_field(obj, path) != v for path, v in fields.items()):
+                continue
+            items.append(copy.deepcopy(obj))
+        api_version, kind = KINDS[(match["group"], match["plural"])]
+        return 200, {"apiVersion": api_version, "kind": f"{kind}List", "metadata": {}, "items": items}
+
+    def _post(self, key, match, query, content_type, body):
+        obj = json.loads(body)
+        key = (key[0], key[1], obj["metadata"]["name"])
+        if key in self.objects:
+            return 409, ("AlreadyExists", f'{key[0]} "{key[2]}" already exists')
+        if match["group"] == "ray.io" and query.get("fieldValidation") == "Strict" and (bad := unknown_fields(obj)):
+            return 400, ("BadRequest", f"strict decoding error: unknown field {', '.join(bad)}")
+        if obj["metadata"].get("resourceVersion"):
+            return 422, ("Invalid", "metadata.resourceVersion: Invalid value: must be empty on create")
+        new = copy.deepcopy(obj)
+        new["metadata"].update(
+            namespace=key[1], uid=str(uuid.uuid4()), generation=1, resourceVersion=self._next_version()
+        )
+        self.objects[key] = new
+        return 201, copy.deepcopy(new)
+
     def _delete(self, key, match, query, content_type, body):
-        if self.objects.pop(key, None) is None:
+        options = json.loads(body) if body else {}
+        wanted = (options.get("preconditions") or {}).get("resourceVersion")
+        current = self.objects.get(key)
+        if current is None:
             return 404, ("NotFound", f'{key[0]} "{key[2]}" not found')
+        if wanted and current["metadata"]["resourceVersion"] != wanted:
+            return 409, (
+                "Conflict",
+                f"Precondition failed: ResourceVersion in precondition: {wanted}, in object meta: {current['metadata']['resourceVersion']}",
+            )
+        del self.objects[key]
         return 200, {"kind": "Status", "apiVersion": "v1", "status": "Success", "details": {"name": key[2]}}
 
     def _patch(self, key, match, query, content_type, body):
@@ -208,6 +267,9 @@ class FakeKube:
         if match["group"] == "ray.io" and query.get("fieldValidation") == "Strict" and (bad := unknown_fields(obj)):
             return 400, ("BadRequest", f"strict decoding error: unknown field {', '.join(bad)}")
         current = self.objects.get(key)
+        precondition = meta.get("resourceVersion")
+        if precondition and (current is None or current["metadata"]["resourceVersion"] != precondition):
+            return 409, ("Conflict", "the object has been modified; please apply your changes to the latest version")
         if current is not None and query.get("force") != "true":
             return 409, ("Conflict", "Apply failed with conflicts (force not set)")
         new = copy.deepcopy(obj)
@@ -254,6 +316,12 @@ class FakeKube:
             new["metadata"]["generation"] = current["metadata"]["generation"] + 1
             self.objects[key] = new
         return 200, copy.deepcopy(self.objects[key])
+
+
+def _field(obj: dict, path: str):
+    for part in path.split("."):
+        obj = obj.get(part) if isinstance(obj, dict) else None
+    return obj
 
 
 def _content(obj: dict) -> dict:

@@ -246,11 +246,11 @@ def test_no_scale_down_while_another_run_needs_the_workers(controller, functions
     launch_upload(functions_server, bucket, "configs/a.json", QUICK)
     launch_upload(functions_server, bucket, "configs/b.json", {**QUICK, "scaling": {"nodes": 1}})
     runs = {r.config["scaling"]["nodes"]: r.run_id for r in h.ctx.store.active()}
-    assert workers(h)["replicas"] == 2  # the smaller run did not shrink the cluster under the larger
+    assert workers(h)["replicas"] == 3  # each run holds its own nodes, side by side
     h.kube.set_status("rayjobs", runs[1], {"jobStatus": "SUCCEEDED", "jobDeploymentStatus": "Complete"})
     watch(functions_server)
     assert h.ctx.store.get(runs[1]).state == State.SUCCEEDED
-    assert workers(h)["replicas"] == 2
+    assert workers(h)["replicas"] == 2  # the larger run keeps its nodes
     h.kube.set_status(
         "rayjobs",
         runs[2],
@@ -275,8 +275,8 @@ def test_scale_down_loses_the_race_to_a_launch(controller, bucket):
     real_workers = h.ctx.platform.workers
     second = {}
 
-    def workers_then_launch(cfg):
-        read = real_workers(cfg)
+    def workers_then_launch(spec):
+        read = real_workers(spec)
         if not second:  # another launch lands right after the watcher read the group
             second["launching"] = True  # (its own read of the group must not launch a third)
             g = upload(bucket, "configs/second.json", QUICK)

@@ -71,11 +71,11 @@ def test_a_cancel_during_the_apply_leaves_no_job_running(controller, bucket):
     h = controller
     real_submit = h.ctx.platform.submit
 
-    def slow_submit(cfg, run_id, replicas, env):
+    def slow_submit(cfg, run_id, env):
         h.clock.advance(121)  # the claim expires during the apply
         request_cancel(h.ctx, run_id, "cancelled by an operator")
         tick(h)  # the watcher ends the run before the launch writes SUBMITTED
-        real_submit(cfg, run_id, replicas, env)
+        real_submit(cfg, run_id, env)
 
     h.ctx.platform.submit = slow_submit
     generation = upload(bucket, "configs/race.json", QUICK)
@@ -96,8 +96,9 @@ def test_a_permanent_failure_after_the_cluster_apply_releases_the_workers(contro
 
 def test_runs_ending_in_one_tick_leave_no_workers(controller, bucket):
     h = controller
-    runs = [launch(h, bucket, f"together-{i}") for i in range(4)]
-    assert workers(h)["replicas"] == 2
+    roomy = {**QUICK, "scaling": {"nodes": 2}, "cluster": {"max_worker_nodes": 8}}
+    runs = [launch(h, bucket, f"together-{i}", roomy) for i in range(4)]
+    assert workers(h)["replicas"] == 8
     for run in runs:
         h.kube.set_status("rayjobs", run.run_id, DONE)
     tick(h)
@@ -121,3 +122,221 @@ def test_each_run_records_the_gpu_time_it_held_and_its_cost(controller, bucket):
     assert ended.gpu_node_seconds == 3600.0 and ended.cost == 12.5  # 2 nodes for half an hour
     [event] = [e for e in h.finished_events() if e["run_id"] == record.run_id]
     assert event["gpu_node_seconds"] == 3600.0 and event["cost"] == 12.5
+
+
+def test_concurrent_launches_never_undersize_the_group(controller, bucket):
+    """A 1-node and a 4-node launch at once, the first one's reads slowed down: a stale writer loses, and
+    the group ends at what both hold (5), never at one run's size."""
+    import threading
+
+    h = controller
+    h.kube.hang("GET", "/rayclusters/", 0.5, times=2)  # the first reader of the group sees it late
+    results = {}
+
+    def go(name, nodes):
+        results[name] = launch(h, bucket, name, {**QUICK, "scaling": {"nodes": nodes}})
+
+    threads = [threading.Thread(target=go, args=(f"race-{n}", n)) for n in (1, 4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert {r.state for r in results.values()} == {State.SUBMITTED}
+    assert workers(h)["replicas"] == 5  # invariant 1 for both runs
+    [alloc] = h.ctx.allocations.all()
+    stamp = h.kube.get("rayclusters", "gemma3-tuning")["metadata"]["annotations"]["raytune.dev/allocation"]
+    assert alloc.wanted == 5 and int(stamp) == alloc.version
+
+
+def test_a_stale_scale_down_cannot_shrink_under_a_newer_admission(controller, bucket):
+    """The watcher reads the allocation with no live run, then a launch admits a run and sizes the group
+    (its apply may change nothing but the stamp): the watcher's write loses."""
+    from functions.handlers import sizing
+
+    h = controller
+    first = launch(h, bucket, "first")
+    h.kube.set_status("rayjobs", first.run_id, DONE)
+    real_get = h.ctx.allocations.get
+    landed = {}
+
+    def get_then_launch(spec):
+        alloc = real_get(spec)
+        if not landed and h.ctx.store.get(first.run_id).state.terminal:
+            landed["second"] = None
+            landed["second"] = launch(h, bucket, "second")  # lands between the watcher's reads
+        return alloc
+
+    h.ctx.allocations.get = get_then_launch
+    tick(h)
+    h.ctx.allocations.get = real_get
+    assert landed["second"].state == State.SUBMITTED
+    assert workers(h)["replicas"] == 2  # invariant 1 for the second run
+    sizing.release(h.ctx, h.ctx.allocations.all()[0].cluster)  # idempotent
+    assert workers(h)["replicas"] == 2
+
+
+def test_runs_that_do_not_fit_wait_in_a_visible_queue(controller, bucket):
+    """Three 2-node runs on a 5-node RayCluster: the third waits QUEUED (position 1, in its record and a
+    run-state event) and is submitted in the tick that frees the nodes."""
+    h = controller
+    runs = [launch(h, bucket, f"q-{i}") for i in range(3)]
+    assert [r.state for r in runs] == [State.SUBMITTED, State.SUBMITTED, State.QUEUED]
+    queued = h.ctx.store.get(runs[2].run_id)
+    assert queued.queue_position == 1 and "queued 1 of 1: needs 2 worker nodes, 4 of 5" in queued.reason
+    [state_event] = h.events_of("run-state")
+    assert state_event["run_id"] == runs[2].run_id and state_event["queue_position"] == 1
+    assert workers(h)["replicas"] == 4
+    tick(h)
+    assert h.ctx.store.get(runs[2].run_id).state == State.QUEUED  # nothing ended: still waiting
+    h.kube.set_status("rayjobs", runs[0].run_id, DONE)
+    tick(h)
+    assert h.ctx.store.get(runs[0].run_id).state == State.SUCCEEDED
+    dequeued = h.ctx.store.get(runs[2].run_id)
+    assert dequeued.state == State.SUBMITTED and dequeued.queue_position is None
+    assert workers(h)["replicas"] == 4  # 2 released, 2 admitted
+    assert h.kube.get("rayjobs", runs[2].run_id) is not None
+
+
+def test_the_queue_deadline_counts_from_arrival(controller, bucket):
+    h = controller
+    big = {**QUICK, "scaling": {"nodes": 4}, "deadlines": {"pending_seconds": 600, "queue_seconds": 900}}
+    launch(h, bucket, "holder", big)
+    waiting = launch(h, bucket, "waiter", big)
+    assert waiting.state == State.QUEUED
+    h.clock.advance(901)
+    h.kube.set_status("rayjobs", only_live_submitted(h), RUNNING)
+    tick(h)
+    ended = h.ctx.store.get(waiting.run_id)
+    assert ended.state == State.FAILED and "still queued (position 1) after 901s" in ended.reason
+    [event] = [e for e in h.finished_events() if e["run_id"] == waiting.run_id]
+    assert event["queue_position"] == 1
+    assert h.ctx.allocations.all()[0].queue == []  # its place is released
+
+
+def only_live_submitted(h):
+    [run_id] = [r.run_id for r in h.ctx.store.active() if r.state == State.SUBMITTED]
+    return run_id
+
+
+def test_an_idle_raycluster_is_deleted_and_recreated_by_the_next_launch(controller, bucket):
+    h = controller
+    quick = {**QUICK, "cluster": {"idle_delete_seconds": 600}}
+    record = launch(h, bucket, "idle", quick)
+    h.kube.set_status("rayjobs", record.run_id, DONE)
+    tick(h)
+    assert workers(h)["replicas"] == 0 and h.kube.names("rayclusters") == ["gemma3-tuning"]
+    h.clock.advance(599)
+    tick(h)
+    assert h.kube.names("rayclusters") == ["gemma3-tuning"]
+    h.clock.advance(2)
+    tick(h)
+    assert h.kube.names("rayclusters") == []  # its head pod no longer bills
+    again = launch(h, bucket, "after-idle", quick)
+    assert again.state == State.SUBMITTED and workers(h)["replicas"] == 2
+
+
+def test_an_idle_teardown_loses_to_a_launch_that_sized_the_cluster(controller, bucket):
+    """The watcher decides to delete the idle RayCluster; a launch sizes it before the delete lands:
+    the delete's resourceVersion precondition fails and the run keeps its cluster."""
+    h = controller
+    quick = {**QUICK, "cluster": {"idle_delete_seconds": 60}}
+    record = launch(h, bucket, "idle-race", quick)
+    h.kube.set_status("rayjobs", record.run_id, DONE)
+    tick(h)
+    h.clock.advance(61)
+    real_delete = h.ctx.platform.delete_cluster
+    landed = {}
+
+    def launch_then_delete(spec, workers_read):
+        landed["run"] = launch(h, bucket, "sneaks-in", quick)
+        return real_delete(spec, workers_read)
+
+    h.ctx.platform.delete_cluster = launch_then_delete
+    tick(h)
+    assert landed["run"].state == State.SUBMITTED
+    assert h.kube.names("rayclusters") == ["gemma3-tuning"] and workers(h)["replicas"] == 2
+
+
+def test_leaked_rayjobs_and_rayclusters_are_swept_and_reported(controller, bucket):
+    from functions.core import manifests
+    from functions.core.config import RunConfig
+
+    h = controller
+    live = launch(h, bucket, "live")
+    cfg = RunConfig.model_validate(live.config)
+    leaked_job = manifests.ray_job(cfg, "ghost-0123456789", "h" * 64, {})
+    h.kube.objects[("rayjobs", "default", "ghost-0123456789")] = {
+        **leaked_job,
+        "metadata": {**leaked_job["metadata"], "resourceVersion": "1"},
+    }
+    other = manifests.ray_cluster(
+        cfg.model_copy(update={"cluster": cfg.cluster.model_copy(update={"ray_cluster": "forgotten"})}), [], "h" * 64, 3
+    )
+    h.kube.objects[("rayclusters", "default", "forgotten")] = {
+        **other,
+        "metadata": {**other["metadata"], "resourceVersion": "1"},
+    }
+    h.kube.set_status("rayjobs", live.run_id, RUNNING)
+    tick(h)
+    assert h.kube.names("rayjobs") == [live.run_id]  # the live run's job is untouched
+    assert h.kube.names("rayclusters") == ["gemma3-tuning"]
+    leaks = h.events_of("leak")
+    assert {e["reason"].split(":")[0] for e in leaks} == {
+        "RayJob default/ghost-0123456789 stopped",
+        "RayCluster default/forgotten deleted",
+    }
+
+
+def test_a_stuck_job_names_its_cause(controller, bucket):
+    """A job waiting on a pod that cannot pull its image says so in the record, and the FAILED reason at
+    the pending deadline names it."""
+    h = controller
+    record = launch(h, bucket, "stuck")
+    h.kube.set_status("rayjobs", record.run_id, {"jobDeploymentStatus": "Initializing"})
+    h.kube.put(
+        "pods",
+        {
+            "metadata": {"name": "gemma3-tuning-gpu-group-worker-abc", "labels": {"ray.io/cluster": "gemma3-tuning"}},
+            "spec": {"containers": [{"name": "ray-worker", "image": "rayproject/ray:2.60.0-py311-gpu"}]},
+            "status": {
+                "phase": "Pending",
+                "containerStatuses": [
+                    {
+                        "name": "ray-worker",
+                        "image": "rayproject/ray:2.60.0-py311-gpu",
+                        "state": {"waiting": {"reason": "ImagePullBackOff", "message": "Back-off pulling image"}},
+                    }
+                ],
+            },
+        },
+    )
+    h.kube.put(
+        "pods",
+        {
+            "metadata": {"name": "gemma3-tuning-gpu-group-worker-def", "labels": {"ray.io/cluster": "gemma3-tuning"}},
+            "status": {
+                "phase": "Pending",
+                "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}],
+            },
+        },
+    )
+    h.kube.put(
+        "events",
+        {
+            "metadata": {"name": "worker-def.1"},
+            "involvedObject": {"kind": "Pod", "name": "gemma3-tuning-gpu-group-worker-def"},
+            "type": "Warning",
+            "reason": "FailedScheduling",
+            "message": "0/3 nodes are available: 3 Insufficient nvidia.com/gpu.",
+        },
+    )
+    tick(h)
+    waiting = h.ctx.store.get(record.run_id)
+    assert waiting.state == State.SUBMITTED
+    assert "ImagePullBackOff for image rayproject/ray:2.60.0-py311-gpu" in waiting.reason
+    assert "FailedScheduling: 0/3 nodes are available: 3 Insufficient nvidia.com/gpu." in waiting.reason
+    h.clock.advance(601)
+    tick(h)
+    failed = h.ctx.store.get(record.run_id)
+    assert failed.state == State.FAILED and "still Initializing after" in failed.reason
+    assert "ImagePullBackOff" in failed.reason

@@ -44,9 +44,9 @@ def test_scale_uses_the_resource_version_as_precondition(fake, kube):
     group = kube.worker_group("default", "gemma3-tuning", "gpu-group")
     assert group.replicas == 2
     kube.apply(objects(replicas=3)[1])  # somebody scaled up after we read
-    assert kube.scale_worker_group("default", "gemma3-tuning", "gpu-group", group, 0) is False
+    assert kube.scale_worker_group("default", "gemma3-tuning", "gpu-group", group, 0, 1) is False
     fresh = kube.worker_group("default", "gemma3-tuning", "gpu-group")
-    assert kube.scale_worker_group("default", "gemma3-tuning", "gpu-group", fresh, 0) is True
+    assert kube.scale_worker_group("default", "gemma3-tuning", "gpu-group", fresh, 0, 1) is True
     spec = fake.get("rayclusters", "gemma3-tuning")["spec"]["workerGroupSpecs"][0]
     assert (spec["replicas"], spec["minReplicas"]) == (0, 0)
     assert fake.calls("PATCH", "/rayclusters/") == 4

@@ -10,13 +10,19 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from functions.core.allocation import Admission
 from functions.core.decide import CLAIM_SECONDS, Action, Facts, decide
 from functions.core.platform import ClusterReadiness
 from functions.core.runs import ALLOWED, RunRecord, State, Transition
 
 NOW = dt.datetime(2026, 12, 2, 12, 0, tzinfo=dt.UTC)
 PENDING = 600
-CONFIG = {"name": "t", "deadlines": {"pending_seconds": PENDING, "run_seconds": 86400}}
+QUEUE = 3000
+CONFIG = {
+    "name": "t",
+    "scaling": {"nodes": 2},
+    "deadlines": {"pending_seconds": PENDING, "queue_seconds": QUEUE, "run_seconds": 86400},
+}
 S = State
 A = Action
 
@@ -35,9 +41,14 @@ def record(
     settled: bool = False,
     reason: str | None = None,
     job: dict | None = None,
+    dequeued: float | None = None,
+    position: int | None = None,
 ) -> RunRecord:
-    """A run created `age` s ago, last written `idle` s ago, submitted `submitted` s ago."""
+    """A run created `age` s ago, last written `idle` s ago, submitted `submitted` s ago, out of the queue
+    `dequeued` s ago."""
     history = [Transition(state=S.RECEIVED, at=ago(age))]
+    if dequeued is not None:
+        history += [Transition(state=S.QUEUED, at=ago(age)), Transition(state=S.PROVISIONING, at=ago(dequeued))]
     if submitted is not None:
         history.append(Transition(state=S.SUBMITTED, at=ago(submitted)))
     if state not in (S.RECEIVED, S.SUBMITTED):
@@ -54,10 +65,14 @@ def record(
         cancel_requested=cancel,
         settled=settled,
         job=job,
+        queue_position=position,
     )
 
 
 READY = ClusterReadiness("ready")
+IN = Admission(True, held=0, limit=5)
+WAIT = Admission(False, position=2, queued=3, held=4, limit=5)
+WAIT_REASON = WAIT.describe(2)
 CREATING = ClusterReadiness("provisioning", "creating GKE Autopilot cluster raytune")
 BROKEN = ClusterReadiness("error", "GKE cluster raytune is ERROR: quota")
 LATE = PENDING + 1
@@ -66,10 +81,10 @@ EXPIRED = CLAIM_SECONDS + 1
 BEFORE_SUBMISSION = [
     # (id, record, facts, expected action, expected state, reason contains)
     (
-        "new run: look at the cluster",
+        "new run: ask for its nodes",
         record(S.RECEIVED),
         dict(handler="launch", created=True),
-        A.ENSURE_CLUSTER,
+        A.ADMIT,
         None,
         None,
     ),
@@ -78,7 +93,7 @@ BEFORE_SUBMISSION = [
         "duplicate after the claim",
         record(S.RECEIVED, idle=EXPIRED, age=EXPIRED),
         dict(handler="launch"),
-        A.ENSURE_CLUSTER,
+        A.ADMIT,
         None,
         None,
     ),
@@ -87,7 +102,7 @@ BEFORE_SUBMISSION = [
         "watcher takes over a dead launch",
         record(S.RECEIVED, idle=EXPIRED, age=EXPIRED),
         {},
-        A.ENSURE_CLUSTER,
+        A.ADMIT,
         None,
         None,
     ),
@@ -115,14 +130,14 @@ BEFORE_SUBMISSION = [
         None,
         None,
     ),
-    ("provisioning: look again", record(S.PROVISIONING, age=30), {}, A.ENSURE_CLUSTER, None, None),
+    ("provisioning: look again", record(S.PROVISIONING, age=30), dict(admission=IN), A.ENSURE_CLUSTER, None, None),
     ("provisioning cancelled", record(S.PROVISIONING, cancel=True), {}, A.MOVE, S.CANCELLED, "before submission"),
     ("provisioning past the deadline", record(S.PROVISIONING, age=LATE), {}, A.MOVE, S.FAILED, "pending_seconds"),
     ("cancel wins over the deadline", record(S.PROVISIONING, age=LATE, cancel=True), {}, A.MOVE, S.CANCELLED, None),
     (
         "cluster being created",
         record(S.RECEIVED),
-        dict(handler="launch", created=True, cluster=CREATING),
+        dict(handler="launch", created=True, admission=IN, cluster=CREATING),
         A.MOVE,
         S.PROVISIONING,
         "creating GKE",
@@ -130,7 +145,7 @@ BEFORE_SUBMISSION = [
     (
         "still being created: no write",
         record(S.PROVISIONING, reason=CREATING.message),
-        dict(cluster=CREATING),
+        dict(admission=IN, cluster=CREATING),
         A.NOTHING,
         None,
         None,
@@ -138,17 +153,17 @@ BEFORE_SUBMISSION = [
     (
         "new provisioning news",
         record(S.PROVISIONING, reason="older news"),
-        dict(cluster=CREATING),
+        dict(admission=IN, cluster=CREATING),
         A.MOVE,
         S.PROVISIONING,
         "creating GKE",
     ),
-    ("broken cluster", record(S.PROVISIONING), dict(cluster=BROKEN), A.MOVE, S.FAILED, "quota"),
-    ("ready: submit", record(S.PROVISIONING), dict(cluster=READY), A.SUBMIT, None, None),
+    ("broken cluster", record(S.PROVISIONING), dict(admission=IN, cluster=BROKEN), A.MOVE, S.FAILED, "quota"),
+    ("ready: submit", record(S.PROVISIONING), dict(admission=IN, cluster=READY), A.SUBMIT, None, None),
     (
         "submitted",
         record(S.RECEIVED),
-        dict(handler="launch", created=True, cluster=READY, submitted="RayJob run-1"),
+        dict(handler="launch", created=True, admission=IN, cluster=READY, submitted="RayJob run-1"),
         A.MOVE,
         S.SUBMITTED,
         "RayJob run-1",
@@ -160,6 +175,60 @@ BEFORE_SUBMISSION = [
         A.MOVE,
         S.FAILED,
         "cannot submit: HTTP 404: ns",
+    ),
+    (
+        "no room: queue it",
+        record(S.RECEIVED),
+        dict(handler="launch", created=True, admission=WAIT),
+        A.MOVE,
+        S.QUEUED,
+        "queued 2 of 3",
+    ),
+    ("launch leaves the queue to the watcher", record(S.QUEUED), dict(handler="launch"), A.NOTHING, None, None),
+    ("queued: ask again", record(S.QUEUED, age=60), {}, A.ADMIT, None, None),
+    ("same place: no write", record(S.QUEUED, age=60, reason=WAIT_REASON), dict(admission=WAIT), A.NOTHING, None, None),
+    ("moved up", record(S.QUEUED, age=60, reason="queued 3 of 3"), dict(admission=WAIT), A.MOVE, S.QUEUED, "queued 2"),
+    ("admitted: look at the cluster", record(S.QUEUED, age=60), dict(admission=IN), A.ENSURE_CLUSTER, None, None),
+    (
+        "queued: admitted, ready, submit",
+        record(S.QUEUED, age=60),
+        dict(admission=IN, cluster=READY),
+        A.SUBMIT,
+        None,
+        None,
+    ),
+    (
+        "queued longer than pending_seconds is fine",
+        record(S.QUEUED, age=LATE, reason=WAIT_REASON),
+        dict(admission=WAIT),
+        A.NOTHING,
+        None,
+        None,
+    ),
+    (
+        "queue deadline counts from arrival",
+        record(S.QUEUED, age=QUEUE + 1, position=2, reason=WAIT_REASON),
+        {},
+        A.MOVE,
+        S.FAILED,
+        "still queued (position 2)",
+    ),
+    ("queued cancelled", record(S.QUEUED, age=60, cancel=True), {}, A.MOVE, S.CANCELLED, "before submission"),
+    (
+        "pending deadline counts from leaving the queue",
+        record(S.PROVISIONING, age=QUEUE, dequeued=30),
+        dict(admission=IN),
+        A.ENSURE_CLUSTER,
+        None,
+        None,
+    ),
+    (
+        "out of the queue too long",
+        record(S.PROVISIONING, age=QUEUE, dequeued=LATE),
+        {},
+        A.MOVE,
+        S.FAILED,
+        "pending_seconds",
     ),
     ("controller error", record(S.PROVISIONING), dict(error="boom"), A.MOVE, S.FAILED, "controller error: boom"),
 ]
@@ -308,7 +377,8 @@ AFTER_THE_END = [
     ("ended on the cluster: scale down", record(S.SUCCEEDED, submitted=50), {}, A.SCALE_DOWN, None, None),
     ("then settle", record(S.SUCCEEDED, submitted=50), dict(scaled=True), A.SETTLE, None, None),
     ("rejected: settle only", record(S.REJECTED), dict(handler="launch", created=True), A.SETTLE, None, None),
-    ("failed before submission: settle only", record(S.FAILED), {}, A.SETTLE, None, None),
+    ("failed before submission: release its place", record(S.FAILED), {}, A.SCALE_DOWN, None, None),
+    ("released: settle", record(S.FAILED), dict(scaled=True), A.SETTLE, None, None),
     ("settled: nothing", record(S.CANCELLED, submitted=5, settled=True), {}, A.NOTHING, None, None),
     (
         "cancelled while this handler applied the job: stop it",
@@ -397,9 +467,12 @@ JOBS = st.one_of(
     job=JOBS,
     submit_fails=st.booleans(),
     reached=st.booleans(),
+    admitted=st.booleans(),
 )
-def test_the_loop_ends_legally(state, handler, created, cancel, age, idle, cluster, job, submit_fails, reached):
-    on_cluster = state in (S.SUBMITTED, S.RUNNING) or (state.terminal and reached)
+def test_the_loop_ends_legally(
+    state, handler, created, cancel, age, idle, cluster, job, submit_fails, reached, admitted
+):
+    on_cluster = state in (S.SUBMITTED, S.RUNNING) or (state.terminal and state != S.REJECTED and reached)
     run = record(state, age=age, idle=min(idle, age), cancel=cancel, submitted=min(age, 10) if on_cluster else None)
     facts = Facts(now=NOW, handler=handler, created=created and state == S.RECEIVED)
     actions = []
@@ -414,11 +487,22 @@ def test_the_loop_ends_legally(state, handler, created, cancel, age, idle, clust
             if step.state == S.CANCELLED and was_submitted:
                 assert A.STOP_JOB in actions, "a submitted run is cancelled only after its job was stopped"
             # raises InvalidTransition on an illegal move
-            run = run.moved(step.state, NOW, step.reason, **({"job": step.job} if step.job is not None else {}))
+            run = run.moved(
+                step.state,
+                NOW,
+                step.reason,
+                queue_position=step.queue_position,
+                **({"job": step.job} if step.job is not None else {}),
+            )
         elif step.action is A.SETTLE:
             assert run.state.terminal
             run = run.model_copy(update={"settled": True})
+        elif step.action is A.ADMIT:
+            facts = facts.learned(admission=IN if admitted else WAIT)
         elif step.action is A.ENSURE_CLUSTER:
+            assert facts.admission is not None and facts.admission.admitted, (
+                "nodes are held before the cluster is touched"
+            )
             facts = facts.learned(cluster=cluster)
         elif step.action is A.SUBMIT:
             facts = facts.learned(**({"submit_error": "HTTP 422"} if submit_fails else {"submitted": "applied"}))

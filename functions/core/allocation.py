@@ -1,0 +1,131 @@
+"""The GPU worker group of one RayCluster as a pure value: who holds its nodes, who waits, and what size the
+group must have. One allocation object per RayCluster lives in the bucket (`clusters/<key>.json`) and is
+only ever changed by compare-and-swap, so it is the single, linearizable truth about the group:
+
+- a run is *admitted* (holds `scaling.nodes` worker nodes) when it is first in the FIFO queue and its
+  nodes fit beside the holders' under `cluster.max_worker_nodes`; otherwise it waits, QUEUED;
+- a run that ended (or whose record is gone) holds nothing: `release` drops it;
+- the group's size is `wanted` (the holders' nodes), stamped with the allocation's `version` on the
+  RayCluster. A writer whose version is older than the stamp it finds loses (`sizing`), and every write
+  to the RayCluster is conditional on the resourceVersion it read, so sizes only ever move forward in
+  allocation order: a stale scale-down can never remove a node a newer admission counts on.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from pydantic import BaseModel, Field
+
+from functions.core.config import ClusterSpec
+
+
+class Waiting(BaseModel):
+    run_id: str
+    nodes: int
+    arrived: dt.datetime  # the run's creation: the queue is FIFO by arrival
+
+
+class Allocation(BaseModel):
+    cluster: ClusterSpec  # the RayCluster's spec as the last admitted run gave it (for teardown and sweeps)
+    version: int = 0  # +1 on every change: the stamp the RayCluster carries
+    holders: dict[str, int] = {}  # run id -> worker nodes it holds
+    queue: list[Waiting] = []
+    idle_since: dt.datetime | None = None  # when the last holder and waiter left
+    idle_delete_seconds: int = 1800
+    deleted: bool = False  # the idle RayCluster was deleted; the next admission recreates it
+    generation: int = Field(0, exclude=True)  # the bucket object's generation this copy was read at
+
+    @property
+    def wanted(self) -> int:
+        return sum(self.holders.values())
+
+    def position(self, run_id: str) -> int | None:
+        """1-based place in the queue, None when not waiting."""
+        return next((i + 1 for i, w in enumerate(self.queue) if w.run_id == run_id), None)
+
+    def changed(self, **changes: object) -> Allocation:
+        return self.model_copy(update={**changes, "version": self.version + 1})
+
+
+@dataclass(frozen=True)
+class Admission:
+    admitted: bool
+    position: int | None = None  # in the queue when not admitted
+    queued: int = 0  # how many wait in all
+    held: int = 0  # nodes the holders hold beside this run
+    limit: int = 0
+
+    def describe(self, nodes: int) -> str:
+        if self.admitted:
+            return f"admitted: {nodes} worker nodes ({self.held} held by other runs, limit {self.limit})"
+        return (
+            f"queued {self.position} of {self.queued}: needs {nodes} worker nodes, {self.held} of "
+            f"{self.limit} (cluster.max_worker_nodes) held by other runs"
+        )
+
+
+def release(alloc: Allocation, live: Callable[[str], bool], now: dt.datetime) -> Allocation | None:
+    """The allocation without runs that are no longer live (None: nothing to change)."""
+    holders = {run_id: nodes for run_id, nodes in alloc.holders.items() if live(run_id)}
+    queue = [w for w in alloc.queue if live(w.run_id)]
+    if holders == alloc.holders and queue == alloc.queue:
+        return None
+    idle = (alloc.idle_since or now) if not holders and not queue else None
+    return alloc.changed(holders=holders, queue=queue, idle_since=idle)
+
+
+def admit(
+    alloc: Allocation, run_id: str, nodes: int, arrived: dt.datetime, cluster: ClusterSpec, idle_delete: int
+) -> tuple[Allocation | None, Admission]:
+    """Admit the run if it is first in line and fits, else keep it queued in FIFO order. Returns the new
+    allocation (None: unchanged) and the outcome. Idempotent: an admitted run stays admitted."""
+    limit = cluster.max_worker_nodes
+    if run_id in alloc.holders:
+        return None, Admission(True, held=alloc.wanted - alloc.holders[run_id], limit=limit)
+    queue = (
+        alloc.queue if alloc.position(run_id) else [*alloc.queue, Waiting(run_id=run_id, nodes=nodes, arrived=arrived)]
+    )
+    queue = sorted(queue, key=lambda w: (w.arrived, w.run_id))
+    common = {"cluster": cluster, "idle_delete_seconds": idle_delete, "idle_since": None, "deleted": False}
+    if queue[0].run_id == run_id and alloc.wanted + nodes <= limit:
+        admitted = alloc.changed(holders={**alloc.holders, run_id: nodes}, queue=queue[1:], **common)
+        return admitted, Admission(True, held=alloc.wanted, limit=limit)
+    waiting = alloc.changed(queue=queue, **common) if queue != alloc.queue else None
+    position = next(i + 1 for i, w in enumerate(queue) if w.run_id == run_id)
+    return waiting, Admission(False, position=position, queued=len(queue), held=alloc.wanted, limit=limit)
+
+
+@dataclass(frozen=True)
+class GroupSeen:
+    """The RayCluster's GPU worker group as read: its size and the allocation version it was sized for."""
+
+    replicas: int
+    stamp: int
+
+
+def sizing(alloc: Allocation, seen: GroupSeen | None, launching: bool) -> int | None:
+    """The size to write to the group, or None to leave it. A newer allocation already applied wins;
+    a launch never shrinks the group (leftovers are the watcher's to remove); the watcher sets it exactly."""
+    if seen is None:
+        return alloc.wanted if launching and alloc.holders else None
+    if seen.stamp > alloc.version:
+        return None
+    target = max(alloc.wanted, seen.replicas) if launching else alloc.wanted
+    if target == seen.replicas and seen.stamp == alloc.version:
+        return None
+    return target
+
+
+def idle_expired(alloc: Allocation, now: dt.datetime) -> bool:
+    """Whether an idle RayCluster should go (its head pod costs money around the clock)."""
+    if alloc.deleted or alloc.holders or alloc.queue or alloc.idle_since is None or alloc.idle_delete_seconds == 0:
+        return False
+    return (now - alloc.idle_since).total_seconds() >= alloc.idle_delete_seconds
+
+
+def key_path(cluster: ClusterSpec) -> str:
+    """The allocation object's name in the bucket, one per RayCluster."""
+    return f"clusters/{cluster.region}/{cluster.gke_cluster}/{cluster.namespace}/{cluster.ray_cluster}.json"

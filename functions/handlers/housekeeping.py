@@ -1,0 +1,90 @@
+"""Once per watch tick, for every RayCluster the controller sized: delete it when it has been idle for
+`cluster.idle_delete_seconds` (its head pod bills around the clock), and sweep the RayJobs and RayClusters
+carrying the controller's labels that no live run owns (leaks: a launch that died mid-way, a record
+removed by hand, an older controller). Leaks are stopped, logged and reported on the run-events topic."""
+
+from __future__ import annotations
+
+import logging
+
+from functions.core import allocation
+from functions.core.allocation import Allocation
+from functions.core.config import ClusterSpec
+from functions.core.errors import describe
+from functions.core.runs import RunRecord
+from functions.handlers.context import Context
+
+log = logging.getLogger(__name__)
+
+
+def tidy(ctx: Context, live: list[RunRecord]) -> list[Exception]:
+    """Idle teardown and leak sweep; each cluster's trouble is returned so one cannot stall the others."""
+    troubles: list[Exception] = []
+    allocs = ctx.allocations.all()
+    for alloc in allocs:
+        try:
+            if allocation.idle_expired(alloc, ctx.clock()):
+                teardown(ctx, alloc)
+        except Exception as exc:
+            log.warning("RayCluster %s: idle teardown failed: %s", alloc.cluster.ray_cluster, describe(exc))
+            troubles.append(exc)
+    namespaces: dict[tuple[str, str, str], ClusterSpec] = {}
+    specs = [a.cluster for a in allocs] + [ClusterSpec.model_validate(r.config["cluster"]) for r in live if r.config]
+    for spec in specs:
+        namespaces.setdefault((spec.region, spec.gke_cluster, spec.namespace), spec)
+    # A RayCluster is ours to keep when it has an allocation or a live run names it (runs of an older
+    # controller have no allocation yet: their next release creates one).
+    known = {(s.region, s.gke_cluster, s.namespace, s.ray_cluster) for s in specs}
+    for (region, gke, namespace), spec in namespaces.items():
+        try:
+            sweep(ctx, spec, {k[3] for k in known if k[:3] == (region, gke, namespace)})
+        except Exception as exc:
+            log.warning("%s/%s: leak sweep failed: %s", gke, namespace, describe(exc))
+            troubles.append(exc)
+    return troubles
+
+
+def teardown(ctx: Context, alloc: Allocation) -> None:
+    """Delete an idle RayCluster, fenced twice: the allocation is marked deleted only if no run was admitted
+    since it was read, and the delete only happens if the RayCluster is still as read (a launch that sized
+    it meanwhile wins; one that comes after recreates it)."""
+    spec = alloc.cluster
+    workers = ctx.platform.workers(spec)
+    if workers is not None and workers.stamp > alloc.version:
+        return  # sized for a newer admission
+    marked = ctx.allocations.update(spec, lambda a: a.changed(deleted=True) if a.version == alloc.version else None)
+    if not marked.deleted or marked.version != alloc.version + 1:
+        return  # a run was admitted meanwhile
+    if workers is None:
+        return
+    idle = int((ctx.clock() - (alloc.idle_since or ctx.clock())).total_seconds())
+    if ctx.platform.delete_cluster(spec, workers):
+        log.info("RayCluster %s: deleted after %ds idle (cluster.idle_delete_seconds)", spec.ray_cluster, idle)
+
+
+def sweep(ctx: Context, spec: ClusterSpec, sized: set[str]) -> None:
+    """Stop RayJobs whose run is not live (a finished run's RayJob is removed quietly; a running one with no
+    live run is a leak) and delete labelled RayClusters the controller has no allocation for."""
+    for leftover in ctx.platform.leftovers(spec):
+        if leftover.kind == "RayJob":
+            record = ctx.store.get(leftover.name)
+            if record is not None and not (record.state.terminal and record.settled):
+                continue
+            ctx.platform.stop(spec, leftover.name)
+            if leftover.active or record is None:
+                why = "its run has no record" if record is None else f"its run is {record.state.value}"
+                report(ctx, leftover.name, f"RayJob {spec.namespace}/{leftover.name} stopped: {why}")
+        elif leftover.name not in sized:
+            leaked = spec.model_copy(update={"ray_cluster": leftover.name})
+            workers = ctx.platform.workers(leaked)
+            if workers is not None and ctx.platform.delete_cluster(leaked, workers):
+                report(
+                    ctx, None, f"RayCluster {spec.namespace}/{leftover.name} deleted: no run of this controller uses it"
+                )
+
+
+def report(ctx: Context, run_id: str | None, what: str) -> None:
+    log.warning("leak: %s", what, extra={"run_id": run_id} if run_id else None)
+    if ctx.settings.events_topic:
+        event = {"event": "leak", "run_id": run_id, "state": "LEAKED", "reason": what}
+        ctx.publisher.publish(ctx.settings.events_topic, event, state="LEAKED", event="leak", run_id=run_id or "")

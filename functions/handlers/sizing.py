@@ -1,0 +1,89 @@
+"""Executes the allocation decisions (functions/core/allocation.py): admit or queue a run, release the
+nodes of ended runs, and bring a RayCluster's worker group to its allocation with fenced writes."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from functions.core import allocation
+from functions.core.allocation import Admission, Allocation, GroupSeen
+from functions.core.config import ClusterSpec, RunConfig
+from functions.core.errors import TransientError
+from functions.core.runs import RunRecord
+from functions.handlers.context import Context
+
+log = logging.getLogger(__name__)
+ATTEMPTS = 4
+
+
+def live_check(ctx: Context, keep: str | None = None) -> Callable[[str], bool]:
+    """Whether a run still needs its place: its record exists and has not ended (read fresh, never from a
+    listing made earlier, so a run admitted meanwhile is never dropped)."""
+
+    def live(run_id: str) -> bool:
+        if run_id == keep:
+            return True
+        record = ctx.store.get(run_id)
+        return record is not None and not record.state.terminal
+
+    return live
+
+
+def admit(ctx: Context, record: RunRecord, cfg: RunConfig) -> Admission:
+    """Hold the run's nodes in its RayCluster's allocation, or keep it queued; first in, first served."""
+    outcome: list[Admission] = []
+
+    def change(alloc: Allocation) -> Allocation | None:
+        if record.run_id in alloc.holders:
+            outcome.append(Admission(True, held=alloc.wanted - alloc.holders[record.run_id]))
+            return None
+        cleaned = allocation.release(alloc, live_check(ctx, keep=record.run_id), ctx.clock())
+        new, admission = allocation.admit(
+            cleaned or alloc,
+            record.run_id,
+            cfg.scaling.nodes,
+            record.created_at,
+            cfg.cluster,
+            cfg.cluster.idle_delete_seconds,
+        )
+        outcome.append(admission)
+        return new or cleaned
+
+    ctx.allocations.update(cfg.cluster, change)
+    return outcome[-1]
+
+
+def release(ctx: Context, spec: ClusterSpec) -> None:
+    """Drop the ended runs from the RayCluster's allocation, then size its workers to what is left."""
+    if ctx.allocations.get(spec) is None:
+        return  # never sized by this controller
+    ctx.allocations.update(spec, lambda alloc: allocation.release(alloc, live_check(ctx), ctx.clock()))
+    sync_workers(ctx, spec)
+
+
+def sync_workers(ctx: Context, spec: ClusterSpec, launching: RunConfig | None = None) -> int:
+    """Bring the worker group to its allocation; returns its size. A launch (given its run's config) creates
+    the RayCluster and never shrinks it; the watcher sets it exactly. Every write is conditional on the
+    RayCluster as read and on its stamp being older than the allocation, so a stale writer loses."""
+    for _ in range(ATTEMPTS):
+        alloc = ctx.allocations.get(spec)
+        if alloc is None:
+            return 0
+        workers = ctx.platform.workers(spec)
+        seen = GroupSeen(workers.replicas, workers.stamp) if workers else None
+        target = allocation.sizing(alloc, seen, launching=launching is not None)
+        if target is None:
+            return workers.replicas if workers else 0
+        if launching is not None:
+            done = ctx.platform.size(launching, workers, target, alloc.version)
+        else:
+            assert workers is not None
+            done = ctx.platform.scale(spec, workers, target, alloc.version)
+        if done:
+            before = workers.replicas if workers else "none"
+            log.info(
+                "RayCluster %s: GPU workers %s -> %d (allocation %d)", spec.ray_cluster, before, target, alloc.version
+            )
+            return target
+    raise TransientError(f"RayCluster {spec.ray_cluster} kept changing while being sized")
