@@ -8,6 +8,17 @@ locals {
     RAYTUNE_MAX_EVENT_AGE_S = tostring(var.max_event_age_seconds)
     RAYTUNE_NODE_HOUR_PRICE = var.node_hour_price
     LOG_EXECUTION_ID        = "true"
+    # The operator policy (policy.tf): what a config or message may touch.
+    RAYTUNE_POLICY_NAMESPACES         = join(",", var.policy_namespaces)
+    RAYTUNE_POLICY_RAY_CLUSTER_PREFIX = var.policy_ray_cluster_prefix
+    RAYTUNE_POLICY_IMAGES             = join(",", var.policy_images)
+    RAYTUNE_POLICY_ALLOW_PIP          = tostring(var.policy_allow_pip)
+    RAYTUNE_POLICY_RESERVATION        = var.reservation
+    RAYTUNE_POLICY_ACCELERATOR        = var.policy_accelerator
+    RAYTUNE_POLICY_NODE_SELECTOR      = length(var.policy_node_selector) > 0 ? jsonencode(var.policy_node_selector) : ""
+    RAYTUNE_POLICY_BUCKETS            = join(",", concat([google_storage_bucket.runs.name, google_storage_bucket.configs.name], var.policy_buckets))
+    RAYTUNE_NIGHTLY_KEY               = random_password.nightly_key.result
+    RAYTUNE_OPERATOR_KEY              = random_password.operator_key.result
   }
   functions = {
     # A run config uploaded to the configs bucket (storage finalize through Eventarc, retried).

@@ -27,3 +27,9 @@ output "gke_cluster" {
   description = "The Autopilot cluster run configs refer to (cluster.gke_cluster, cluster.region)."
   value       = { name = var.gke_cluster_name, region = var.region, reservation = var.reservation }
 }
+
+output "operator_key" {
+  description = "Attribute raytune-operator-key for cancelling any run (raytune cancel reads RAYTUNE_OPERATOR_KEY)."
+  value       = random_password.operator_key.result
+  sensitive   = true
+}

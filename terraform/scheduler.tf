@@ -20,6 +20,9 @@ resource "google_cloud_scheduler_job" "nightly" {
   pubsub_target {
     topic_name = google_pubsub_topic.launch.id
     data       = base64encode(jsonencode({ config_uri = var.nightly_config_uri, nightly = true, run_name = "nightly" }))
+    # Only messages with this key take the nightly slot (policy nightly_key): other publishers on the
+    # launch topic cannot read it.
+    attributes = { "raytune-nightly-key" = random_password.nightly_key.result }
   }
   depends_on = [google_project_service.apis]
 }

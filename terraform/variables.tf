@@ -44,7 +44,7 @@ variable "gke_cluster_name" {
 }
 
 variable "reservation" {
-  description = "Name of the A4 GPU reservation run configs refer to (scaling.reservation); informational output."
+  description = "Name of the A4 GPU reservation every run uses (policy: a config cannot choose another); empty: configs choose."
   type        = string
   default     = ""
 }

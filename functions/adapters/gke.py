@@ -182,7 +182,7 @@ class GkePlatform:
         if kube is None:
             return None  # no GKE cluster, no RayCluster
         group = kube.worker_group(spec.namespace, spec.ray_cluster, manifests.GPU_GROUP)
-        return None if group is None else Workers(group.replicas, group.stamp, group)
+        return None if group is None else Workers(group.replicas, group.stamp, group, group.managed)
 
     def size(self, cfg: RunConfig, workers: Workers | None, replicas: int, stamp: int) -> bool:
         from trainer.codehash import code_files, code_sha256

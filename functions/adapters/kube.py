@@ -35,6 +35,7 @@ class WorkerGroup:
     index: int
     stamp: int
     annotated: bool  # the RayCluster has metadata.annotations (a JSON patch can add the stamp to it)
+    managed: bool  # it carries the controller's label: never change another team's RayCluster
 
 
 def stamp_of(obj: dict[str, Any]) -> int:
@@ -305,6 +306,7 @@ class Kube:
                     index,
                     stamp_of(found),
                     "annotations" in found["metadata"],
+                    MANAGED_BY.items() <= (found["metadata"].get("labels") or {}).items(),
                 )
         return None
 

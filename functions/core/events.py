@@ -30,12 +30,16 @@ class LaunchRequest:
     config_uri: str | None = None  # gs:// URI to read it from
     config_format: ConfigFormat = "json"  # how the config at config_uri is written
     errors: list[str] = field(default_factory=list)  # why it cannot be launched, known from the event alone
+    attributes: dict[str, str] = field(default_factory=dict)  # the Pub/Sub message's attributes
+    message_run_id: str | None = None  # a nightly request's own id, used when it may not take the nightly slot
 
 
 @dataclass(frozen=True)
 class WatchRequest:
     kind: str  # tick | finished | cancel
     run_id: str | None = None
+    source: str | None = None  # cancel: the run's source ref as the requester knows it
+    attributes: dict[str, str] = field(default_factory=dict)
 
 
 class Ignored(Exception):
@@ -165,10 +169,8 @@ def _from_message(event: Any) -> LaunchRequest:
         errors.append(f"run_name: {run_name!r} is not a DNS label of at most 25 characters")
         run_name = None
     nightly = body.get("nightly") is True
-    if nightly and published:
-        run_id = runids.for_nightly(published.date(), run_name or "nightly")
-    else:
-        run_id = runids.for_message(message_id, run_name)
+    message_run_id = runids.for_message(message_id, run_name)
+    run_id = runids.for_nightly(published.date(), run_name or "nightly") if nightly and published else message_run_id
     config, uri = body.get("config"), body.get("config_uri")
     if not errors and (config is None) == (uri is None):
         errors.append("the message needs exactly one of 'config' (an object) or 'config_uri' (gs://...)")
@@ -184,13 +186,22 @@ def _from_message(event: Any) -> LaunchRequest:
         config_uri=None if errors else uri,
         config_format=config_format(uri) if isinstance(uri, str) else "json",
         errors=errors,
+        attributes=_attributes(message),
+        message_run_id=message_run_id,
     )
+
+
+def _attributes(message: dict[str, Any]) -> dict[str, str]:
+    attributes = message.get("attributes")
+    if not isinstance(attributes, dict):
+        return {}
+    return {str(k)[:256]: v[:1024] for k, v in list(attributes.items())[:100] if isinstance(v, str)}
 
 
 def watch_request(event: Any) -> WatchRequest:
     if _attribute(event, "type") != PUBSUB_PUBLISHED:
         raise Ignored(f"event type {_attribute(event, 'type')!r}")
-    _, body, errors = _message(event)
+    message, body, errors = _message(event)
     if errors or body is None:
         raise Ignored("; ".join(errors))
     kind = body.get("kind", "tick")
@@ -199,4 +210,5 @@ def watch_request(event: Any) -> WatchRequest:
         raise Ignored(f"unknown watch message kind {kind!r}")
     if kind != "tick" and not (isinstance(run_id, str) and runids.is_valid_id(run_id)):
         raise Ignored(f"{kind} message without a valid run_id")
-    return WatchRequest(kind=kind, run_id=run_id)
+    source = body.get("source") if isinstance(body.get("source"), str) else None
+    return WatchRequest(kind=kind, run_id=run_id, source=source, attributes=_attributes(message))

@@ -20,6 +20,7 @@ class Workers:
     replicas: int
     stamp: int  # the allocation version the group was last sized for (0: never stamped)
     handle: object  # the RayCluster as read, given back to size()/scale()/delete_cluster() as their precondition
+    managed: bool = True  # labelled as the controller's; another team's RayCluster of that name is never changed
 
 
 @dataclass(frozen=True)

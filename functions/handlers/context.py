@@ -50,7 +50,8 @@ def from_env() -> Context:
     from functions.adapters.pubsub import Publisher as PubSubPublisher
 
     settings = Settings.from_env()
-    add_secret(settings.hf_token)
+    for secret in (settings.hf_token, settings.policy.nightly_key, settings.policy.operator_key):
+        add_secret(secret)
     return Context(
         settings=settings,
         store=RunStore(gcs.Bucket(settings.bucket)),

@@ -37,7 +37,7 @@ def tidy(ctx: Context, live: list[RunRecord]) -> list[Exception]:
     known = {(s.region, s.gke_cluster, s.namespace, s.ray_cluster) for s in specs}
     for (region, gke, namespace), spec in namespaces.items():
         try:
-            sweep(ctx, spec, {k[3] for k in known if k[:3] == (region, gke, namespace)})
+            sweep(ctx, spec, {k[3] for k in known if k[:3] == (region, gke, namespace)}, {r.run_id for r in live})
         except Exception as exc:
             log.warning("%s/%s: leak sweep failed: %s", gke, namespace, describe(exc))
             troubles.append(exc)
@@ -50,8 +50,8 @@ def teardown(ctx: Context, alloc: Allocation) -> None:
     it meanwhile wins; one that comes after recreates it)."""
     spec = alloc.cluster
     workers = ctx.platform.workers(spec)
-    if workers is not None and workers.stamp > alloc.version:
-        return  # sized for a newer admission
+    if workers is not None and (workers.stamp > alloc.version or not workers.managed):
+        return  # sized for a newer admission, or not ours
     marked = ctx.allocations.update(spec, lambda a: a.changed(deleted=True) if a.version == alloc.version else None)
     if not marked.deleted or marked.version != alloc.version + 1:
         return  # a run was admitted meanwhile
@@ -62,11 +62,13 @@ def teardown(ctx: Context, alloc: Allocation) -> None:
         log.info("RayCluster %s: deleted after %ds idle (cluster.idle_delete_seconds)", spec.ray_cluster, idle)
 
 
-def sweep(ctx: Context, spec: ClusterSpec, sized: set[str]) -> None:
+def sweep(ctx: Context, spec: ClusterSpec, sized: set[str], live: set[str]) -> None:
     """Stop RayJobs whose run is not live (a finished run's RayJob is removed quietly; a running one with no
     live run is a leak) and delete labelled RayClusters the controller has no allocation for."""
     for leftover in ctx.platform.leftovers(spec):
         if leftover.kind == "RayJob":
+            if leftover.name in live:
+                continue  # read this tick: its run is live
             record = ctx.store.get(leftover.name)
             if record is not None and not (record.state.terminal and record.settled):
                 continue

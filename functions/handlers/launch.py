@@ -14,6 +14,7 @@ on the same record.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from typing import Any
@@ -38,6 +39,9 @@ def handle(event: Any, ctx: Context | None = None) -> RunRecord | None:
     except events.Ignored as why:
         log.info("ignored: %s", why)
         return None
+    if request.source["kind"] == "nightly" and ctx.settings.policy.nightly_violation(request.attributes):
+        # Rejected under its own id: a publisher without the scheduler's key cannot take the day's nightly slot.
+        request = dataclasses.replace(request, run_id=request.message_run_id or request.run_id)
     record, created = receive(ctx, request)
     if not created:
         log.info(
@@ -58,6 +62,15 @@ def receive(ctx: Context, request: events.LaunchRequest) -> tuple[RunRecord, boo
     errors = list(request.errors)
     if request.event_time and (age := (now - request.event_time).total_seconds()) > ctx.settings.max_event_age_s:
         errors.append(f"event is {int(age)}s old; older than RAYTUNE_MAX_EVENT_AGE_S={ctx.settings.max_event_age_s}")
+    policy = ctx.settings.policy
+    if request.source["kind"] == "nightly" and (why := policy.nightly_violation(request.attributes)):
+        errors.append(why)
+    # Uploads come from the bucket the trigger watches; messages may name any URI: checked before it is read.
+    from_message = request.source["kind"] != "upload" and request.config_uri
+    if from_message and (
+        why := policy.bucket_violation(request.config_uri or "", "config_uri", ctx.settings.own_buckets)
+    ):
+        errors.append(why)
     raw: bytes | dict[str, Any] | None = None
     cfg: RunConfig | None = None
     if not errors:
@@ -67,7 +80,8 @@ def receive(ctx: Context, request: events.LaunchRequest) -> tuple[RunRecord, boo
             else:
                 assert request.config_uri is not None
                 raw = ctx.read_uri(request.config_uri, limit=MAX_CONFIG_BYTES)
-            cfg = parse_config(raw, request.config_format).with_storage(ctx.settings.default_storage)
+            cfg = policy.fixed(parse_config(raw, request.config_format).with_storage(ctx.settings.default_storage))
+            errors.extend(policy.violations(cfg, ctx.settings.own_buckets))
         except NotFound:
             errors.append(f"{request.config_uri} does not exist")
         except TooLarge:

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from functions.core.policy import Policy
 
 
 @dataclass(frozen=True)
@@ -17,10 +20,17 @@ class Settings:
     hf_token: str | None  # bound from Secret Manager; never logged or stored
     checkpoints: str | None = None  # where runs without a storage_path keep checkpoints
     node_hour_price: float | None = None  # a GPU node's price per hour, for each run's cost
+    policy: Policy = field(default_factory=Policy)
 
     @property
     def default_storage(self) -> str:
         return self.checkpoints or f"gs://{self.bucket}/checkpoints"
+
+    @property
+    def own_buckets(self) -> tuple[str, ...]:
+        """The buckets runs may name when the policy lists none: the controller's and its checkpoints'."""
+        checkpoints = self.default_storage.removeprefix("gs://").split("/", 1)[0]
+        return tuple(dict.fromkeys([self.bucket, checkpoints]))
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] = os.environ) -> Settings:
@@ -36,4 +46,30 @@ class Settings:
             hf_token=env.get("HF_TOKEN") or None,
             checkpoints=env.get("RAYTUNE_CHECKPOINTS") or None,
             node_hour_price=float(env["RAYTUNE_NODE_HOUR_PRICE"]) if env.get("RAYTUNE_NODE_HOUR_PRICE") else None,
+            policy=policy_from_env(env),
         )
+
+
+def _list(value: str | None) -> tuple[str, ...] | None:
+    return tuple(v.strip() for v in value.split(",") if v.strip()) if value else None
+
+
+def policy_from_env(env: Mapping[str, str]) -> Policy:
+    """RAYTUNE_POLICY_* variables (Terraform's `policy_*` variables); unset ones keep the defaults. Images
+    default to rayproject/ and this project's Artifact Registry."""
+    project = env.get("RAYTUNE_PROJECT", "")
+    given = {
+        "namespaces": _list(env.get("RAYTUNE_POLICY_NAMESPACES")),
+        "ray_cluster_prefix": env.get("RAYTUNE_POLICY_RAY_CLUSTER_PREFIX"),
+        "images": _list(env.get("RAYTUNE_POLICY_IMAGES")) or (*Policy().images, f"*-docker.pkg.dev/{project}/*"),
+        "allow_pip": env.get("RAYTUNE_POLICY_ALLOW_PIP", "").lower() in ("1", "true", "yes") or None,
+        "reservation": env.get("RAYTUNE_POLICY_RESERVATION") or None,
+        "accelerator": env.get("RAYTUNE_POLICY_ACCELERATOR") or None,
+        "node_selector": json.loads(env["RAYTUNE_POLICY_NODE_SELECTOR"])
+        if env.get("RAYTUNE_POLICY_NODE_SELECTOR")
+        else None,
+        "buckets": _list(env.get("RAYTUNE_POLICY_BUCKETS")),
+        "nightly_key": env.get("RAYTUNE_NIGHTLY_KEY") or None,
+        "operator_key": env.get("RAYTUNE_OPERATOR_KEY") or None,
+    }
+    return Policy.model_validate({k: v for k, v in given.items() if v is not None})

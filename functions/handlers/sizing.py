@@ -9,7 +9,7 @@ from collections.abc import Callable
 from functions.core import allocation
 from functions.core.allocation import Admission, Allocation, GroupSeen
 from functions.core.config import ClusterSpec, RunConfig
-from functions.core.errors import TransientError
+from functions.core.errors import PermanentError, TransientError
 from functions.core.runs import RunRecord
 from functions.handlers.context import Context
 
@@ -38,17 +38,16 @@ def admit(ctx: Context, record: RunRecord, cfg: RunConfig) -> Admission:
         if record.run_id in alloc.holders:
             outcome.append(Admission(True, held=alloc.wanted - alloc.holders[record.run_id]))
             return None
-        cleaned = allocation.release(alloc, live_check(ctx, keep=record.run_id), ctx.clock())
-        new, admission = allocation.admit(
-            cleaned or alloc,
-            record.run_id,
-            cfg.scaling.nodes,
-            record.created_at,
-            cfg.cluster,
-            cfg.cluster.idle_delete_seconds,
-        )
+        args = (record.run_id, cfg.scaling.nodes, record.created_at, cfg.cluster, cfg.cluster.idle_delete_seconds)
+        new, admission = allocation.admit(alloc, *args)
+        if not admission.admitted:
+            # Only a run that must wait pays for reading the others' records: ended ones may free its nodes.
+            cleaned = allocation.release(alloc, live_check(ctx, keep=record.run_id), ctx.clock())
+            if cleaned is not None:
+                new, admission = allocation.admit(cleaned, *args)
+                new = new or cleaned
         outcome.append(admission)
-        return new or cleaned
+        return new
 
     ctx.allocations.update(cfg.cluster, change)
     return outcome[-1]
@@ -71,6 +70,13 @@ def sync_workers(ctx: Context, spec: ClusterSpec, launching: RunConfig | None = 
         if alloc is None:
             return 0
         workers = ctx.platform.workers(spec)
+        if workers is not None and not workers.managed:
+            if launching is None:
+                return workers.replicas  # not ours to shrink
+            raise PermanentError(
+                f"RayCluster {spec.namespace}/{spec.ray_cluster} exists and is not managed by raytune "
+                "(no app.kubernetes.io/managed-by=raytune label): choose another cluster.ray_cluster"
+            )
         seen = GroupSeen(workers.replicas, workers.stamp) if workers else None
         target = allocation.sizing(alloc, seen, launching=launching is not None)
         if target is None:

@@ -33,7 +33,15 @@ def handle(event: Any, ctx: Context | None = None) -> list[RunRecord]:
         return []
     if request.kind == "cancel":
         assert request.run_id is not None
-        request_cancel(ctx, request.run_id)
+        record = ctx.store.get(request.run_id)
+        if record is not None and not ctx.settings.policy.may_cancel(record.source, request.source, request.attributes):
+            log.warning(
+                "%s: cancel refused (policy operator_key): not from the run's source nor an operator",
+                request.run_id,
+                extra={"run_id": request.run_id},
+            )
+        else:
+            request_cancel(ctx, request.run_id)
     # A trainer's "finished" notice is a tick now: the job may still be exiting, and then the next tick
     # (within a minute) ends the run; nothing here waits for it.
     return reconcile_all(ctx)

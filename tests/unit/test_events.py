@@ -137,7 +137,8 @@ def test_bad_messages_carry_their_reason(body, error):
     ],
 )
 def test_watch_messages(body, kind, run_id):
-    assert events.watch_request(published(body)) == events.WatchRequest(kind=kind, run_id=run_id)
+    request = events.watch_request(published(body))
+    assert (request.kind, request.run_id, request.source) == (kind, run_id, None)
 
 
 @pytest.mark.parametrize("body", [{"kind": "reboot"}, {"kind": "cancel"}, {"kind": "cancel", "run_id": "../../x"}])

@@ -1,0 +1,119 @@
+"""The operator's policy: what a run config or message may touch, set in the functions' settings (Terraform
+variables), enforced when a run is received, so a breach is one REJECTED record naming the rule.
+
+Whoever can upload to the configs bucket or publish to the launch topic can launch runs; this bounds
+what those runs can reach: namespaces, RayCluster names, images, extra pip packages, the GPU
+reservation and node selectors, the buckets the controller reads and writes for them, the nightly
+slot, and who can cancel.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import hmac
+from collections.abc import Mapping
+
+from pydantic import BaseModel, ConfigDict
+
+from functions.core.config import TRAINER_PIP, RunConfig
+
+NIGHTLY_KEY_ATTRIBUTE = "raytune-nightly-key"
+OPERATOR_KEY_ATTRIBUTE = "raytune-operator-key"
+
+
+class Policy(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    namespaces: tuple[str, ...] = ("default",)
+    ray_cluster_prefix: str = ""
+    images: tuple[str, ...] = ("rayproject/*", "docker.io/rayproject/*")  # fnmatch patterns
+    allow_pip: bool = False  # configs may list packages beyond the trainer's pinned set
+    reservation: str | None = None  # fixed by the operator: configs cannot choose another
+    accelerator: str | None = None
+    node_selector: dict[str, str] | None = None
+    buckets: tuple[str, ...] = ()  # config_uri and storage_path buckets; empty: the controller's own
+    nightly_key: str | None = None  # nightly launches must carry it (the scheduler's attribute)
+    operator_key: str | None = None  # cancels of other sources' runs must carry it
+
+    def violations(self, cfg: RunConfig, buckets: tuple[str, ...]) -> list[str]:
+        """Every rule the config breaks, each naming the rule and what would satisfy it."""
+        found = []
+        cluster, scaling = cfg.cluster, cfg.scaling
+        if cluster.namespace not in self.namespaces:
+            found.append(
+                f"policy namespaces: cluster.namespace {cluster.namespace!r} is not one of {list(self.namespaces)}"
+            )
+        if not cluster.ray_cluster.startswith(self.ray_cluster_prefix):
+            found.append(
+                f"policy ray_cluster_prefix: cluster.ray_cluster {cluster.ray_cluster!r} "
+                f"does not start with {self.ray_cluster_prefix!r}"
+            )
+        for name, image in (
+            ("cluster.head_image", cluster.head_image_ref),
+            ("cluster.worker_image", cluster.worker_image_ref),
+        ):
+            if not any(fnmatch.fnmatchcase(image, pattern) for pattern in self.images):
+                found.append(f"policy images: {name} {image!r} is not from an allowed registry {list(self.images)}")
+        extra = sorted(set(cluster.pip) - set(TRAINER_PIP))
+        if cluster.dependencies == "pip" and extra and not self.allow_pip:
+            found.append(
+                f"policy allow_pip: cluster.pip adds {extra}; only the trainer's pinned packages may be installed"
+            )
+        for knob, fixed, given in (
+            ("reservation", self.reservation, scaling.reservation),
+            (
+                "accelerator",
+                self.accelerator,
+                scaling.accelerator if "accelerator" in scaling.model_fields_set else None,
+            ),
+        ):
+            if fixed is not None and given is not None and given != fixed:
+                found.append(f"policy {knob}: scaling.{knob} is fixed to {fixed!r} by the operator (got {given!r})")
+        if self.node_selector is not None and scaling.node_selector and scaling.node_selector != self.node_selector:
+            found.append("policy node_selector: scaling.node_selector is fixed by the operator")
+        if cfg.storage_path and (why := self.bucket_violation(cfg.storage_path, "storage_path", buckets)):
+            found.append(why)
+        return found
+
+    def bucket_violation(self, uri: str, what: str, buckets: tuple[str, ...]) -> str | None:
+        allowed = self.buckets or buckets
+        bucket = uri.removeprefix("gs://").split("/", 1)[0]
+        if not uri.startswith("gs://") or bucket in allowed:
+            return None
+        return f"policy buckets: {what} names bucket {bucket!r}; allowed: {list(allowed)}"
+
+    def fixed(self, cfg: RunConfig) -> RunConfig:
+        """The config with the operator's fixed reservation, accelerator and node selectors filled in."""
+        updates = {
+            k: v
+            for k, v in (
+                ("reservation", self.reservation),
+                ("accelerator", self.accelerator),
+                ("node_selector", self.node_selector),
+            )
+            if v is not None
+        }
+        if not updates:
+            return cfg
+        scaling = type(cfg.scaling).model_validate({**cfg.scaling.model_dump(), **updates})
+        return cfg.model_copy(update={"scaling": scaling})
+
+    def nightly_violation(self, attributes: Mapping[str, str]) -> str | None:
+        if self.nightly_key is None or _same(attributes.get(NIGHTLY_KEY_ATTRIBUTE), self.nightly_key):
+            return None
+        return (
+            f"policy nightly_key: nightly runs are accepted only from the scheduler (attribute {NIGHTLY_KEY_ATTRIBUTE})"
+        )
+
+    def may_cancel(
+        self, run_source: Mapping[str, str], claimed_source: str | None, attributes: Mapping[str, str]
+    ) -> bool:
+        """Cancels come from the run's own source (its message id or config object, as `source`) or from an
+        operator (the operator key attribute); with no operator key set, from anyone who may publish."""
+        if self.operator_key is None or _same(attributes.get(OPERATOR_KEY_ATTRIBUTE), self.operator_key):
+            return True
+        return claimed_source is not None and claimed_source == run_source.get("ref")
+
+
+def _same(given: str | None, expected: str) -> bool:
+    return given is not None and hmac.compare_digest(given.encode(), expected.encode())

@@ -1,0 +1,57 @@
+# The operator policy: what a run config or launch message may touch. Whoever may upload to the configs
+# bucket or publish to the launch topic can launch runs; these bound what such runs reach (README: Threat
+# model). A breach is a REJECTED record naming the rule.
+
+variable "policy_namespaces" {
+  description = "Kubernetes namespaces runs may use (cluster.namespace). The HF token Secret is copied into each."
+  type        = list(string)
+  default     = ["default"]
+}
+
+variable "policy_ray_cluster_prefix" {
+  description = "RayCluster names runs may use must start with this (empty: any name; RayClusters not labelled managed-by=raytune are never changed)."
+  type        = string
+  default     = ""
+}
+
+variable "policy_images" {
+  description = "fnmatch patterns of the head/worker images runs may use; empty: rayproject/* and this project's Artifact Registry."
+  type        = list(string)
+  default     = []
+}
+
+variable "policy_allow_pip" {
+  description = "Whether configs may list pip packages beyond the trainer's pinned set (pods that install them receive HF_TOKEN)."
+  type        = bool
+  default     = false
+}
+
+variable "policy_accelerator" {
+  description = "GPU type every run uses (B200, H200, ...); empty: the config chooses. The reservation is fixed by var.reservation."
+  type        = string
+  default     = ""
+}
+
+variable "policy_node_selector" {
+  description = "Node selectors every worker gets; a config cannot set others."
+  type        = map(string)
+  default     = {}
+}
+
+variable "policy_buckets" {
+  description = "Buckets besides the runs and configs buckets that config_uri and storage_path may name."
+  type        = list(string)
+  default     = []
+}
+
+# The nightly scheduler job carries this key; launch messages claiming the nightly slot without it are rejected.
+resource "random_password" "nightly_key" {
+  length  = 40
+  special = false
+}
+
+# Cancels of another source's run must carry this key (attribute raytune-operator-key): give it to operators.
+resource "random_password" "operator_key" {
+  length  = 40
+  special = false
+}

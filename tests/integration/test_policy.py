@@ -1,0 +1,124 @@
+"""The operator policy through the delivery paths Terraform uses: Pub/Sub push subscriptions (raw push
+envelopes, as the emulator pushes them) and storage CloudEvents, through functions-framework."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+
+from functions.core.policy import NIGHTLY_KEY_ATTRIBUTE, OPERATOR_KEY_ATTRIBUTE, Policy
+from functions.core.runs import State
+from tests.fakes.http_events import post, storage_event
+from tests.integration.test_functions import QUICK, only_record, upload, workers
+
+KEY, OPERATOR = "n" * 40, "o" * 40
+
+
+def with_policy(h, **knobs):
+    h.ctx.settings = dataclasses.replace(h.ctx.settings, policy=Policy(nightly_key=KEY, operator_key=OPERATOR, **knobs))
+
+
+def pushed(pubsub, endpoint, name):
+    topic = pubsub.topic(name)
+    pubsub.subscribe(topic, push_endpoint=endpoint)
+    return topic
+
+
+def wait_for(condition, timeout=20):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if found := condition():
+            return found
+        time.sleep(0.2)
+    raise AssertionError("timed out")
+
+
+def records(h):
+    names = [n for n in h.ctx.store.blobs.list("runs/") if not n.startswith("runs/active/")]
+    return [h.ctx.store.get(n.removeprefix("runs/").removesuffix(".json")) for n in names]
+
+
+def test_a_config_breaking_the_policy_is_one_rejected_record_naming_the_rule(controller, functions_server, bucket):
+    h = controller
+    with_policy(h)
+    hostile = {**QUICK, "cluster": {"namespace": "kube-system", "worker_image": "evil.io/x:1", "pip": ["evil==1"]}}
+    response = post(
+        functions_server["launch"],
+        storage_event(bucket, "configs/hostile.json", upload(bucket, "configs/hostile.json", hostile)),
+    )
+    assert response.status_code == 200
+    record = only_record(h)
+    assert record.state == State.REJECTED
+    assert {e.split(":")[0] for e in record.errors} == {"policy namespaces", "policy images", "policy allow_pip"}
+    assert h.kube.names("secrets") == [] and h.kube.names("rayjobs") == []  # nothing reached the cluster
+
+
+def test_nightly_slot_and_foreign_buckets_through_pubsub_push(controller, functions_server, pubsub, bucket):
+    h = controller
+    with_policy(h)
+    upload(bucket, "configs/nightly.json", QUICK)
+    topic = pushed(pubsub, functions_server["launch"], "launch")
+    nightly = json.dumps({"config_uri": f"gs://{bucket}/configs/nightly.json", "nightly": True}).encode()
+    pubsub.publisher.publish(topic, nightly).result()  # anyone on the topic, without the key
+    pubsub.publisher.publish(
+        topic, json.dumps({"config_uri": "gs://someone-elses/c.json", "run_name": "steal"}).encode()
+    ).result()
+    found = wait_for(lambda: len(records(h)) == 2 and records(h))
+    reasons = {r.source["kind"]: r for r in found}
+    assert reasons["nightly"].state == State.REJECTED and "policy nightly_key" in reasons["nightly"].reason
+    assert (
+        reasons["message"].state == State.REJECTED
+        and "policy buckets: config_uri names bucket 'someone-elses'" in reasons["message"].reason
+    )
+    pubsub.publisher.publish(topic, nightly, **{NIGHTLY_KEY_ATTRIBUTE: KEY}).result()  # the scheduler
+    wait_for(lambda: h.kube.names("rayjobs"))
+    [submitted] = [r for r in records(h) if r.state == State.SUBMITTED]
+    assert submitted.source["kind"] == "nightly" and submitted.run_id.startswith("nightly-")
+
+
+def test_cancel_only_from_the_runs_source_or_an_operator_through_pubsub_push(controller, functions_server, pubsub):
+    h = controller
+    with_policy(h)
+    launch_topic = pushed(pubsub, functions_server["launch"], "launch")
+    message_id = pubsub.publisher.publish(
+        launch_topic, json.dumps({"config": QUICK, "run_name": "victim"}).encode()
+    ).result()
+    [run_id] = wait_for(lambda: h.kube.names("rayjobs"))
+    watch_topic = pushed(pubsub, functions_server["watch"], "watch")
+    cancel = {"kind": "cancel", "run_id": run_id}
+    pubsub.publisher.publish(watch_topic, json.dumps(cancel).encode()).result()  # a stranger
+    pubsub.publisher.publish(watch_topic, json.dumps({**cancel, "source": "pubsub:1"}).encode()).result()
+    time.sleep(3)
+    assert h.ctx.store.get(run_id).state == State.SUBMITTED and not h.ctx.store.get(run_id).cancel_requested
+    pubsub.publisher.publish(watch_topic, json.dumps({**cancel, "source": f"pubsub:{message_id}"}).encode()).result()
+    wait_for(lambda: h.ctx.store.get(run_id).state == State.CANCELLED)
+    assert h.kube.names("rayjobs") == [] and workers(h)["replicas"] == 0
+
+
+def test_an_operator_may_cancel_any_run(controller, functions_server, pubsub, bucket):
+    h = controller
+    with_policy(h)
+    post(functions_server["launch"], storage_event(bucket, "configs/q.json", upload(bucket, "configs/q.json", QUICK)))
+    run_id = only_record(h).run_id
+    watch_topic = pushed(pubsub, functions_server["watch"], "watch")
+    body = json.dumps({"kind": "cancel", "run_id": run_id}).encode()
+    pubsub.publisher.publish(watch_topic, body, **{OPERATOR_KEY_ATTRIBUTE: OPERATOR}).result()
+    wait_for(lambda: h.ctx.store.get(run_id).state == State.CANCELLED)
+
+
+def test_another_teams_raycluster_is_never_changed(controller, functions_server, bucket):
+    h = controller
+    theirs = {
+        "apiVersion": "ray.io/v1",
+        "kind": "RayCluster",
+        "metadata": {"name": "gemma3-tuning", "namespace": "default", "resourceVersion": "1", "labels": {"team": "b"}},
+        "spec": {"workerGroupSpecs": [{"groupName": "gpu-group", "replicas": 3, "minReplicas": 3}]},
+    }
+    h.kube.objects[("rayclusters", "default", "gemma3-tuning")] = theirs
+    post(functions_server["launch"], storage_event(bucket, "configs/t.json", upload(bucket, "configs/t.json", QUICK)))
+    record = only_record(h)
+    assert record.state == State.FAILED and "not managed by raytune" in record.reason
+    assert workers(h)["replicas"] == 3 and h.kube.get("rayclusters", "gemma3-tuning")["metadata"]["labels"] == {
+        "team": "b"
+    }

@@ -1,0 +1,75 @@
+"""The operator policy, pure: each knob's rule and its message, the fixed selectors, the nightly key and
+who may cancel."""
+
+from __future__ import annotations
+
+import pytest
+
+from functions.core.config import RunConfig
+from functions.core.policy import NIGHTLY_KEY_ATTRIBUTE, OPERATOR_KEY_ATTRIBUTE, Policy
+from functions.handlers.settings import policy_from_env
+
+pytestmark = pytest.mark.unit
+OWN = ("runs-bucket", "configs-bucket")
+
+
+def cfg(**sections) -> RunConfig:
+    return RunConfig.model_validate({"storage_path": "gs://runs-bucket/checkpoints", **sections})
+
+
+@pytest.mark.parametrize(
+    ("config", "rule"),
+    [
+        (cfg(cluster={"namespace": "kube-system"}), "policy namespaces: cluster.namespace 'kube-system'"),
+        (
+            cfg(cluster={"worker_image": "evil.io/miner:latest"}),
+            "policy images: cluster.worker_image 'evil.io/miner:latest'",
+        ),
+        (cfg(cluster={"pip": ["cryptominer==1.0"]}), "policy allow_pip: cluster.pip adds ['cryptominer==1.0']"),
+        (cfg(storage_path="gs://someone-else/x"), "policy buckets: storage_path names bucket 'someone-else'"),
+    ],
+)
+def test_the_default_policy_names_the_rule_a_config_breaks(config, rule):
+    found = Policy().violations(config, OWN)
+    assert any(rule in v for v in found), found
+
+
+def test_the_defaults_accept_the_default_config_and_the_projects_registry():
+    policy = policy_from_env({"RAYTUNE_PROJECT": "proj"})
+    assert policy.violations(cfg(), OWN) == []
+    assert (
+        policy.violations(cfg(cluster={"worker_image": "us-central1-docker.pkg.dev/proj/raytune/trainer:1"}), OWN) == []
+    )
+    assert policy.violations(cfg(cluster={"worker_image": "us-central1-docker.pkg.dev/other/x/y:1"}), OWN)
+
+
+def test_operator_fixed_selectors_win_and_a_config_cannot_choose_others():
+    policy = Policy(reservation="a4-res", accelerator="H200", node_selector={"pool": "gpu"})
+    fixed = policy.fixed(cfg())
+    assert (fixed.scaling.reservation, fixed.scaling.accelerator, fixed.scaling.node_selector) == (
+        "a4-res",
+        "H200",
+        {"pool": "gpu"},
+    )
+    breaking = cfg(scaling={"reservation": "other", "accelerator": "B200", "node_selector": {"pool": "cpu"}})
+    rules = {v.split(":")[0] for v in policy.violations(breaking, OWN)}
+    assert rules == {"policy reservation", "policy accelerator", "policy node_selector"}
+
+
+def test_prefix_and_extra_buckets():
+    policy = Policy(ray_cluster_prefix="team-a-", buckets=("shared",))
+    assert any("ray_cluster_prefix" in v for v in policy.violations(cfg(), OWN))
+    assert policy.bucket_violation("gs://shared/x", "config_uri", OWN) is None
+    assert "policy buckets" in (policy.bucket_violation("gs://runs-bucket/x", "config_uri", OWN) or "")
+
+
+def test_nightly_needs_the_schedulers_key_and_cancel_the_source_or_an_operator():
+    policy = Policy(nightly_key="k" * 40, operator_key="o" * 40)
+    assert policy.nightly_violation({}) and policy.nightly_violation({NIGHTLY_KEY_ATTRIBUTE: "wrong"})
+    assert policy.nightly_violation({NIGHTLY_KEY_ATTRIBUTE: "k" * 40}) is None
+    source = {"kind": "message", "ref": "pubsub:42"}
+    assert not policy.may_cancel(source, None, {})
+    assert not policy.may_cancel(source, "pubsub:43", {})
+    assert policy.may_cancel(source, "pubsub:42", {})
+    assert policy.may_cancel(source, None, {OPERATOR_KEY_ATTRIBUTE: "o" * 40})
+    assert Policy().may_cancel(source, None, {})  # no operator key set: whoever may publish
