@@ -5,7 +5,8 @@ only ever changed by compare-and-swap, so it is the single, linearizable truth a
 - a run is *admitted* (holds `scaling.nodes` worker nodes) when it is first in the FIFO queue and its
   nodes fit beside the holders' under `cluster.max_worker_nodes`; otherwise it waits, QUEUED;
 - a run that ended (or whose record is gone) holds nothing: `release` drops it;
-- the group's size is `wanted` (the holders' nodes), stamped with the allocation's `version` on the
+- the group grows to `wanted` (the holders' nodes) and goes to 0 when nobody holds any (never a partial
+  shrink: KubeRay would pick the workers to remove at random), stamped with the allocation's `version` on the
   RayCluster. A writer whose version is older than the stamp it finds loses (`sizing`), and every write
   to the RayCluster is conditional on the resourceVersion it read, so sizes only ever move forward in
   allocation order: a stale scale-down can never remove a node a newer admission counts on.
@@ -107,13 +108,16 @@ class GroupSeen:
 
 
 def sizing(alloc: Allocation, seen: GroupSeen | None, launching: bool) -> int | None:
-    """The size to write to the group, or None to leave it. A newer allocation already applied wins;
-    a launch never shrinks the group (leftovers are the watcher's to remove); the watcher sets it exactly."""
+    """The size to write to the group, or None to leave it. Only a launch creates the RayCluster; a newer
+    allocation already applied wins. The group never shrinks while any run holds nodes: without an
+    explicit list of pods to delete, KubeRay removes random workers on a decrease (its autoscaler is off),
+    which could be a live run's. So it grows to what the holders need and goes to 0 once none holds any;
+    freed nodes meanwhile serve the queue without a new scale-up."""
     if seen is None:
         return alloc.wanted if launching and alloc.holders else None
     if seen.stamp > alloc.version:
         return None
-    target = max(alloc.wanted, seen.replicas) if launching else alloc.wanted
+    target = max(alloc.wanted, seen.replicas) if alloc.holders else 0
     if target == seen.replicas and seen.stamp == alloc.version:
         return None
     return target

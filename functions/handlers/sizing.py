@@ -38,33 +38,38 @@ def admit(ctx: Context, record: RunRecord, cfg: RunConfig) -> Admission:
         if record.run_id in alloc.holders:
             outcome.append(Admission(True, held=alloc.wanted - alloc.holders[record.run_id]))
             return None
-        args = (record.run_id, cfg.scaling.nodes, record.created_at, cfg.cluster, cfg.cluster.idle_delete_seconds)
-        new, admission = allocation.admit(alloc, *args)
-        if not admission.admitted:
-            # Only a run that must wait pays for reading the others' records: ended ones may free its nodes.
-            cleaned = allocation.release(alloc, live_check(ctx, keep=record.run_id), ctx.clock())
-            if cleaned is not None:
-                new, admission = allocation.admit(cleaned, *args)
-                new = new or cleaned
+        # Ended runs are dropped first (their records read fresh): the nodes they leave up serve this run
+        # instead of new ones (the group never shrinks partially).
+        cleaned = allocation.release(alloc, live_check(ctx, keep=record.run_id), ctx.clock())
+        new, admission = allocation.admit(
+            cleaned or alloc,
+            record.run_id,
+            cfg.scaling.nodes,
+            record.created_at,
+            cfg.cluster,
+            cfg.cluster.idle_delete_seconds,
+        )
         outcome.append(admission)
-        return new
+        return new or cleaned
 
     ctx.allocations.update(cfg.cluster, change)
     return outcome[-1]
 
 
-def release(ctx: Context, spec: ClusterSpec) -> None:
-    """Drop the ended runs from the RayCluster's allocation, then size its workers to what is left."""
+def release(ctx: Context, spec: ClusterSpec, sync: bool = True) -> None:
+    """Drop the ended runs from the RayCluster's allocation, then (unless the caller does it later) size its
+    workers to what is left."""
     if ctx.allocations.get(spec) is None:
         return  # never sized by this controller
     ctx.allocations.update(spec, lambda alloc: allocation.release(alloc, live_check(ctx), ctx.clock()))
-    sync_workers(ctx, spec)
+    if sync:
+        sync_workers(ctx, spec)
 
 
 def sync_workers(ctx: Context, spec: ClusterSpec, launching: RunConfig | None = None) -> int:
-    """Bring the worker group to its allocation; returns its size. A launch (given its run's config) creates
-    the RayCluster and never shrinks it; the watcher sets it exactly. Every write is conditional on the
-    RayCluster as read and on its stamp being older than the allocation, so a stale writer loses."""
+    """Bring the worker group to its allocation; returns its size. A launch (given its run's config) may
+    create the RayCluster. Every write is conditional on the RayCluster as read and on its stamp being older
+    than the allocation, so a stale writer loses."""
     for _ in range(ATTEMPTS):
         alloc = ctx.allocations.get(spec)
         if alloc is None:

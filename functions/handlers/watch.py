@@ -97,17 +97,22 @@ def reconcile_all(ctx: Context) -> list[RunRecord]:
     }
     for cfg in ended.values():
         try:
-            sizing.release(ctx, cfg.cluster)
+            sizing.release(ctx, cfg.cluster, sync=False)
         except Exception as exc:
             outcomes.append(exc)
     waiting = [
         r for r in reconciled if r.state == State.QUEUED and cluster_key(RunConfig.model_validate(r.config)) in ended
     ]
-    if waiting:  # nodes were just released: the queue moves in this tick, not the next
+    if waiting:  # nodes were just released: the queue moves in this tick, on the nodes still up
         again = _each(ctx, [ctx.store.get(r.run_id) or r for r in waiting])
         moved = {o.run_id: o for o in again if isinstance(o, RunRecord)}
         reconciled = [moved.get(r.run_id, r) for r in reconciled]
         outcomes += [o for o in again if isinstance(o, Exception)]
+    for cfg in ended.values():
+        try:
+            sizing.sync_workers(ctx, cfg.cluster)
+        except Exception as exc:
+            outcomes.append(exc)
     outcomes += housekeeping.tidy(ctx, [r for r in reconciled if not r.state.terminal])
     failures = [o for o in outcomes if isinstance(o, Exception)]
     if any(is_transient(f) for f in failures):

@@ -250,7 +250,7 @@ def test_no_scale_down_while_another_run_needs_the_workers(controller, functions
     h.kube.set_status("rayjobs", runs[1], {"jobStatus": "SUCCEEDED", "jobDeploymentStatus": "Complete"})
     watch(functions_server)
     assert h.ctx.store.get(runs[1]).state == State.SUCCEEDED
-    assert workers(h)["replicas"] == 2  # the larger run keeps its nodes
+    assert workers(h)["replicas"] == 3  # never a partial shrink under a live run: KubeRay picks pods at random
     h.kube.set_status(
         "rayjobs",
         runs[2],
@@ -351,7 +351,7 @@ def test_pubsub_push_delivers_launch_messages(controller, functions_server, pubs
     topic = pubsub.topic("launch")
     pubsub.subscribe(topic, push_endpoint=functions_server["launch"])
     pubsub.publisher.publish(topic, json.dumps({"config": QUICK, "run_name": "pushed"}).encode()).result()
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + 60  # the emulator backs off after a failed push; a busy machine is slow
     while time.monotonic() < deadline and not controller.kube.names("rayjobs"):
         time.sleep(0.2)
     [run_id] = controller.kube.names("rayjobs")

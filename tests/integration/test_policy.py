@@ -25,7 +25,7 @@ def pushed(pubsub, endpoint, name):
     return topic
 
 
-def wait_for(condition, timeout=20):
+def wait_for(condition, timeout=60):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if found := condition():
