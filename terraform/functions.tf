@@ -8,6 +8,8 @@ locals {
     RAYTUNE_MAX_EVENT_AGE_S = tostring(var.max_event_age_seconds)
     RAYTUNE_NODE_HOUR_PRICE = var.node_hour_price
     LOG_EXECUTION_ID        = "true"
+    RAYTUNE_CREATE_CLUSTERS = tostring(var.functions_create_clusters)
+    RAYTUNE_NETWORK         = var.network
     # The operator policy (policy.tf): what a config or message may touch.
     RAYTUNE_POLICY_NAMESPACES         = join(",", var.policy_namespaces)
     RAYTUNE_POLICY_RAY_CLUSTER_PREFIX = var.policy_ray_cluster_prefix

@@ -4,6 +4,7 @@ resource "google_container_cluster" "ray" {
   count            = var.create_gke_cluster ? 1 : 0
   name             = var.gke_cluster_name
   location         = var.region
+  network          = var.network
   enable_autopilot = true
   release_channel {
     channel = "REGULAR"
@@ -36,11 +37,12 @@ resource "google_container_cluster" "ray" {
     managed-by = "raytune"
   }
   deletion_protection = true
+  # Private nodes reach the internet through Cloud NAT (network.tf).
+  depends_on = [google_project_service.apis, google_compute_router_nat.nat]
   #checkov:skip=CKV_GCP_12:Autopilot enforces network policies with GKE Dataplane V2; it cannot be switched off.
   #checkov:skip=CKV_GCP_61:Autopilot manages intranode visibility; VPC flow logs belong to the subnet, not this module.
   #checkov:skip=CKV_GCP_21:Labels are set (resource_labels); the check expects the older label field.
   #checkov:skip=CKV_GCP_65:Google Groups for RBAC needs a Workspace domain; IAM (roles/container.*) governs access.
   #checkov:skip=CKV_GCP_66:Binary Authorization would block the public rayproject/ray images the recipe uses.
   #checkov:skip=CKV_GCP_69:Autopilot enables the GKE metadata server (Workload Identity) on every node.
-  depends_on = [google_project_service.apis]
 }

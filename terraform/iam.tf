@@ -36,7 +36,9 @@ resource "google_secret_manager_secret_iam_member" "functions_hf_token" {
   member    = google_service_account.functions.member
 }
 
-# Kubernetes objects in the cluster (Secret, ConfigMap, RayCluster, RayJob); creating clusters only if allowed.
+# Kubernetes objects in the cluster (Secret, ConfigMap, RayCluster, RayJob, reading pods and Events):
+# roles/container.developer. Creating a cluster or enabling the Ray operator add-on on one needs
+# roles/container.admin: only with functions_create_clusters (otherwise the run fails naming the command).
 resource "google_project_iam_member" "functions_gke" {
   project = var.project_id
   role    = var.functions_create_clusters ? "roles/container.admin" : "roles/container.developer"
@@ -90,22 +92,28 @@ resource "google_pubsub_subscription_iam_member" "dead_letter_subscriber" {
   member       = local.pubsub_agent
 }
 
-# The trainer in the Ray pods (Workload Identity, Kubernetes service account default/default):
+# The trainer in the Ray pods (Workload Identity, Kubernetes service account default in each allowed namespace):
 # writes checkpoints and result.json, and sends its completion notice to the watch topic.
 locals {
-  trainer_principal = "principal://iam.googleapis.com/projects/${data.google_project.this.number}/locations/global/workloadIdentityPools/${var.project_id}.svc.id.goog/subject/ns/default/sa/default"
+  # One principal per namespace runs may use (policy_namespaces): the pods' Kubernetes service account default.
+  trainer_principals = {
+    for namespace in var.policy_namespaces :
+    namespace => "principal://iam.googleapis.com/projects/${data.google_project.this.number}/locations/global/workloadIdentityPools/${var.project_id}.svc.id.goog/subject/ns/${namespace}/sa/default"
+  }
 }
 
 resource "google_storage_bucket_iam_member" "trainer_runs" {
-  bucket = google_storage_bucket.runs.name
-  role   = "roles/storage.objectUser"
-  member = local.trainer_principal
+  for_each = local.trainer_principals
+  bucket   = google_storage_bucket.runs.name
+  role     = "roles/storage.objectUser"
+  member   = each.value
 }
 
 resource "google_pubsub_topic_iam_member" "trainer_watch" {
-  topic  = google_pubsub_topic.watch.id
-  role   = "roles/pubsub.publisher"
-  member = local.trainer_principal
+  for_each = local.trainer_principals
+  topic    = google_pubsub_topic.watch.id
+  role     = "roles/pubsub.publisher"
+  member   = each.value
 }
 
 # Cloud Scheduler publishes ticks and nightly launches as this identity.
@@ -119,4 +127,12 @@ resource "google_pubsub_topic_iam_member" "scheduler_publish" {
   topic    = each.value
   role     = "roles/pubsub.publisher"
   member   = google_service_account.scheduler.member
+}
+
+# Push subscriptions mint the OIDC token of the trigger identity as Pub/Sub's service agent (granted
+# automatically only in projects created after April 2021).
+resource "google_service_account_iam_member" "pubsub_agent_token_creator" {
+  service_account_id = google_service_account.trigger.name
+  role               = "roles/iam.serviceAccountTokenCreator"
+  member             = local.pubsub_agent
 }

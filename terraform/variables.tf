@@ -32,7 +32,7 @@ variable "hf_token_secret_id" {
 }
 
 variable "create_gke_cluster" {
-  description = "Create the GKE Autopilot cluster with the Ray operator add-on here. If false, the launch function creates it on first use."
+  description = "Create the GKE Autopilot cluster with the Ray operator add-on here. If false, use an existing one (its Ray operator add-on enabled by hand, see README) or set functions_create_clusters."
   type        = bool
   default     = true
 }
@@ -50,7 +50,7 @@ variable "reservation" {
 }
 
 variable "functions_create_clusters" {
-  description = "Allow the functions to create GKE clusters (roles/container.admin). If false they only use existing clusters (roles/container.developer)."
+  description = "Allow the functions to create GKE clusters and enable the Ray operator add-on (roles/container.admin). If false they only use existing, ready clusters (roles/container.developer)."
   type        = bool
   default     = false
 }
@@ -89,4 +89,16 @@ variable "node_hour_price" {
   description = "Price of one GPU node (an A4 machine) per hour, for each run's cost in its record and run-finished event (empty: no cost)."
   type        = string
   default     = ""
+}
+
+variable "network" {
+  description = "VPC network of the GKE cluster (Cloud NAT is created on it)."
+  type        = string
+  default     = "default"
+}
+
+variable "create_nat" {
+  description = "Create Cloud NAT for the private nodes' egress (PyPI, Hugging Face Hub, Docker Hub). false: no-egress mode (see network.tf)."
+  type        = bool
+  default     = true
 }

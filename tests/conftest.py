@@ -131,7 +131,7 @@ def controller(bucket, pubsub, kube_api):
     platform = GkePlatform(
         PROJECT,
         HF_TOKEN,
-        clusters=GkeClusters(PROJECT, client=manager),
+        clusters=GkeClusters(PROJECT, client=manager, create=True),
         # Short timeouts: the hung-API tests wait for them.
         kube_factory=lambda cluster: Kube(
             api_client(kube_api.url), on_unauthorized=lambda: refreshes.append(1), timeout_s=(1.0, 2.0)

@@ -21,13 +21,18 @@ BROKEN = {"ERROR", "STOPPING"}
 JOB_ENDED = {"SUCCEEDED", "FAILED", "STOPPED"}
 
 
-def autopilot_cluster(spec: ClusterSpec) -> dict:
-    """The cluster the recipe creates by hand: Autopilot, Ray operator with logging and monitoring."""
+def autopilot_cluster(spec: ClusterSpec, network: str = "default") -> dict:
+    """The cluster Terraform creates (terraform/gke.tf): Autopilot, VPC-native, private nodes (egress through
+    the network's Cloud NAT), the Ray operator with logging and monitoring."""
     return {
         "name": spec.gke_cluster,
+        "network": network,
         "autopilot": {"enabled": True},
         "release_channel": {"channel": "REGULAR"},
         "addons_config": {"ray_operator_config": RAY_OPERATOR},
+        "ip_allocation_policy": {"use_ip_aliases": True},
+        "private_cluster_config": {"enable_private_nodes": True},
+        "master_authorized_networks_config": {"gcp_public_cidrs_access_enabled": True},
         "resource_labels": {"managed-by": "raytune"},
     }
 
@@ -42,9 +47,11 @@ RAY_OPERATOR = {
 class GkeClusters:
     """Finds or creates clusters; never blocks on an operation (Cloud Functions time out)."""
 
-    def __init__(self, project: str, client=None):
+    def __init__(self, project: str, client=None, create: bool = False, network: str = "default"):
         self.project = project
         self._client = client
+        self.create = create  # may create clusters and enable the add-on (roles/container.admin)
+        self.network = network
 
     @property
     def client(self):
@@ -69,10 +76,16 @@ class GkeClusters:
     def ensure(self, spec: ClusterSpec) -> tuple[ClusterReadiness, Any]:
         cluster = self.get(spec)
         if cluster is None:
+            if not self.create:
+                return ClusterReadiness(
+                    "error",
+                    f"GKE cluster {spec.gke_cluster} does not exist in {spec.region}: create it with Terraform "
+                    "(create_gke_cluster=true) or let the functions create clusters (functions_create_clusters=true)",
+                ), None
             parent = f"projects/{self.project}/locations/{spec.region}"
             try:
                 self._retried(
-                    lambda: self.client.create_cluster(parent=parent, cluster=autopilot_cluster(spec)),
+                    lambda: self.client.create_cluster(parent=parent, cluster=autopilot_cluster(spec, self.network)),
                     f"create {self._path(spec)}",
                 )
             except errors.Conflict:
@@ -86,6 +99,13 @@ class GkeClusters:
         if status not in READY:
             return ClusterReadiness("provisioning", f"GKE cluster {spec.gke_cluster} is {status}"), None
         if not cluster.addons_config.ray_operator_config.enabled:
+            if not self.create:
+                return ClusterReadiness(
+                    "error",
+                    f"the Ray operator add-on is off on GKE cluster {spec.gke_cluster}: run `gcloud container clusters "
+                    f"update {spec.gke_cluster} --location={spec.region} --update-addons=RayOperator=ENABLED` "
+                    "(or set functions_create_clusters=true)",
+                ), None
             try:
                 self._retried(
                     lambda: self.client.update_cluster(

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
+import shlex
+import subprocess
 import sys
 from pathlib import Path
 
@@ -109,6 +112,22 @@ def cmd_package(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_image(args: argparse.Namespace) -> int:
+    from functions.cli import image
+
+    if args.write_requirements:
+        print(f"wrote {image.write_requirements()}")
+        return 0
+    if not args.project:
+        raise FileError("--project is required (or set GOOGLE_CLOUD_PROJECT)")
+    ref, command = image.build(args.project, args.region, args.repository, args.dry_run)
+    print(("would run: " if args.dry_run else "built: ") + (command if args.dry_run else ref))
+    print(
+        f"use it in a run config:\n  cluster:\n    dependencies: image\n    worker_image: {ref}\n    head_image: {ref}"
+    )
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     from importlib.metadata import PackageNotFoundError, version
 
@@ -153,6 +172,16 @@ def build_parser() -> argparse.ArgumentParser:
     pack.add_argument("--output", "-o", default="build/raytune-functions.zip")
     pack.set_defaults(func=cmd_package)
 
+    img = sub.add_parser("image", help="build the trainer image with Cloud Build into Artifact Registry")
+    img.add_argument("--project", default=os.environ.get("GOOGLE_CLOUD_PROJECT"))
+    img.add_argument("--region", default="us-central1")
+    img.add_argument("--repository", default="raytune", help="the Artifact Registry repository (Terraform: var.name)")
+    img.add_argument("--dry-run", action="store_true", help="print the gcloud command instead of running it")
+    img.add_argument(
+        "--write-requirements", action="store_true", help="rewrite image/requirements.txt from TRAINER_PIP"
+    )
+    img.set_defaults(func=cmd_image)
+
     schema = sub.add_parser("schema", help="print or write the run config JSON Schema")
     schema.add_argument("--output", "-o")
     schema.add_argument("--markdown", action="store_true", help="the field reference as a Markdown table")
@@ -174,6 +203,9 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as err:  # names the file: "[Errno 2] No such file or directory: 'x.json'"
         print(f"error: {err.filename + ': ' if err.filename else ''}{err.strerror or err}", file=sys.stderr)
         return 2
+    except subprocess.CalledProcessError as err:
+        print(f"error: {shlex.join(err.cmd)} exited with {err.returncode}", file=sys.stderr)
+        return 1
     except (PermanentError, RuntimeError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -227,8 +227,12 @@ class ClusterSpec(Strict):
     head_image: Image | None = None
     worker_image: Image | None = None
     head: ResourcesSpec = ResourcesSpec(cpu="24", memory="64Gi", ephemeral_storage="9Gi")
-    # None: only the GPUs are requested and Autopilot sizes the rest of the A4 node.
+    # None: only the GPUs and `worker_disk` are requested and Autopilot sizes the rest of the A4 node.
     worker: ResourcesSpec | None = None
+    # Ephemeral storage of a GPU worker when `worker` is unset, on the node's local SSD: the Hugging Face
+    # cache (HF_HOME: the model, ~8.6 GB for gemma-3-4b, once per node), the dataset cache, checkpoints
+    # before upload. Autopilot's default (1 GiB) is below one model download.
+    worker_disk: Quantity = "200Gi"
     # GPU worker nodes the RayCluster may hold at once; runs that do not fit beside the live ones wait QUEUED.
     max_worker_nodes: Annotated[int, Field(ge=1, le=64)] = 5
     # Delete the RayCluster (its head pod bills around the clock) after this long with no live or queued

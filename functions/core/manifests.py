@@ -21,6 +21,11 @@ HF_SECRET = "hf-secret"
 HF_SECRET_KEY = "hf_api_token"
 CODE_CONFIGMAP = "ray-job-cm"
 CODE_MOUNT = "/code/"
+SCRATCH = "/mnt/local-ssd/"
+# Caches on the node's local SSD, shared by every Ray worker process of the pod: huggingface_hub locks each
+# file while downloading, so one process downloads the model and the others wait for it.
+CACHE_ENV = {"HF_HOME": f"{SCRATCH}hf", "HF_DATASETS_CACHE": f"{SCRATCH}hf/datasets"}
+LOCAL_SSD = {"cloud.google.com/gke-ephemeral-storage-local-ssd": "true"}
 GPU_GROUP = "gpu-group"
 RAY_PORTS = (("gcs", 6379), ("dashboard", 8265), ("client", 10001))
 
@@ -73,12 +78,13 @@ def _container(
             {
                 "name": "HF_TOKEN",
                 "valueFrom": {"secretKeyRef": {"name": HF_SECRET, "key": HF_SECRET_KEY, "optional": True}},
-            }
+            },
+            *({"name": k, "value": v} for k, v in CACHE_ENV.items()),
         ],
         "resources": resources,
         "volumeMounts": [
             {"name": "code", "mountPath": CODE_MOUNT},
-            {"name": "local-ssd", "mountPath": "/mnt/local-ssd/"},
+            {"name": "local-ssd", "mountPath": SCRATCH},
         ],
     }
     if ports:
@@ -92,6 +98,7 @@ def _worker_node_selector(cfg: RunConfig) -> dict[str, Any]:
     if scaling.use_gpu:
         selector["cloud.google.com/gke-accelerator"] = GKE_ACCELERATORS[scaling.accelerator]
         selector["cloud.google.com/gke-gpu-driver-version"] = "latest"
+        selector.update(LOCAL_SSD)
     if scaling.reservation:
         selector["cloud.google.com/reservation-name"] = scaling.reservation
         selector["cloud.google.com/reservation-affinity"] = "specific"
@@ -106,6 +113,7 @@ def _worker_resources(cfg: RunConfig) -> dict[str, Any]:
         amounts = {"cpu": worker.cpu, "memory": worker.memory, "ephemeral-storage": worker.ephemeral_storage}
     if cfg.scaling.use_gpu:
         amounts["nvidia.com/gpu"] = str(cfg.scaling.gpus_per_node)
+        amounts.setdefault("ephemeral-storage", cfg.cluster.worker_disk)
     return {"requests": dict(amounts), "limits": dict(amounts)}
 
 

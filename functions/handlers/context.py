@@ -46,7 +46,7 @@ _current: Context | None = None
 
 
 def from_env() -> Context:
-    from functions.adapters.gke import GkePlatform
+    from functions.adapters.gke import GkeClusters, GkePlatform
     from functions.adapters.pubsub import Publisher as PubSubPublisher
 
     settings = Settings.from_env()
@@ -55,7 +55,11 @@ def from_env() -> Context:
     return Context(
         settings=settings,
         store=RunStore(gcs.Bucket(settings.bucket)),
-        platform=GkePlatform(settings.project, settings.hf_token),
+        platform=GkePlatform(
+            settings.project,
+            settings.hf_token,
+            clusters=GkeClusters(settings.project, create=settings.create_clusters, network=settings.network),
+        ),
         publisher=PubSubPublisher(),
     )
 

@@ -21,6 +21,8 @@ class Settings:
     checkpoints: str | None = None  # where runs without a storage_path keep checkpoints
     node_hour_price: float | None = None  # a GPU node's price per hour, for each run's cost
     policy: Policy = field(default_factory=Policy)
+    create_clusters: bool = False  # the functions may create GKE clusters and enable the Ray operator
+    network: str = "default"  # the VPC network of clusters the functions create
 
     @property
     def default_storage(self) -> str:
@@ -47,6 +49,8 @@ class Settings:
             checkpoints=env.get("RAYTUNE_CHECKPOINTS") or None,
             node_hour_price=float(env["RAYTUNE_NODE_HOUR_PRICE"]) if env.get("RAYTUNE_NODE_HOUR_PRICE") else None,
             policy=policy_from_env(env),
+            create_clusters=env.get("RAYTUNE_CREATE_CLUSTERS", "").lower() == "true",
+            network=env.get("RAYTUNE_NETWORK") or "default",
         )
 
 

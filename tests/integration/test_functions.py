@@ -154,6 +154,9 @@ def test_missing_cluster_is_created_without_waiting(controller, functions_server
     assert created.autopilot.enabled and created.addons_config.ray_operator_config.enabled
     assert created.addons_config.ray_operator_config.ray_cluster_logging_config.enabled
     assert created.addons_config.ray_operator_config.ray_cluster_monitoring_config.enabled
+    # As Terraform's: VPC-native, private nodes (egress through Cloud NAT), on the configured network.
+    assert created.ip_allocation_policy.use_ip_aliases and created.private_cluster_config.enable_private_nodes
+    assert created.network == "default"
     assert h.kube.requests == []
     watch(functions_server)  # still provisioning: stays
     assert h.ctx.store.get(record.run_id).state == State.PROVISIONING
@@ -162,6 +165,23 @@ def test_missing_cluster_is_created_without_waiting(controller, functions_server
     watch(functions_server)
     assert h.ctx.store.get(record.run_id).state == State.SUBMITTED
     assert h.kube.names("rayjobs") == [record.run_id]
+
+
+def test_functions_not_allowed_to_create_clusters_say_what_to_do(controller, functions_server, bucket):
+    """With functions_create_clusters=false (roles/container.developer) a missing cluster or add-on fails the
+    run with the fix, instead of a 403 retry storm."""
+    h = controller
+    h.ctx.platform.clusters.create = False
+    h.gke.clusters.clear()
+    launch_upload(functions_server, bucket, "configs/none.json", QUICK)
+    record = only_record(h)
+    assert record.state == State.FAILED and "create_gke_cluster=true" in record.reason
+    h.gke.add_running(CLUSTER_PATH, ray_operator=False)
+    launch_upload(functions_server, bucket, "configs/off.json", QUICK)
+    names = [n for n in h.ctx.store.blobs.list("runs/") if not n.startswith("runs/active/")]
+    [off] = [r for r in (h.ctx.store.get(n[5:-5]) for n in names) if r.run_id != record.run_id]
+    assert off.state == State.FAILED and "--update-addons=RayOperator=ENABLED" in off.reason
+    assert "create" not in h.gke.calls and "update" not in h.gke.calls
 
 
 def test_cluster_without_ray_operator_gets_it(controller, functions_server, bucket):

@@ -181,3 +181,62 @@ def test_checkov_scan_is_clean():
         for line in path.read_text().splitlines():
             if "checkov:skip=" in line:
                 assert re.search(r"checkov:skip=CKV_\w+:\S.{10,}", line), f"{path.name}: {line.strip()}"
+
+
+def test_private_nodes_have_egress_through_cloud_nat(tf):
+    cluster = resources(tf, "google_container_cluster")["ray"]
+    assert cluster["private_cluster_config"][0]["enable_private_nodes"] is True
+    assert cluster["network"] == "${var.network}" and "ip_allocation_policy" in cluster
+    router = resources(tf, "google_compute_router")["nat"]
+    nat = resources(tf, "google_compute_router_nat")["nat"]
+    assert router["network"] == "${var.network}" and router["region"] == nat["region"] == "${var.region}"
+    assert nat["source_subnetwork_ip_ranges_to_nat"] == "ALL_SUBNETWORKS_ALL_IP_RANGES"
+    assert "${google_compute_router_nat.nat}" in cluster["depends_on"]
+    assert tf["variable"]["create_nat"]["default"] is True
+
+
+def test_every_api_the_code_paths_need_is_enabled(tf):
+    apis = set(tf["locals"]["apis"])
+    assert {
+        "artifactregistry.googleapis.com",
+        "cloudbuild.googleapis.com",
+        "cloudresourcemanager.googleapis.com",
+        "compute.googleapis.com",
+        "container.googleapis.com",
+        "eventarc.googleapis.com",
+        "iam.googleapis.com",
+        "pubsub.googleapis.com",
+        "run.googleapis.com",
+        "secretmanager.googleapis.com",
+    } <= apis
+
+
+def test_cluster_roles_match_what_the_functions_may_do(tf):
+    """With functions_create_clusters the functions create clusters and enable the add-on
+    (container.admin, acting as the node service account); without, they only use ready clusters
+    (container.developer) and say what to run otherwise (RAYTUNE_CREATE_CLUSTERS tells them which)."""
+    gke = resources(tf, "google_project_iam_member")["functions_gke"]
+    assert gke["role"] == '${var.functions_create_clusters ? "roles/container.admin" : "roles/container.developer"}'
+    node_sa = resources(tf, "google_service_account_iam_member")["functions_node_sa"]
+    assert node_sa["count"] == "${var.functions_create_clusters ? 1 : 0}"
+    env = tf["locals"]["function_env"]
+    assert env["RAYTUNE_CREATE_CLUSTERS"] == "${tostring(var.functions_create_clusters)}"
+
+
+def test_workload_identity_for_each_allowed_namespace(tf):
+    principals = tf["locals"]["trainer_principals"]
+    assert "for namespace in var.policy_namespaces" in principals and "subject/ns/${namespace}/sa/default" in principals
+    for name in ("trainer_runs",):
+        assert resources(tf, "google_storage_bucket_iam_member")[name]["for_each"] == "${local.trainer_principals}"
+    assert resources(tf, "google_pubsub_topic_iam_member")["trainer_watch"]["for_each"] == "${local.trainer_principals}"
+
+
+def test_trainer_image_repository_and_the_nightly_key(tf):
+    repo = resources(tf, "google_artifact_registry_repository")["trainer"]
+    assert repo["format"] == "DOCKER" and repo["repository_id"] == "${var.name}"  # raytune image --repository
+    reader = resources(tf, "google_artifact_registry_repository_iam_member")["nodes_pull"]
+    assert reader["role"] == "roles/artifactregistry.reader"
+    nightly = resources(tf, "google_cloud_scheduler_job")["nightly"]["pubsub_target"][0]
+    assert nightly["attributes"] == {"raytune-nightly-key": "${random_password.nightly_key.result}"}
+    env = tf["locals"]["function_env"]
+    assert env["RAYTUNE_NIGHTLY_KEY"] == "${random_password.nightly_key.result}"

@@ -54,15 +54,20 @@ def test_reference_cluster_follows_the_recipe():
         {
             "name": "HF_TOKEN",
             "valueFrom": {"secretKeyRef": {"name": "hf-secret", "key": "hf_api_token", "optional": True}},
-        }
+        },
+        # Caches on the local SSD: one model download per node, shared by its 8 workers.
+        {"name": "HF_HOME", "value": "/mnt/local-ssd/hf"},
+        {"name": "HF_DATASETS_CACHE", "value": "/mnt/local-ssd/hf/datasets"},
     ]
     [group] = cluster["spec"]["workerGroupSpecs"]
     assert (group["groupName"], group["replicas"], group["minReplicas"], group["maxReplicas"]) == ("gpu-group", 2, 2, 5)
     worker = group["template"]["spec"]
-    assert worker["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": "8"}
+    # Autopilot's default ephemeral storage (1 GiB) is below one model download: sized for the caches.
+    assert worker["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": "8", "ephemeral-storage": "200Gi"}
     assert worker["nodeSelector"] == {
         "cloud.google.com/gke-accelerator": "nvidia-b200",
         "cloud.google.com/gke-gpu-driver-version": "latest",
+        "cloud.google.com/gke-ephemeral-storage-local-ssd": "true",
         "cloud.google.com/reservation-name": "my-a4-reservation",
         "cloud.google.com/reservation-affinity": "specific",
     }

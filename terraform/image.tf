@@ -1,0 +1,27 @@
+# The trainer image: rayproject/ray GPU of cluster.ray_version with the pinned trainer packages and the
+# trainer code baked in (image/Dockerfile), so a run starts without a pip install and works without
+# egress to PyPI. Build it with `raytune image` (Cloud Build, image/cloudbuild.yaml) and set
+# cluster.worker_image (and head_image) with dependencies: image, as examples/cloud.yaml does.
+resource "google_artifact_registry_repository" "trainer" {
+  #checkov:skip=CKV_GCP_84:Images hold public packages and the trainer's code, no secrets; Google-managed encryption suffices.
+  location      = var.region
+  repository_id = var.name
+  description   = "raytune trainer images"
+  format        = "DOCKER"
+  cleanup_policies {
+    id     = "keep-recent"
+    action = "KEEP"
+    most_recent_versions {
+      keep_count = 10
+    }
+  }
+  depends_on = [google_project_service.apis]
+}
+
+# GKE nodes pull the image as the default compute service account (Autopilot's node identity).
+resource "google_artifact_registry_repository_iam_member" "nodes_pull" {
+  location   = google_artifact_registry_repository.trainer.location
+  repository = google_artifact_registry_repository.trainer.name
+  role       = "roles/artifactregistry.reader"
+  member     = "serviceAccount:${data.google_project.this.number}-compute@developer.gserviceaccount.com"
+}

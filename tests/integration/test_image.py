@@ -1,0 +1,79 @@
+"""The trainer image: the Dockerfile is lint-clean (hadolint), its requirements are TRAINER_PIP, and they
+resolve together for the image's Python (pip's resolver, nothing installed), and `raytune image` builds
+what Terraform's repository and the cloud example expect."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from packaging.version import Version
+
+from functions.cli import image
+from functions.cli import main as cli
+from functions.core.config import RAY_VERSION, TRAINER_PIP, parse_config
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_dockerfile_is_lint_clean():
+    hadolint = Path(sys.executable).parent / "hadolint"
+    out = subprocess.run([str(hadolint), str(ROOT / "image" / "Dockerfile")], capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout + out.stderr
+    text = (ROOT / "image" / "Dockerfile").read_text()
+    assert f"ARG RAY_VERSION={RAY_VERSION}" in text and "FROM rayproject/ray:${RAY_VERSION}-py311-gpu" in text
+
+
+def test_requirements_are_the_trainer_pins():
+    assert (ROOT / "image" / "requirements.txt").read_text() == image.requirements_text()
+    assert [line for line in image.requirements_text().splitlines() if not line.startswith("#")] == list(TRAINER_PIP)
+
+
+def test_requirements_resolve_together(tmp_path):
+    """pip's resolver over the pins and all their dependencies (a dry run: nothing is installed)."""
+    report = tmp_path / "report.json"
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--dry-run",
+            "--ignore-installed",
+            "--quiet",
+            "--report",
+            str(report),
+            "-r",
+            str(ROOT / "image" / "requirements.txt"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    resolved = {
+        item["metadata"]["name"].lower(): item["metadata"]["version"]
+        for item in json.loads(report.read_text())["install"]
+    }
+    for pin in TRAINER_PIP:
+        name, version = pin.split("==")
+        # A local build of a pin (torch 2.13.0+cpu on this machine) is that pin.
+        assert Version(resolved[name.lower()]).public == version, (name, resolved.get(name.lower()))
+
+
+def test_raytune_image_builds_into_the_terraform_repository(capsys):
+    assert cli(["image", "--project", "proj", "--region", "europe-west4", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    ref = f"europe-west4-docker.pkg.dev/proj/raytune/trainer:{RAY_VERSION}"
+    assert "gcloud builds submit" in out and f"_IMAGE={ref}" in out and "image/cloudbuild.yaml" in out
+    assert f"worker_image: {ref}" in out
+
+
+def test_the_cloud_example_uses_the_image_and_marks_what_to_edit():
+    text = (ROOT / "examples" / "cloud.yaml").read_text()
+    cfg = parse_config(text, "yaml")
+    assert cfg.cluster.dependencies == "image"
+    assert cfg.cluster.worker_image and cfg.cluster.worker_image.endswith(f"/raytune/trainer:{RAY_VERSION}")
+    assert text.count("EDIT") >= 3  # project, region, reservation
