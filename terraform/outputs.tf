@@ -33,3 +33,15 @@ output "operator_key" {
   value       = random_password.operator_key.result
   sensitive   = true
 }
+
+output "cli_config" {
+  description = "Settings for the operator commands: terraform output -raw cli_config > raytune.toml (add operator_key to cancel others' runs)."
+  value       = <<-EOT
+    project = "${var.project_id}"
+    region = "${var.region}"
+    runs_bucket = "${google_storage_bucket.runs.name}"
+    configs_bucket = "${google_storage_bucket.configs.name}"
+    launch_topic = "${google_pubsub_topic.launch.id}"
+    watch_topic = "${google_pubsub_topic.watch.id}"
+  EOT
+}

@@ -173,7 +173,7 @@ class GkePlatform:
                 self._kubes[key] = self._kube_factory(cluster)
             return self._kubes[key]
 
-    def _reachable(self, spec: ClusterSpec) -> Kube | None:
+    def reachable(self, spec: ClusterSpec) -> Kube | None:
         """The cluster's API when the GKE cluster exists and answers; None otherwise. Never creates one:
         only ensure_cluster does, for a run that needs it."""
         key = f"{spec.region}/{spec.gke_cluster}"
@@ -186,7 +186,7 @@ class GkePlatform:
         return self._connect(spec, cluster)
 
     def _kube(self, spec: ClusterSpec) -> Kube:
-        kube = self._reachable(spec)
+        kube = self.reachable(spec)
         if kube is None:
             raise errors.TransientError(f"GKE cluster {spec.region}/{spec.gke_cluster} is not ready")
         return kube
@@ -198,7 +198,7 @@ class GkePlatform:
         return readiness
 
     def workers(self, spec: ClusterSpec) -> Workers | None:
-        kube = self._reachable(spec)
+        kube = self.reachable(spec)
         if kube is None:
             return None  # no GKE cluster, no RayCluster
         group = kube.worker_group(spec.namespace, spec.ray_cluster, manifests.GPU_GROUP)
@@ -249,7 +249,7 @@ class GkePlatform:
         self._kube(spec).delete_rayjob(spec.namespace, run_id)
 
     def leftovers(self, spec: ClusterSpec) -> list[Leftover]:
-        kube = self._reachable(spec)
+        kube = self.reachable(spec)
         if kube is None:
             return []
         found = [

@@ -288,6 +288,22 @@ class Kube:
         )
         return sorted(items, key=lambda e: str(e.get("lastTimestamp") or e.get("eventTime") or ""))
 
+    def job_log(self, namespace: str, run_id: str) -> str:
+        """The RayJob's driver log: the log of KubeRay's submitter pod (a batch Job named after the RayJob
+        that runs `ray job submit` and follows the job's logs); empty before it starts."""
+        pods = self.pods(namespace, f"batch.kubernetes.io/job-name={run_id}")
+        if not pods:
+            return ""
+        newest = max(pods, key=lambda p: str(p["metadata"].get("creationTimestamp") or ""))
+        response = with_retries(
+            lambda: self._send(
+                self.core.read_namespaced_pod_log, newest["metadata"]["name"], namespace, _preload_content=False
+            ),
+            f"log of {namespace}/{newest['metadata']['name']}",
+            translate=translate,
+        )
+        return str(response.data.decode("utf-8", "replace"))
+
     def _raw_items(self, call: Callable[[], Any], what: str) -> list[dict[str, Any]]:
         """A list's items as plain JSON: the client's models reject objects other versions of Kubernetes
         leave fields out of, and the controller only reads a few fields."""

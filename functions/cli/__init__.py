@@ -182,6 +182,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     img.set_defaults(func=cmd_image)
 
+    from functions.cli import ops
+
+    ops.add_parsers(sub)
+
     schema = sub.add_parser("schema", help="print or write the run config JSON Schema")
     schema.add_argument("--output", "-o")
     schema.add_argument("--markdown", action="store_true", help="the field reference as a Markdown table")

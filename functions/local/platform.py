@@ -86,6 +86,18 @@ class NodeShape:
     accelerator: str | None  # advertised, not enforced: a local GPU stands in for the config's type
 
 
+RAY_TMP_POINTER = "ray-tmp"
+
+
+def live_driver_log(workdir: Path, run_id: str) -> Path | None:
+    """A running local job's driver log in Ray's session folder (copied to logs/ when the run ends)."""
+    pointer = workdir / "logs" / RAY_TMP_POINTER
+    if not pointer.is_file():
+        return None
+    path = Path(pointer.read_text().strip()) / "session_latest" / "logs" / f"job-driver-{run_id}.log"
+    return path if path.is_file() else None
+
+
 class LocalRay:
     """Platform on a Ray cluster of local processes, driven through the Ray Jobs API."""
 
@@ -96,6 +108,9 @@ class LocalRay:
         self.gpus = machine_gpus() if gpus is None else gpus
         # Ray's socket paths are length-limited: keep its temp dir short.
         self.ray_tmp = tempfile.mkdtemp(prefix="rt-", dir="/tmp")
+        # Where `raytune logs --local -f` finds a live job's driver log (Ray's session folder).
+        self.logs.mkdir(parents=True, exist_ok=True)
+        (self.logs / RAY_TMP_POINTER).write_text(self.ray_tmp)
         self.env = {
             "RAY_AUTH_MODE": "token",
             "RAY_AUTH_TOKEN_PATH": str(auth_token(workdir)),

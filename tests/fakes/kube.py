@@ -24,7 +24,7 @@ from urllib.parse import parse_qs, urlparse
 from tests.fakes.kuberay_fields import unknown_fields
 
 PATHS = re.compile(
-    r"^/(?:api/v1|apis/(?P<group>[a-z.]+)/(?P<version>v1))/namespaces/(?P<ns>[a-z0-9-]+)/(?P<plural>[a-z]+)(?:/(?P<name>[a-z0-9.-]+))?$"
+    r"^/(?:api/v1|apis/(?P<group>[a-z.]+)/(?P<version>v1))/namespaces/(?P<ns>[a-z0-9-]+)/(?P<plural>[a-z]+)(?:/(?P<name>[a-z0-9.-]+)(?P<log>/log)?)?$"
 )
 KINDS = {
     (None, "secrets"): ("v1", "Secret"),
@@ -52,6 +52,7 @@ class FakeKube:
         self.authorization: list[str | None] = []  # the Authorization header of each request
         self.faults: list[list] = []  # [method, path part, status, times left]
         self.delays: list[list] = []  # [method, path part, seconds, times left]
+        self.logs: dict[tuple[str, str], str] = {}  # (namespace, pod) -> its log
         self._version = 0
         self._lock = threading.Lock()
         self.server = _Server(("127.0.0.1", 0), self._handler())
@@ -166,6 +167,18 @@ class FakeKube:
                     return self._status(404, "NotFound", f"the server could not find the requested resource {url.path}")
                 key = (match["plural"], match["ns"], match["name"])
                 query = {k: v[0] for k, v in parse_qs(url.query).items()}
+                if match["log"]:
+                    with fake._lock:
+                        text = fake.logs.get((match["ns"], match["name"]))
+                    if text is None:
+                        return self._status(404, "NotFound", f'pods "{match["name"]}" not found')
+                    data = text.encode()
+                    self.send_response(200)
+                    self.send_header("Content-Type", "text/plain")
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                    return None
                 if match["name"] is None and method == "GET":
                     method = "LIST"
                 elif (match["name"] is None) != (method == "POST"):

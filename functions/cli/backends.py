@@ -1,0 +1,183 @@
+"""Where the operator commands act: the deployed controller (the runs and configs buckets, the launch and
+watch topics, the GKE cluster's Kubernetes API) or a `raytune local` workdir. Both give the same answers:
+run records, how to submit and cancel, the job's status, its pods and its driver log."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, Protocol
+
+from functions.adapters.store import RunStore
+from functions.core import runids
+from functions.core.config import RunConfig, config_format, parse_config
+from functions.core.policy import OPERATOR_KEY_ATTRIBUTE
+from functions.core.runs import RunRecord
+from functions.local import driver
+from functions.local.dirblobs import DirBlobs
+from functions.local.platform import live_driver_log
+
+
+class Backend(Protocol):
+    store: RunStore
+    where: str
+
+    def submit(self, config: Path, name: str | None, via_topic: bool) -> str: ...
+    def cancel(self, record: RunRecord) -> None: ...
+    def job(self, record: RunRecord) -> dict[str, Any] | None: ...
+    def pods(self, record: RunRecord) -> list[str]: ...
+    def log(self, record: RunRecord) -> str: ...
+
+
+def records(store: RunStore) -> list[RunRecord]:
+    """Every run record, newest first (quarantined ones are not records)."""
+    names = [n for n in store.blobs.list("runs/") if n.endswith(".json") and n.count("/") == 1]
+    found = []
+    for name in names:
+        try:
+            record = store.get(name.removeprefix("runs/").removesuffix(".json"))
+        except ValueError:
+            continue
+        if record is not None:
+            found.append(record)
+    return sorted(found, key=lambda r: r.created_at, reverse=True)
+
+
+class CloudBackend:
+    def __init__(self, settings: Any, platform: Any = None, publisher: Any = None):
+        from functions.adapters.gcs import Bucket
+
+        settings.need("runs_bucket")
+        self.settings = settings
+        self.store = RunStore(Bucket(settings.runs_bucket))
+        self.where = f"gs://{settings.runs_bucket}"
+        self._platform = platform
+        self._publisher = publisher
+
+    @property
+    def platform(self) -> Any:
+        if self._platform is None:
+            from functions.adapters.gke import GkeClusters, GkePlatform
+
+            self.settings.need("project")
+            self._platform = GkePlatform(self.settings.project, None, clusters=GkeClusters(self.settings.project))
+        return self._platform
+
+    @property
+    def publisher(self) -> Any:
+        if self._publisher is None:
+            from functions.adapters.pubsub import Publisher
+
+            self._publisher = Publisher()
+        return self._publisher
+
+    def submit(self, config: Path, name: str | None, via_topic: bool) -> str:
+        raw = config.read_bytes()
+        cfg = parse_config(raw, config_format(config.name))  # refused here, before anything is sent
+        if via_topic:
+            self.settings.need("launch_topic")
+            body: dict[str, Any] = {"config": json.loads(cfg.model_dump_json(exclude_defaults=True))}
+            if name:
+                body["run_name"] = name
+            message_id = self.publisher.publish(self.settings.launch_topic, body)
+            return runids.for_message(message_id, name)
+        from functions.adapters.gcs import storage_client
+
+        self.settings.need("configs_bucket")
+        suffix = config.suffix.lower() if config.suffix.lower() in (".json", ".yaml", ".yml") else ".json"
+        object_name = f"configs/{name or cfg.name}{suffix}"
+        blob = storage_client().bucket(self.settings.configs_bucket).blob(object_name)
+        blob.upload_from_string(raw, timeout=60)
+        return runids.for_object(self.settings.configs_bucket, object_name, blob.generation)
+
+    def cancel(self, record: RunRecord) -> None:
+        self.settings.need("watch_topic")
+        attributes = {OPERATOR_KEY_ATTRIBUTE: self.settings.operator_key} if self.settings.operator_key else {}
+        body = {"kind": "cancel", "run_id": record.run_id, "source": record.source.get("ref")}
+        self.publisher.publish(self.settings.watch_topic, body, **attributes)
+
+    def _cfg(self, record: RunRecord) -> RunConfig | None:
+        return RunConfig.model_validate(record.config) if record.config else None
+
+    def job(self, record: RunRecord) -> dict[str, Any] | None:
+        cfg = self._cfg(record)
+        return None if cfg is None else self.platform.job_status(cfg, record.run_id)
+
+    def pods(self, record: RunRecord) -> list[str]:
+        cfg = self._cfg(record)
+        if cfg is None:
+            return []
+        kube = self.platform.reachable(cfg.cluster)
+        if kube is None:
+            return []
+        lines = []
+        for pod in kube.pods(cfg.cluster.namespace, f"ray.io/cluster={cfg.cluster.ray_cluster}"):
+            status = pod.get("status") or {}
+            waiting = [
+                (cs.get("state") or {}).get("waiting", {}).get("reason")
+                for cs in status.get("containerStatuses") or []
+                if (cs.get("state") or {}).get("waiting")
+            ]
+            lines.append(
+                f"{pod['metadata']['name']}: {status.get('phase', '?')}"
+                + (f" ({', '.join(waiting)})" if waiting else "")
+            )
+        return lines
+
+    def log(self, record: RunRecord) -> str:
+        """The job's driver log: the KubeRay submitter pod's (it runs `ray job submit` and follows the logs)."""
+        cfg = self._cfg(record)
+        kube = self.platform.reachable(cfg.cluster) if cfg else None
+        if cfg is None or kube is None:
+            return ""
+        return kube.job_log(cfg.cluster.namespace, record.run_id)
+
+
+class LocalBackend:
+    """A `raytune local` workdir: its records as fake-gcs-server keeps them on disk, its driver logs, and its
+    driver process (cancel = the interrupt the driver turns into a cancel)."""
+
+    def __init__(self, workdir: Path | None = None):
+        self.workdir = (workdir or driver.DEFAULT_WORKDIR).resolve()
+        self.store = RunStore(DirBlobs(self.workdir / "gcs" / driver.BUCKET))
+        self.where = str(self.workdir)
+
+    def submit(self, config: Path, name: str | None, via_topic: bool) -> str:
+        raise RuntimeError(f"locally a run is started with: raytune local {config} --workdir {self.workdir}")
+
+    def cancel(self, record: RunRecord) -> None:
+        lock = self.workdir / ".lock"
+        pid = lock.read_text().strip() if lock.is_file() else ""
+        if not pid.isdigit():
+            raise RuntimeError(f"no raytune local holds {self.workdir}: the run is not live")
+        os.kill(int(pid), signal.SIGINT)
+
+    def job(self, record: RunRecord) -> dict[str, Any] | None:
+        return record.job
+
+    def pods(self, record: RunRecord) -> list[str]:
+        logs = self.workdir / "logs"
+        return sorted(f"{p.stem}: log {p}" for p in logs.glob("ray-*.log")) if logs.is_dir() else []
+
+    def log(self, record: RunRecord) -> str:
+        saved = self.workdir / "logs" / f"{record.run_id}-driver.log"
+        path = saved if saved.is_file() else live_driver_log(self.workdir, record.run_id)
+        return path.read_text(errors="replace") if path else ""
+
+
+def follow(backend: Backend, run_id: str, interval_s: float = 2.0) -> Iterator[str]:
+    """The driver log as it grows, until the run ends (then what is left)."""
+    shown = 0
+    while True:
+        record = backend.store.get(run_id)
+        text = backend.log(record) if record else ""
+        if len(text) > shown:
+            yield text[shown:]
+            shown = len(text)
+        if record is None or record.state.terminal:
+            return
+        time.sleep(interval_s)

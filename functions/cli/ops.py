@@ -1,0 +1,317 @@
+"""The operator commands: submit, runs, status, logs, cancel, compare. The same commands on the deployed
+controller and on a `raytune local` workdir (functions/cli/backends.py); tables through rich."""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import re
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from functions.cli import settings as cli_settings
+from functions.cli.backends import Backend, CloudBackend, LocalBackend, follow, records
+from functions.core import joblog
+from functions.core.runs import RunRecord, State
+
+WAIT_LIMIT_S = 120  # cancel waits this long for the record to say CANCELLED
+DURATION = re.compile(r"^(\d+)([smhd])$")
+
+
+def backend_for(args: argparse.Namespace) -> Backend:
+    """--local [DIR] or no cloud settings: the local workdir; otherwise the deployment."""
+    if args.local is not None:
+        return LocalBackend(Path(args.local) if args.local else None)
+    found = cli_settings.load({"project": args.project, "runs_bucket": args.bucket})
+    return CloudBackend(found) if found.cloud else LocalBackend()
+
+
+def console() -> Any:
+    from rich.console import Console
+
+    out = Console(highlight=False, soft_wrap=True)
+    if not out.is_terminal:
+        out = Console(highlight=False, soft_wrap=True, width=200)  # pipes and files: no squeezed columns
+    return out
+
+
+def _get(backend: Backend, run_id: str) -> RunRecord:
+    record = backend.store.get(run_id)
+    if record is None:
+        raise RuntimeError(f"no run {run_id} in {backend.where}")
+    return record
+
+
+def _age(since: dt.datetime, now: dt.datetime) -> str:
+    seconds = int((now - since).total_seconds())
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
+
+
+def _duration(record: RunRecord) -> str:
+    start = record.entered(State.SUBMITTED)
+    if start is None:
+        return "-"
+    end = record.updated_at if record.state.terminal else dt.datetime.now(dt.UTC)
+    return _age(start, end)
+
+
+def row(record: RunRecord, now: dt.datetime) -> dict[str, Any]:
+    cfg = record.config or {}
+    scaling = cfg.get("scaling", {})
+    metrics = record.result.metrics if record.result else None
+    state = record.state.value + (f" #{record.queue_position}" if record.state == State.QUEUED else "")
+    return {
+        "run_id": record.run_id,
+        "name": cfg.get("name", "-"),
+        "state": state,
+        "age": _age(record.created_at, now),
+        "duration": _duration(record),
+        "shape": f"{scaling.get('nodes', '-')} x {scaling.get('gpus_per_node') or 'CPU'}" if scaling else "-",
+        "best_eval_loss": metrics.best_checkpoint_score
+        if metrics and metrics.best_checkpoint_by == "eval_loss"
+        else None,
+        "gpu_node_hours": round(record.gpu_node_seconds / 3600, 2) if record.gpu_node_seconds else None,
+    }
+
+
+def _since(text: str | None) -> dt.datetime | None:
+    if not text:
+        return None
+    match = DURATION.match(text)
+    if not match:
+        raise RuntimeError(f"--since {text!r}: use e.g. 30m, 6h, 2d")
+    size = {"s": 1, "m": 60, "h": 3600, "d": 86400}[match[2]]
+    return dt.datetime.now(dt.UTC) - dt.timedelta(seconds=int(match[1]) * size)
+
+
+def cmd_runs(args: argparse.Namespace) -> int:
+    backend = backend_for(args)
+    since = _since(args.since)
+    found = [
+        r
+        for r in records(backend.store)
+        if (not args.state or r.state.value == args.state.upper())
+        and (not since or r.created_at >= since)
+        and (not args.name or (r.config or {}).get("name") == args.name)
+    ]
+    now = dt.datetime.now(dt.UTC)
+    rows = [row(r, now) for r in found]
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    from rich.table import Table
+
+    table = Table(title=f"runs in {backend.where}", title_justify="left")
+    for column in ("run id", "name", "state", "age", "duration", "nodes x GPUs", "best eval loss", "GPU node-h"):
+        table.add_column(
+            column, justify="right" if column in ("age", "duration", "best eval loss", "GPU node-h") else "left"
+        )
+    for r in rows:
+        loss = f"{r['best_eval_loss']:.4f}" if r["best_eval_loss"] is not None else "-"
+        hours = f"{r['gpu_node_hours']:.2f}" if r["gpu_node_hours"] is not None else "-"
+        table.add_row(r["run_id"], r["name"], r["state"], r["age"], r["duration"], r["shape"], loss, hours)
+    console().print(table)
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    backend = backend_for(args)
+    record = _get(backend, args.run)
+    out = console()
+    out.print(f"[bold]{record.run_id}[/bold]  {record.state.value}  ({backend.where})")
+    if record.reason:
+        out.print(f"  reason     {record.reason}")
+    if record.queue_position:
+        out.print(f"  queue      position {record.queue_position}")
+    for t in record.history:
+        out.print(f"  {t.at:%Y-%m-%d %H:%M:%S}  {t.state.value}" + (f"  {t.reason}" if t.reason else ""))
+    if record.result:
+        out.print(f"  metrics    {record.result.metrics.model_dump(exclude_none=True)}")
+        out.print(f"  adapter    {record.result.adapter_path}")
+    try:
+        job = backend.job(record)
+        pods = backend.pods(record)
+        log = backend.log(record)
+    except Exception as err:  # the record is the answer; the cluster is news
+        out.print(f"  cluster    unreachable: {err}")
+        return 0
+    out.print(f"  RayJob     {job if job is not None else 'none'}")
+    for pod in pods:
+        out.print(f"  pod        {pod}")
+    tail = log.strip().splitlines()[-args.lines :] if log.strip() else []
+    if tail:
+        out.print("  last log lines:")
+        for line in tail:
+            out.print(f"    {joblog.clean(line)}", markup=False)
+    return 0
+
+
+def cmd_logs(args: argparse.Namespace) -> int:
+    backend = backend_for(args)
+    record = _get(backend, args.run)
+    if args.follow:
+        for chunk in follow(backend, record.run_id):
+            sys.stdout.write(chunk)
+            sys.stdout.flush()
+        return 0
+    text = backend.log(record)
+    if not text:
+        print(f"no driver log for {record.run_id} yet ({record.state.value})", file=sys.stderr)
+        return 1
+    sys.stdout.write(text)
+    return 0
+
+
+def cmd_cancel(args: argparse.Namespace) -> int:
+    backend = backend_for(args)
+    record = _get(backend, args.run)
+    if record.state.terminal:
+        print(f"{record.run_id} already ended: {record.state.value}")
+        return 0 if record.state == State.CANCELLED else 1
+    backend.cancel(record)
+    print(f"cancel requested for {record.run_id}; waiting up to {args.timeout}s")
+    deadline = time.monotonic() + args.timeout
+    while time.monotonic() < deadline:
+        record = _get(backend, args.run)
+        if record.state.terminal:
+            print(f"{record.run_id}: {record.state.value}" + (f" ({record.reason})" if record.reason else ""))
+            return 0 if record.state == State.CANCELLED else 1
+        time.sleep(args.interval)
+    print(f"{record.run_id} still {record.state.value} after {args.timeout}s (the watcher acts on its next tick)")
+    return 1
+
+
+def _flat(value: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(value, dict):
+        out: dict[str, Any] = {}
+        for key, inner in value.items():
+            out.update(_flat(inner, f"{prefix}{key}."))
+        return out
+    return {prefix.rstrip("."): value}
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    backend = backend_for(args)
+    runs = [_get(backend, run_id) for run_id in args.runs]
+    configs = [_flat(r.config or {}) for r in runs]
+    metrics = [_flat(r.result.metrics.model_dump(exclude_none=True) if r.result else {}) for r in runs]
+    from rich.table import Table
+
+    table = Table(title="config differences and metrics", title_justify="left")
+    table.add_column("")
+    for r in runs:
+        table.add_column(f"{r.run_id}\n{r.state.value}")
+    keys = sorted({k for c in configs for k in c})
+    differing = [k for k in keys if len({json.dumps(c.get(k), sort_keys=True) for c in configs}) > 1]
+    for key in differing:
+        table.add_row(key, *(json.dumps(c.get(k)) if (k := key) in c else "-" for c in configs))
+    if differing:
+        table.add_section()
+    for key in sorted({k for m in metrics for k in m}):
+        table.add_row(
+            key, *(f"{m[key]:.4g}" if isinstance(m.get(key), float) else str(m.get(key, "-")) for m in metrics)
+        )
+    table.add_row("GPU node-h", *(f"{r.gpu_node_seconds / 3600:.2f}" if r.gpu_node_seconds else "-" for r in runs))
+    console().print(table)
+    if not differing:
+        console().print("the configs are the same")
+    return 0
+
+
+def cmd_submit(args: argparse.Namespace) -> int:
+    backend = backend_for(args)
+    config = Path(args.config)
+    if isinstance(backend, LocalBackend):
+        from functions.local import driver
+
+        return driver.run(str(config), backend.workdir)
+    run_id = backend.submit(config, args.name, args.via_topic)
+    print(run_id)
+    if not args.wait:
+        return 0
+    shown: tuple[str, str | None] | None = None
+    while True:
+        record = backend.store.get(run_id)
+        if record is not None and (record.state.value, record.reason) != shown:
+            shown = (record.state.value, record.reason)
+            print(
+                f"{dt.datetime.now(dt.UTC):%H:%M:%S} {record.state.value}"
+                + (f" ({record.reason})" if record.reason else "")
+            )
+        if record is not None and record.state.terminal:
+            for line in summary_lines(record):
+                print(line)
+            return 0 if record.state == State.SUCCEEDED else 1
+        time.sleep(args.interval)
+
+
+def summary_lines(record: RunRecord) -> list[str]:
+    lines = [f"run {record.run_id} {record.state.value}"]
+    if record.result:
+        lines.append(f"  adapter          {record.result.adapter_path}")
+        lines.append(f"  best checkpoint  {record.result.best_checkpoint}")
+        lines.append(f"  metrics          {record.result.metrics.model_dump(exclude_none=True)}")
+    if record.gpu_node_seconds:
+        lines.append(
+            f"  GPU node-hours   {record.gpu_node_seconds / 3600:.2f}"
+            + (f" (cost {record.cost})" if record.cost else "")
+        )
+    return lines
+
+
+def add_parsers(sub: Any) -> None:
+    def common(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+        parser.add_argument(
+            "--local",
+            nargs="?",
+            const="",
+            default=None,
+            metavar="DIR",
+            help="a raytune local workdir (default .raytune/local)",
+        )
+        parser.add_argument("--project", help="GCP project (RAYTUNE_PROJECT, raytune.toml)")
+        parser.add_argument("--bucket", help="the runs bucket (RAYTUNE_BUCKET, raytune.toml)")
+        return parser
+
+    submit = common(
+        sub.add_parser("submit", help="launch a run: upload its config (or publish it) and print the run id")
+    )
+    submit.add_argument("config")
+    submit.add_argument("--name", help="run name (the uploaded object's name; run_name of a message)")
+    submit.add_argument("--via-topic", action="store_true", help="publish a launch message instead of uploading")
+    submit.add_argument("--wait", action="store_true", help="follow the run until it ends")
+    submit.add_argument("--interval", type=float, default=10.0, help=argparse.SUPPRESS)
+    submit.set_defaults(func=cmd_submit)
+
+    runs = common(sub.add_parser("runs", help="a table of runs"))
+    runs.add_argument("--state", choices=[s.value for s in State] + [s.value.lower() for s in State], metavar="STATE")
+    runs.add_argument("--since", help="only runs created within this long, e.g. 6h, 2d")
+    runs.add_argument("--name", help="only runs of this config name")
+    runs.add_argument("--json", action="store_true")
+    runs.set_defaults(func=cmd_runs)
+
+    status = common(sub.add_parser("status", help="one run: record, RayJob, pods, last log lines"))
+    status.add_argument("run")
+    status.add_argument("--lines", type=int, default=10)
+    status.set_defaults(func=cmd_status)
+
+    logs = common(sub.add_parser("logs", help="the run's driver log"))
+    logs.add_argument("run")
+    logs.add_argument("-f", "--follow", action="store_true", help="keep printing until the run ends")
+    logs.set_defaults(func=cmd_logs)
+
+    cancel = common(sub.add_parser("cancel", help="cancel a run and wait until its record says so"))
+    cancel.add_argument("run")
+    cancel.add_argument("--timeout", type=float, default=WAIT_LIMIT_S)
+    cancel.add_argument("--interval", type=float, default=3.0, help=argparse.SUPPRESS)
+    cancel.set_defaults(func=cmd_cancel)
+
+    compare = common(sub.add_parser("compare", help="configs' differences and metrics side by side"))
+    compare.add_argument("runs", nargs="+", metavar="RUN")
+    compare.set_defaults(func=cmd_compare)

@@ -1,0 +1,76 @@
+"""Where the operator commands find the deployment: flags, then RAYTUNE_* environment variables, then one
+small TOML file (`$RAYTUNE_CLI_CONFIG`, `./raytune.toml` or `~/.config/raytune/config.toml`; Terraform
+writes it: `terraform output -raw cli_config > raytune.toml`). No cloud settings at all: the commands
+work on the local workdir of `raytune local`."""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+ENV = {
+    "project": "RAYTUNE_PROJECT",
+    "region": "RAYTUNE_REGION",
+    "runs_bucket": "RAYTUNE_BUCKET",
+    "configs_bucket": "RAYTUNE_CONFIGS_BUCKET",
+    "launch_topic": "RAYTUNE_LAUNCH_TOPIC",
+    "watch_topic": "RAYTUNE_WATCH_TOPIC",
+    "operator_key": "RAYTUNE_OPERATOR_KEY",
+}
+
+
+@dataclass(frozen=True)
+class CliSettings:
+    project: str | None = None
+    region: str | None = None
+    runs_bucket: str | None = None  # run records
+    configs_bucket: str | None = None  # uploads launch runs
+    launch_topic: str | None = None  # full topic path
+    watch_topic: str | None = None  # full topic path (cancels)
+    operator_key: str | None = None  # lets `cancel` stop runs of other sources
+    source: str = "defaults"  # where they came from, for error messages
+
+    @property
+    def cloud(self) -> bool:
+        return bool(self.runs_bucket)
+
+    def need(self, *names: str) -> None:
+        missing = [n for n in names if not getattr(self, n)]
+        if missing:
+            flags = ", ".join(f"{ENV[n]} or {n} in raytune.toml" for n in missing)
+            raise RuntimeError(f"missing setting: {flags} (from {self.source})")
+
+
+def config_file(env: Mapping[str, str]) -> Path | None:
+    for candidate in (env.get("RAYTUNE_CLI_CONFIG"), "raytune.toml", Path.home() / ".config/raytune/config.toml"):
+        if candidate and Path(candidate).is_file():
+            return Path(candidate)
+    return None
+
+
+def load(flags: Mapping[str, str | None] | None = None, env: Mapping[str, str] = os.environ) -> CliSettings:
+    values: dict[str, str] = {}
+    sources = []
+    path = config_file(env)
+    if path is not None:
+        try:
+            data = tomllib.loads(path.read_text())
+        except tomllib.TOMLDecodeError as err:
+            raise RuntimeError(f"{path}: not TOML: {err}") from None
+        known = {f.name for f in fields(CliSettings)} - {"source"}
+        if unknown := set(data) - known:
+            raise RuntimeError(f"{path}: unknown settings {sorted(unknown)}; known: {sorted(known)}")
+        values.update({k: str(v) for k, v in data.items()})
+        sources.append(str(path))
+    from_env = {name: env[var] for name, var in ENV.items() if env.get(var)}
+    if from_env:
+        values.update(from_env)
+        sources.append("environment")
+    given = {k: v for k, v in (flags or {}).items() if v}
+    if given:
+        values.update(given)
+        sources.append("flags")
+    return CliSettings(**values, source=" + ".join(sources) or "defaults")

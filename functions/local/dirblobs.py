@@ -1,0 +1,42 @@
+"""The local bucket as fake-gcs-server keeps it on disk (`<workdir>/gcs/<bucket>/<object>`), read without
+starting the server: the operator commands read run records of `raytune local` runs, live or ended."""
+
+from __future__ import annotations
+
+import builtins
+import datetime as dt
+from pathlib import Path
+
+from functions.core.errors import PermanentError
+
+
+class DirBlobs:
+    def __init__(self, root: Path):
+        self.root = root
+
+    def read(self, path: str) -> tuple[bytes, int] | None:
+        file = self.root / path
+        try:
+            return file.read_bytes(), file.stat().st_mtime_ns
+        except (FileNotFoundError, IsADirectoryError):
+            return None
+
+    def write(self, path: str, data: bytes, if_generation_match: int) -> int:
+        raise PermanentError("the local bucket is read-only outside `raytune local`")
+
+    def delete(self, path: str) -> None:
+        raise PermanentError("the local bucket is read-only outside `raytune local`")
+
+    def listing(self, prefix: str) -> builtins.list[tuple[str, dt.datetime]]:
+        folder = self.root / prefix.rsplit("/", 1)[0] if "/" in prefix else self.root
+        if not folder.is_dir():
+            return []
+        found = []
+        for file in folder.iterdir():
+            name = file.relative_to(self.root).as_posix()
+            if file.is_file() and name.startswith(prefix):
+                found.append((name, dt.datetime.fromtimestamp(file.stat().st_mtime, dt.UTC)))
+        return sorted(found)
+
+    def list(self, prefix: str) -> builtins.list[str]:
+        return [name for name, _ in self.listing(prefix)]

@@ -1,0 +1,112 @@
+"""The operator commands against the deployed stand-ins: fake-gcs-server buckets, the Pub/Sub emulator
+pushing to the functions over HTTP, the Kubernetes fake. submit -> launch -> runs -> status -> logs ->
+cancel -> compare, each as a user types it (`raytune ...`)."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from functions.cli import main as cli
+from functions.cli import ops
+from functions.cli.backends import CloudBackend
+from functions.cli.settings import CliSettings
+from functions.core.runs import State
+from tests.fakes.http_events import post, storage_event
+from tests.integration.test_functions import QUICK
+
+
+@pytest.fixture
+def deployed(controller, functions_server, pubsub, bucket, tmp_path, monkeypatch):
+    """The CLI pointed at the stand-ins: launch and watch topics pushed to the functions."""
+    from functions.adapters.pubsub import Publisher
+
+    launch = pubsub.topic("launch")
+    pubsub.subscribe(launch, push_endpoint=functions_server["launch"])
+    watch = pubsub.topic("watch")
+    pubsub.subscribe(watch, push_endpoint=functions_server["watch"])
+    settings = CliSettings(
+        project="raytune-test", runs_bucket=bucket, configs_bucket=bucket, launch_topic=launch, watch_topic=watch
+    )
+    backend = CloudBackend(settings, platform=controller.ctx.platform, publisher=Publisher())
+    monkeypatch.setattr(ops, "backend_for", lambda args: backend)
+    config = tmp_path / "shop.json"
+    config.write_text(json.dumps(QUICK))
+    return controller, config, backend
+
+
+def wait_for(condition, timeout=60):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if found := condition():
+            return found
+        time.sleep(0.2)
+    raise AssertionError("timed out")
+
+
+def test_submit_status_logs_cancel_through_the_deployment(deployed, capsys, bucket, functions_server):
+    h, config, backend = deployed
+    assert cli(["submit", str(config), "--via-topic", "--name", "crm"]) == 0
+    run_id = capsys.readouterr().out.strip()
+    assert run_id.startswith("crm-")  # the controller's own run id for that message
+    record = wait_for(lambda: (r := h.ctx.store.get(run_id)) and r.state == State.SUBMITTED and r)
+    assert record.source["kind"] == "message"
+
+    # An upload: the object lands in the configs bucket; Eventarc's event (posted here) launches the same id.
+    assert cli(["submit", str(config), "--name", "shop-upload"]) == 0
+    uploaded = capsys.readouterr().out.strip()
+    blob_generation = int(backend.store.blobs.read("configs/shop-upload.json")[1])
+    post(functions_server["launch"], storage_event(bucket, "configs/shop-upload.json", blob_generation))
+    assert h.ctx.store.get(uploaded).state == State.SUBMITTED
+
+    assert cli(["runs", "--json"]) == 0
+    rows = {r["run_id"]: r for r in json.loads(capsys.readouterr().out)}
+    assert rows[run_id]["state"] == "SUBMITTED" and rows[run_id]["shape"] == "2 x 8"
+    assert cli(["runs", "--state", "submitted", "--name", "shop-descriptions"]) == 0
+    table = capsys.readouterr().out
+    assert run_id in table and uploaded in table and "nodes x GPUs" in table
+
+    h.kube.set_status("rayjobs", run_id, {"jobStatus": "RUNNING", "jobDeploymentStatus": "Running"})
+    h.kube.put(
+        "pods",
+        {
+            "metadata": {"name": "gemma3-tuning-head-x", "labels": {"ray.io/cluster": "gemma3-tuning"}},
+            "status": {"phase": "Running"},
+        },
+    )
+    submitter = f"{run_id}-abcde"
+    h.kube.put("pods", {"metadata": {"name": submitter, "labels": {"batch.kubernetes.io/job-name": run_id}}})
+    h.kube.logs[("default", submitter)] = (
+        "".join(f"driver line {i}\n" for i in range(30)) + "raytune-progress step 3/12\n"
+    )
+    assert cli(["status", run_id, "--lines", "3"]) == 0
+    status = capsys.readouterr().out
+    assert "RayJob     {'jobStatus': 'RUNNING'" in status and "gemma3-tuning-head-x: Running" in status
+    assert "driver line 29" in status and "driver line 20" not in status
+    assert cli(["logs", run_id]) == 0
+    assert capsys.readouterr().out.startswith("driver line 0\n")
+
+    assert cli(["cancel", run_id, "--timeout", "60", "--interval", "0.5"]) == 0
+    assert f"{run_id}: CANCELLED" in capsys.readouterr().out
+    assert h.kube.get("rayjobs", run_id) is None
+
+    assert cli(["compare", run_id, uploaded]) == 0
+    compared = capsys.readouterr().out
+    assert "CANCELLED" in compared and "SUBMITTED" in compared and "the configs are the same" in compared
+
+
+def test_missing_settings_are_one_clear_line(capsys, monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("RAYTUNE_BUCKET", "runs")
+    monkeypatch.delenv("RAYTUNE_CONFIGS_BUCKET", raising=False)
+    config = tmp_path / "c.json"
+    config.write_text(json.dumps(QUICK))
+    assert cli(["submit", str(config)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: missing setting: RAYTUNE_CONFIGS_BUCKET or configs_bucket in raytune.toml")
+    (tmp_path / "raytune.toml").write_text('runs_bucket = "r"\nbucket_typo = 1\n')
+    assert cli(["runs"]) == 2
+    assert "unknown settings ['bucket_typo']" in capsys.readouterr().err
