@@ -1,62 +1,124 @@
-"""Trainer throughput: our settings against the reference recipe's, side by side in one run.
+"""Trainer throughput: the reference recipe, the shipped defaults, and each lever alone, side by side.
 
-CPU (default): the tiny Gemma 3 through the real pipeline (processor, our collator, TRL SFTTrainer,
-PEFT LoRA), one process, the same samples and the same number of optimizer steps for both:
-    reference: eager attention, batch 1 x gradient accumulation 4, loss on every token
-    ours:      sdpa attention,  batch 4 x gradient accumulation 1, loss on the answer only
-Each variant runs --repeats times, interleaved; medians are reported.
+Arms are run configs: `reference` is examples/reference.json's model/lora/training sections exactly
+(NF4 QLoRA, eager attention, batch 1 x 4, gradient checkpointing, full lm_head/embed_tokens copies, loss
+on every token), `default` is what RunConfig() ships, and each `lever:` arm is the reference with one
+default applied. Every arm runs --repeats times, interleaved (arm order rotates each round), and the
+table gives min / median / max.
 
-GPU (--gpu): a randomly initialised Gemma-3-4B architecture built from its config (no download),
-synthetic image+text batches, reference (QLoRA NF4, eager, batch 1 x 4) against ours (bf16 LoRA,
-sdpa, batch 4); prints tokens/s/GPU and MFU (6 x parameters x tokens / peak bf16 FLOP/s).
+CPU (default): the tiny Gemma 3 through the real pipeline (trainer.model, our collator, TRL SFTTrainer,
+PEFT LoRA), the same samples per optimizer step for every arm. Tokens are counted without padding.
 
-    .venv/bin/python bench/trainer_throughput.py [--steps 12] [--repeats 3]
-    python bench/trainer_throughput.py --gpu [--steps 10] [--seq 768]
+GPU (--gpu): a random-init Gemma-3-4B architecture built from its config (no download), synthetic
+batches at the real shape (896 px images: 4,096 patches through the vision tower, 256 image tokens, the
+rest text); prints tokens/s/GPU, MFU against the device's dense bf16 peak from the true FLOPs (text
+and vision towers, LoRA backward, recomputation when checkpointing) and peak memory. `bench/gpu.sh`
+prepares its environment. `--gpu --cpu-check` runs that code path on CPU with a tiny architecture (the
+suite does, so the first GPU run does not fail on a typo).
+
+    .venv/bin/python bench/trainer_throughput.py [--steps 8] [--repeats 5] [--arms reference,default]
+    python bench/trainer_throughput.py --gpu [--steps 6] [--repeats 5] [--seq 768]
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
+import json
 import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-VARIANTS = {
-    "reference": {"attn": "eager", "batch": 1, "accumulation": 4, "assistant_only": False},
-    "ours": {"attn": "sdpa", "batch": 4, "accumulation": 1, "assistant_only": True},
-}
+SAMPLES_PER_STEP = 4  # the recipe's effective batch per worker: 1 x 4, or 4 x 1
 
 
-def cpu_variant(name: str, source: str, steps: int) -> dict:
+def arms() -> dict[str, Any]:
+    """name -> RunConfig: the reference, the default, and the reference with each default lever alone."""
+    from functions.core.config import RunConfig, parse_config
+
+    reference = parse_config((ROOT / "examples" / "reference.json").read_bytes())
+    default = RunConfig()
+
+    def lever(section: str, **changes: Any) -> Any:
+        return reference.model_copy(update={section: getattr(reference, section).model_copy(update=changes)})
+
+    return {
+        "reference": reference,
+        "default": default.model_copy(update={"scaling": reference.scaling, "cluster": reference.cluster}),
+        "lever: bf16 LoRA": lever("model", quantization="none"),
+        "lever: sdpa": lever("model", attn_implementation="sdpa"),
+        "lever: batch 4 x 1": lever("training", per_device_batch_size=4, gradient_accumulation_steps=1),
+        "lever: no checkpointing": lever("training", gradient_checkpointing=False),
+        "lever: no modules_to_save": lever("lora", modules_to_save=[]),
+        "lever: answer-only loss": lever("training", assistant_only_loss=True),
+    }
+
+
+def describe(cfg: Any) -> str:
+    m, t = cfg.model, cfg.training
+    return (
+        f"{m.quantization if m.quantization != 'none' else 'bf16'} {m.attn_implementation} "
+        f"{t.per_device_batch_size}x{t.gradient_accumulation_steps} ckpt={'on' if t.gradient_checkpointing else 'off'} "
+        f"save={len(cfg.lora.modules_to_save)} {'answer' if t.assistant_only_loss else 'all'}-loss"
+    )
+
+
+def spread(values: list[float]) -> str:
+    return f"{min(values):.0f} / {statistics.median(values):.0f} / {max(values):.0f}"
+
+
+def interleaved(names: list[str], repeats: int, run: Any) -> dict[str, list[dict]]:
+    """Each round runs every arm once, the order rotated, so drift on a shared machine hits all arms alike."""
+    results: dict[str, list[dict]] = {name: [] for name in names}
+    for round_ in range(repeats):
+        order = names[round_ % len(names) :] + names[: round_ % len(names)]
+        for name in order:
+            results[name].append(run(name))
+            gc.collect()
+            _empty_cuda_cache()
+    return results
+
+
+def _empty_cuda_cache() -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+# --- CPU -----------------------------------------------------------------------------------------
+
+
+def cpu_arm(cfg: Any, source: str, steps: int) -> dict:
     import torch
     from transformers import PrinterCallback
     from trl import SFTConfig, SFTTrainer
 
-    from functions.core.config import DatasetSpec, LoraSpec, ModelSpec, PromptSpec
     from trainer import tiny
     from trainer.collator import VisionSFTCollator
     from trainer.model import load_model, load_processor, lora_config
 
-    settings = VARIANTS[name]
     torch.manual_seed(0)
-    spec = ModelSpec(id="tiny://gemma3", dtype="float32", quantization="none", attn_implementation=settings["attn"])
+    m, t = cfg.model, cfg.training
+    spec = m.model_copy(update={"id": "tiny://gemma3", "dtype": "float32"})
     processor = load_processor(spec, source)
-    samples = steps * settings["batch"] * settings["accumulation"]
+    samples = steps * SAMPLES_PER_STEP
+    collator = VisionSFTCollator(processor, cfg.dataset, cfg.prompts, 1024, assistant_only=t.assistant_only_loss)
     with tempfile.TemporaryDirectory() as output:
         trainer = SFTTrainer(
             model=load_model(spec, source),
             args=SFTConfig(
                 output_dir=output,
                 max_steps=steps,
-                per_device_train_batch_size=settings["batch"],
-                gradient_accumulation_steps=settings["accumulation"],
-                gradient_checkpointing=True,
+                per_device_train_batch_size=t.per_device_batch_size,
+                gradient_accumulation_steps=SAMPLES_PER_STEP // t.per_device_batch_size,
+                gradient_checkpointing=t.gradient_checkpointing,
                 gradient_checkpointing_kwargs={"use_reentrant": False},
                 learning_rate=2e-4,
                 optim="adamw_torch",
@@ -71,47 +133,44 @@ def cpu_variant(name: str, source: str, steps: int) -> dict:
                 seed=0,
             ),
             train_dataset=tiny.product_dataset(samples, seed=1),
-            data_collator=VisionSFTCollator(
-                processor, DatasetSpec(), PromptSpec(), 1024, assistant_only=settings["assistant_only"]
-            ),
+            data_collator=collator,
             processing_class=processor,
-            peft_config=lora_config(LoraSpec()),
+            peft_config=lora_config(cfg.lora),
         )
-        trainer.remove_callback(PrinterCallback)  # keep the figures readable
+        trainer.remove_callback(PrinterCallback)
         started = time.perf_counter()
-        trainer.train()
+        trainer.train()  # Trainer.train() puts the model in train mode (dropout, checkpointing on)
         elapsed = time.perf_counter() - started
+    # num_tokens counts attention-mask tokens: no padding.
     tokens = max(entry.get("num_tokens", 0) for entry in trainer.state.log_history)
-    return {
-        "seconds": elapsed,
-        "samples_per_s": samples / elapsed,
-        "tokens_per_s": tokens / elapsed,
-        "loss": trainer.state.log_history[-1].get("train_loss"),
-    }
+    return {"samples_per_s": samples / elapsed, "tokens_per_s": tokens / elapsed, "seconds": elapsed}
 
 
-def run_cpu(args) -> None:
+def run_cpu(args: argparse.Namespace) -> dict[str, list[dict]]:
     from functions.core.config import ModelSpec
     from trainer.model import resolve_source
 
+    configs = arms()
+    names = args.arms.split(",") if args.arms else list(configs)
     source = resolve_source(ModelSpec(id="tiny://gemma3"))
-    cpu_variant("ours", source, 2)  # warm-up: imports, allocator, kernels
-    results = {name: [] for name in VARIANTS}
-    for _ in range(args.repeats):
-        for name in VARIANTS:
-            results[name].append(cpu_variant(name, source, args.steps))
-    print(f"tiny Gemma 3 on CPU, {args.steps} optimizer steps of 4 samples each, {args.repeats} interleaved repeats")
-    medians = {}
-    for name, runs in results.items():
-        medians[name] = {k: statistics.median(r[k] for r in runs) for k in ("samples_per_s", "tokens_per_s", "seconds")}
+    cpu_arm(configs["default"], source, 1)  # warm-up: imports, allocator, kernels
+    results = interleaved(names, args.repeats, lambda name: cpu_arm(configs[name], source, args.steps))
+    print(
+        f"tiny Gemma 3 on CPU, {args.steps} optimizer steps of {SAMPLES_PER_STEP} samples each, "
+        f"{args.repeats} interleaved repeats (min / median / max)\n"
+    )
+    print("| arm | settings | tokens/s | samples/s x100 | median vs reference |")
+    print("|---|---|---|---|---|")
+    base = statistics.median(r["tokens_per_s"] for r in results["reference"]) if "reference" in results else None
+    for name in names:
+        runs = results[name]
+        median = statistics.median(r["tokens_per_s"] for r in runs)
+        ratio = f"{median / base:.2f}x" if base else "-"
         print(
-            f"  {name:9s} {VARIANTS[name]}: {medians[name]['samples_per_s']:.2f} samples/s, "
-            f"{medians[name]['tokens_per_s']:.0f} tokens/s, {medians[name]['seconds']:.1f} s"
+            f"| {name} | {describe(configs[name])} | {spread([r['tokens_per_s'] for r in runs])} | "
+            f"{spread([100 * r['samples_per_s'] for r in runs])} | {ratio} |"
         )
-    for key in ("samples_per_s", "tokens_per_s"):
-        print(
-            f"  ours / reference, {key.replace('_per_s', '')}/s: {medians['ours'][key] / medians['reference'][key]:.2f}x"
-        )
+    return results
 
 
 # --- GPU -----------------------------------------------------------------------------------------
@@ -143,131 +202,193 @@ GEMMA3_4B = {
     "eoi_token_index": 256000,
     "image_token_index": 262144,
 }
+# The same architecture shrunk, for --cpu-check (the GPU code path on CPU).
+GEMMA3_CHECK = {
+    "text_config": {
+        **GEMMA3_4B["text_config"],
+        "hidden_size": 64,
+        "intermediate_size": 128,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 2,
+        "num_key_value_heads": 1,
+        "head_dim": 32,
+    },
+    "vision_config": {
+        **GEMMA3_4B["vision_config"],
+        "hidden_size": 32,
+        "intermediate_size": 64,
+        "num_hidden_layers": 1,
+        "num_attention_heads": 2,
+        "image_size": 112,
+    },
+    "mm_tokens_per_image": 16,
+    "boi_token_index": 255999,
+    "eoi_token_index": 256000,
+    "image_token_index": 262144,
+}
 PEAK_BF16_TFLOPS = {"H100": 989, "H200": 989, "B200": 2250, "A100": 312, "L4": 121}
 
 
-def synthetic_batch(batch: int, seq: int, device):
+def flops_per_sample(arch: dict, seq: int, checkpointing: bool) -> float:
+    """Training FLOPs of one sample under LoRA: forward 2N per token (text) and per patch (vision);
+    backward about 2N for the activation gradients (frozen weights get no weight gradient; the LoRA
+    adapters' is negligible); +2N when checkpointing recomputes the forward. Embedding lookups are free,
+    the output layer (lm_head) counts, attention's own O(seq^2) term is added."""
+    t, v = arch["text_config"], arch["vision_config"]
+    h, layers, inter = t["hidden_size"], t["num_hidden_layers"], t["intermediate_size"]
+    q = t["num_attention_heads"] * t["head_dim"]
+    kv = t["num_key_value_heads"] * t["head_dim"]
+    text_layer = h * q + 2 * h * kv + q * h + 3 * h * inter
+    text = layers * text_layer + h * t["vocab_size"]  # + lm_head
+    vh, vi = v["hidden_size"], v["intermediate_size"]
+    vision_layer = 4 * vh * vh + 2 * vh * vi
+    patches = (v["image_size"] // v["patch_size"]) ** 2
+    vision = v["num_hidden_layers"] * vision_layer
+    attention = 2 * 2 * layers * seq * seq * q / 2  # causal QK^T and AV, half the square
+    forward = 2 * text * seq + 2 * vision * patches + attention
+    return forward * (3 if checkpointing else 2)
+
+
+def synthetic_batch(arch: dict, batch: int, seq: int, device: Any) -> dict:
     import torch
 
+    image_tokens = arch["mm_tokens_per_image"]
+    size = arch["vision_config"]["image_size"]
     ids = torch.randint(1000, 200000, (batch, seq), device=device)
-    ids[:, 1] = 255999
-    ids[:, 2:258] = 262144
-    ids[:, 258] = 256000
-    token_types = (ids == 262144).long()
+    ids[:, 1] = arch["boi_token_index"]
+    ids[:, 2 : 2 + image_tokens] = arch["image_token_index"]
+    ids[:, 2 + image_tokens] = arch["eoi_token_index"]
     labels = ids.clone()
-    labels[:, :260] = -100
-    pixels = torch.randn(batch, 3, 896, 896, device=device, dtype=torch.bfloat16)
+    labels[:, : 4 + image_tokens] = -100
     return {
         "input_ids": ids,
         "attention_mask": torch.ones_like(ids),
-        "token_type_ids": token_types,
-        "pixel_values": pixels,
+        "token_type_ids": (ids == arch["image_token_index"]).long(),
+        "pixel_values": torch.randn(batch, 3, size, size, device=device, dtype=torch.bfloat16),
         "labels": labels,
     }
 
 
-def gpu_variant(name: str, checkpoint: str, steps: int, seq: int) -> dict:
+def gpu_arm(cfg: Any, checkpoint: str, arch: dict, steps: int, seq: int, device: str) -> dict:
     import torch
     from peft import get_peft_model, prepare_model_for_kbit_training
     from transformers import AutoModelForImageTextToText
 
-    from functions.core.config import LoraSpec, ModelSpec
     from trainer.model import lora_config, quantization_config
 
-    settings = VARIANTS[name]
-    torch.cuda.reset_peak_memory_stats()
-    quantized = name == "reference"
-    spec = ModelSpec(quantization="nf4" if quantized else "none", attn_implementation=settings["attn"])
+    m, t = cfg.model, cfg.training
+    cuda = device == "cuda"
+    if cuda:
+        torch.cuda.reset_peak_memory_stats()
+    quantized = m.quantization != "none" and cuda
     model = AutoModelForImageTextToText.from_pretrained(
         checkpoint,
         dtype=torch.bfloat16,
-        device_map={"": 0},
-        attn_implementation=settings["attn"],
-        quantization_config=quantization_config(spec),
+        device_map={"": 0} if cuda else None,
+        attn_implementation=m.attn_implementation,
+        quantization_config=quantization_config(m) if quantized else None,
     )
+    kwargs = {"use_reentrant": False}
     if quantized:
         model = prepare_model_for_kbit_training(
-            model, use_gradient_checkpointing=True, gradient_checkpointing_kwargs={"use_reentrant": False}
+            model, use_gradient_checkpointing=t.gradient_checkpointing, gradient_checkpointing_kwargs=kwargs
         )
-    else:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    elif t.gradient_checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
         model.enable_input_require_grads()
-    model = get_peft_model(model, lora_config(LoraSpec()))
-    parameters = sum(p.numel() for p in model.parameters())
-    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=2e-4, fused=True)
-    batch = synthetic_batch(settings["batch"], seq, "cuda")
+    model = get_peft_model(model, lora_config(cfg.lora))
+    model.train()  # dropout and checkpointing act only in train mode
+    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=2e-4, fused=cuda)
+    batch = synthetic_batch(arch, t.per_device_batch_size, seq, device)
+    accumulation = SAMPLES_PER_STEP // t.per_device_batch_size
+    if not t.assistant_only_loss:
+        batch["labels"] = torch.where(batch["input_ids"] == arch["image_token_index"], -100, batch["input_ids"])
 
-    def optimizer_step():
-        for _ in range(settings["accumulation"]):
-            loss = model(**batch).loss / settings["accumulation"]
-            loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 0.3)
+    def optimizer_step() -> None:
+        for _ in range(accumulation):
+            (model(**batch).loss / accumulation).backward()
+        torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], 0.3)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
 
-    for _ in range(2):
-        optimizer_step()
-    torch.cuda.synchronize()
+    optimizer_step()  # warm-up: kernels, allocator
+    if cuda:
+        torch.cuda.synchronize()
     started = time.perf_counter()
     for _ in range(steps):
         optimizer_step()
-    torch.cuda.synchronize()
+    if cuda:
+        torch.cuda.synchronize()
     elapsed = time.perf_counter() - started
-    tokens = steps * settings["batch"] * settings["accumulation"] * seq
-    return {
-        "tokens_per_s": tokens / elapsed,
-        "samples_per_s": tokens / seq / elapsed,
-        "parameters": parameters,
-        "memory_gib": torch.cuda.max_memory_allocated() / 2**30,
+    samples = steps * SAMPLES_PER_STEP
+    result = {
+        "tokens_per_s": samples * seq / elapsed,
+        "samples_per_s": samples / elapsed,
+        "flops_per_s": samples * flops_per_sample(arch, seq, t.gradient_checkpointing) / elapsed,
+        "trainable_m": trainable / 1e6,
+        "memory_gib": torch.cuda.max_memory_allocated() / 2**30 if cuda else 0.0,
     }
+    return result  # model and optimizer go with this frame; interleaved() collects before the next arm
 
 
-def run_gpu(args) -> None:
+def run_gpu(args: argparse.Namespace) -> dict[str, list[dict]]:
     import torch
     from transformers import Gemma3Config, Gemma3ForConditionalGeneration
 
-    name = torch.cuda.get_device_name(0)
+    device = "cpu" if args.cpu_check else "cuda"
+    arch = GEMMA3_CHECK if args.cpu_check else GEMMA3_4B
+    seq = min(args.seq, 64) if args.cpu_check else args.seq
+    name = "CPU check" if args.cpu_check else torch.cuda.get_device_name(0)
     peak = args.peak_tflops or next((v for k, v in PEAK_BF16_TFLOPS.items() if k in name), None)
+    configs = arms()
+    names = args.arms.split(",") if args.arms else list(configs)
     with tempfile.TemporaryDirectory(dir=args.workdir) as checkpoint:
         started = time.perf_counter()
-        with torch.device("cuda"):
-            model = Gemma3ForConditionalGeneration(Gemma3Config(**GEMMA3_4B)).to(torch.bfloat16)
+        with torch.device(device):
+            model = Gemma3ForConditionalGeneration(Gemma3Config(**arch)).to(torch.bfloat16)
+        total = sum(p.numel() for p in model.parameters())
         model.save_pretrained(checkpoint)  # from_pretrained is the path QLoRA quantizes on
         del model
-        torch.cuda.empty_cache()
-        print(f"{name}: random Gemma-3-4B architecture built and saved in {time.perf_counter() - started:.0f} s")
-        results = {}
-        for variant in ("ours", "reference"):
-            results[variant] = gpu_variant(variant, checkpoint, args.steps, args.seq)
-            gc.collect()  # the variant's model and optimizer are gone: give their memory back
-            torch.cuda.empty_cache()
-    for variant, r in results.items():
-        mfu = 6 * r["parameters"] * r["tokens_per_s"] / (peak * 1e12) if peak else float("nan")
-        print(
-            f"  {variant:9s} {VARIANTS[variant]}: {r['tokens_per_s']:.0f} tokens/s/GPU, "
-            f"{r['samples_per_s']:.2f} samples/s, MFU {mfu:.1%} (peak {peak} TFLOP/s), "
-            f"peak memory {r['memory_gib']:.1f} GiB"
+        print(f"{name}: random Gemma 3 ({total / 1e9:.2f} B parameters) built in {time.perf_counter() - started:.0f} s")
+        results = interleaved(
+            names, args.repeats, lambda n: gpu_arm(configs[n], checkpoint, arch, args.steps, seq, device)
         )
     print(
-        f"  ours / reference, tokens/s: {results['ours']['tokens_per_s'] / results['reference']['tokens_per_s']:.2f}x"
+        f"\n{args.steps} steps of {SAMPLES_PER_STEP} x {seq} tokens, {args.repeats} interleaved repeats (min / median / max)\n"
     )
+    print("| arm | settings | tokens/s/GPU | MFU % (median) | trainable M | peak GiB |")
+    print("|---|---|---|---|---|---|")
+    for n in names:
+        runs = results[n]
+        mfu = statistics.median(r["flops_per_s"] for r in runs) / (peak * 1e12) * 100 if peak else float("nan")
+        print(
+            f"| {n} | {describe(configs[n])} | {spread([r['tokens_per_s'] for r in runs])} | {mfu:.1f} | "
+            f"{runs[0]['trainable_m']:.1f} | {max(r['memory_gib'] for r in runs):.1f} |"
+        )
+    return results
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--gpu", action="store_true", help="the 4B-architecture GPU variant")
-    parser.add_argument("--steps", type=int, default=None, help="optimizer steps to time (CPU 12, GPU 10)")
-    parser.add_argument("--repeats", type=int, default=3, help="CPU: interleaved repeats of each variant")
+    parser.add_argument("--gpu", action="store_true", help="the 4B-architecture GPU arms")
+    parser.add_argument("--cpu-check", action="store_true", help="with --gpu: run its code path on CPU, tiny")
+    parser.add_argument("--arms", help="comma-separated arm names (default: all)")
+    parser.add_argument("--steps", type=int, default=None, help="optimizer steps timed per arm (CPU 8, GPU 6)")
+    parser.add_argument("--repeats", type=int, default=5, help="interleaved repeats of each arm")
     parser.add_argument("--seq", type=int, default=768, help="GPU: tokens a sample (256 of them image tokens)")
-    parser.add_argument("--peak-tflops", type=float, default=None, help="GPU: peak dense bf16 TFLOP/s for MFU")
+    parser.add_argument("--peak-tflops", type=float, default=None, help="GPU: dense bf16 peak TFLOP/s for MFU")
     parser.add_argument("--workdir", default=None, help="GPU: where the random checkpoint is written")
-    args = parser.parse_args()
+    parser.add_argument("--json", help="also write the raw results here")
+    args = parser.parse_args(argv)
     if args.gpu:
-        args.steps = args.steps or 10
-        run_gpu(args)
+        args.steps = args.steps or 6
+        results = run_gpu(args)
     else:
-        args.steps = args.steps or 12
-        run_cpu(args)
+        args.steps = args.steps or 8
+        results = run_cpu(args)
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=2))
     return 0
 
 

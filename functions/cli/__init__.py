@@ -39,6 +39,8 @@ def bucket_storage(bucket: str | None) -> str | None:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
+    from functions.core.advice import right_sizing
+
     cfg = _load(args.config)
     scaling = cfg.scaling
     hardware = f"{scaling.gpus_per_node} {scaling.accelerator}" if scaling.use_gpu else "CPU"
@@ -46,6 +48,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
         f"ok: {args.config}: {cfg.model.id} on {scaling.nodes} x {hardware}"
         f" ({scaling.num_workers} Ray Train workers), {cfg.training.epochs:g} epochs"
     )
+    for warning in right_sizing(cfg):
+        print(f"warning: {args.config}: {warning}", file=sys.stderr)
     return 0
 
 

@@ -73,6 +73,7 @@ class RunRecord(BaseModel):
     raw_config: str | None = None  # kept for rejected configs only, redacted and truncated
     reason: str | None = None
     errors: list[str] = []
+    warnings: list[str] = []  # right-sizing advice (functions/core/advice.py); the run goes ahead
     history: list[Transition] = []
     job: dict[str, Any] | None = None  # last RayJob status seen
     result: RunResult | None = None  # the trainer's result.json: checkpoints and metrics

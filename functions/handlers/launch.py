@@ -19,7 +19,7 @@ import json
 import logging
 from typing import Any
 
-from functions.core import events
+from functions.core import advice, events
 from functions.core.config import MAX_CONFIG_BYTES, ConfigError, RunConfig, parse_config
 from functions.core.decide import Facts
 from functions.core.errors import NotFound, PermanentError, TooLarge, describe
@@ -102,6 +102,7 @@ def receive(ctx: Context, request: events.LaunchRequest) -> tuple[RunRecord, boo
         raw_config=_kept(raw) if errors else None,
         reason=reason,
         errors=errors,
+        warnings=advice.right_sizing(cfg) if cfg and not errors else [],
         history=[Transition(state=state, at=now, reason=reason)],
     )
     # Marked before the record exists: a crash in between leaves the watcher a trail, never a lost run.

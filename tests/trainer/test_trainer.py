@@ -29,6 +29,7 @@ def tiny_config(storage: Path, **training) -> RunConfig:
             "name": "tiny-test",
             "model": {"id": "tiny://gemma3", "dtype": "float32", "quantization": "none"},
             "dataset": {"id": "tiny://products", "max_samples": 24},
+            "lora": {"modules_to_save": ["lm_head", "embed_tokens"]},  # the recipe's full copies still work
             "training": {
                 "epochs": 2,
                 "per_device_batch_size": 2,

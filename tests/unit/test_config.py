@@ -13,21 +13,40 @@ ROOT = Path(__file__).resolve().parents[2]
 SCHEMA_FILE = ROOT / "schemas" / "run-config.schema.json"
 
 
-def test_defaults_reproduce_the_reference_run():
+def test_defaults_are_gpu_shaped():
+    """What a B200/H200 user wants (docs/performance.md): bf16 LoRA, batch 4 x 1 (the recipe's effective
+    batch), no gradient checkpointing, no full copies of the embeddings, sdpa, loss on the answer only."""
     cfg = RunConfig()
     assert cfg.model.id == "google/gemma-3-4b-it"
-    assert (cfg.model.quantization, cfg.model.double_quant, cfg.model.dtype) == ("nf4", True, "bfloat16")
+    assert (cfg.model.quantization, cfg.model.dtype, cfg.model.attn_implementation) == ("none", "bfloat16", "sdpa")
     assert (cfg.lora.r, cfg.lora.alpha, cfg.lora.dropout, cfg.lora.target_modules) == (16, 16, 0.05, "all-linear")
-    assert cfg.lora.modules_to_save == ["lm_head", "embed_tokens"]
+    assert cfg.lora.modules_to_save == []
     t = cfg.training
-    assert (t.epochs, t.per_device_batch_size, t.gradient_accumulation_steps) == (3, 1, 4)
+    assert (t.epochs, t.per_device_batch_size, t.gradient_accumulation_steps, t.gradient_checkpointing) == (
+        3,
+        4,
+        1,
+        False,
+    )
     assert (t.learning_rate, t.lr_scheduler, t.warmup_ratio, t.max_grad_norm) == (2e-4, "constant", 0.03, 0.3)
-    assert (t.optim, t.logging_steps, t.save_strategy) == ("adamw_torch_fused", 10, "epoch")
+    assert (t.optim, t.logging_steps, t.save_strategy, t.assistant_only_loss) == (
+        "adamw_torch_fused",
+        10,
+        "epoch",
+        True,
+    )
     assert (cfg.scaling.nodes, cfg.scaling.gpus_per_node, cfg.scaling.accelerator) == (2, 8, "B200")
     assert cfg.scaling.num_workers == 16 and cfg.scaling.use_gpu
     assert cfg.cluster.ray_cluster == "gemma3-tuning"
-    # The reference script's defects are fixed by default.
-    assert cfg.model.attn_implementation == "sdpa" and t.assistant_only_loss
+
+
+def test_the_reference_example_is_the_recipe_exactly():
+    cfg = parse_config((ROOT / "examples" / "reference.json").read_bytes())
+    assert (cfg.model.quantization, cfg.model.double_quant, cfg.model.attn_implementation) == ("nf4", True, "eager")
+    assert cfg.lora.modules_to_save == ["lm_head", "embed_tokens"]
+    t = cfg.training
+    assert (t.per_device_batch_size, t.gradient_accumulation_steps, t.gradient_checkpointing) == (1, 4, True)
+    assert not t.assistant_only_loss and t.optim == "adamw_torch_fused"
 
 
 @pytest.mark.parametrize("example", sorted((ROOT / "examples").glob("*.json")), ids=lambda p: p.name)
@@ -55,7 +74,7 @@ BAD = {
     "too many nodes": ({"scaling": {"nodes": 65}}, "scaling.nodes"),
     "accelerator": ({"scaling": {"accelerator": "TPU"}}, "scaling.accelerator"),
     "steps without save_steps": ({"training": {"save_strategy": "steps"}}, "needs save_steps"),
-    "quantized real model on cpu": ({"scaling": {"gpus_per_node": 0}}, "needs GPUs"),
+    "quantized real model on cpu": ({"model": {"quantization": "nf4"}, "scaling": {"gpus_per_node": 0}}, "needs GPUs"),
     "bad quantity": (
         {"cluster": {"head": {"cpu": "24 cores", "memory": "1Gi", "ephemeral_storage": "1Gi"}}},
         "cluster.head.cpu",

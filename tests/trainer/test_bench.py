@@ -1,0 +1,66 @@
+"""The trainer benchmark's logic, small: the CPU table for two arms and the GPU code path on CPU
+(bench/gpu.sh runs it on a real GPU; this keeps a typo from costing that run)."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.slow
+
+
+def bench():
+    spec = importlib.util.spec_from_file_location("trainer_throughput", ROOT / "bench" / "trainer_throughput.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["trainer_throughput"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_arms_are_the_reference_the_default_and_each_lever():
+    arms = bench().arms()
+    reference, default = arms["reference"], arms["default"]
+    assert (reference.model.quantization, reference.training.gradient_checkpointing) == ("nf4", True)
+    assert (default.model.quantization, default.training.gradient_checkpointing) == ("none", False)
+    for name, cfg in arms.items():
+        if name.startswith("lever: "):
+            changed = [s for s in ("model", "lora", "training") if getattr(cfg, s) != getattr(reference, s)]
+            assert len(changed) == 1, name  # one lever at a time
+
+
+def test_cpu_table_and_gpu_code_path(capsys, tmp_path):
+    module = bench()
+    assert module.main(["--steps", "1", "--repeats", "2", "--arms", "reference,default"]) == 0
+    table = capsys.readouterr().out
+    assert "| reference | nf4 eager 1x4 ckpt=on save=2 all-loss |" in table and "| default |" in table
+    assert (
+        module.main(
+            [
+                "--gpu",
+                "--cpu-check",
+                "--steps",
+                "1",
+                "--repeats",
+                "1",
+                "--arms",
+                "reference,default",
+                "--workdir",
+                str(tmp_path),
+            ]
+        )
+        == 0
+    )
+    assert "| default | bf16 sdpa 4x1 ckpt=off save=0 answer-loss |" in capsys.readouterr().out
+
+
+def test_flops_count_both_towers_and_recomputation():
+    module = bench()
+    plain = module.flops_per_sample(module.GEMMA3_4B, 768, checkpointing=False)
+    recomputed = module.flops_per_sample(module.GEMMA3_4B, 768, checkpointing=True)
+    assert recomputed == pytest.approx(plain * 1.5)
+    # ~3.9 B text parameters (with lm_head) x 768 tokens and ~0.4 B vision x 4,096 patches, forward x 2 (backward):
+    assert 2 * 2 * (3.2e9 * 768 + 0.4e9 * 4096) < plain < 2 * 2 * (4.6e9 * 768 + 0.45e9 * 4096) * 1.2
