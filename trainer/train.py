@@ -70,6 +70,7 @@ def sft_config(cfg: RunConfig, output_dir: str, evaluate: bool):
     from trl import SFTConfig
 
     t = cfg.training
+    workers = t.loader_workers(cfg.scaling.use_gpu)
     return SFTConfig(
         # Evaluated right before each save, so every checkpoint carries its eval loss.
         eval_strategy=t.save_strategy if evaluate else "no",
@@ -101,6 +102,12 @@ def sft_config(cfg: RunConfig, output_dir: str, evaluate: bool):
         max_length=None,
         ddp_find_unused_parameters=False,
         disable_tqdm=True,
+        # The collator (chat template, tokenization, image decode and resize to 896 px: ~50 ms a sample at
+        # real size) runs in these processes, overlapping the GPU's step instead of preceding it.
+        dataloader_num_workers=workers,
+        dataloader_persistent_workers=workers > 0,
+        dataloader_prefetch_factor=2 if workers > 0 else None,
+        dataloader_pin_memory=cfg.scaling.use_gpu,
     )
 
 

@@ -170,29 +170,37 @@ class Kube:
         current = self._get(kind, meta["namespace"], meta["name"])
         return current is None or current["metadata"].get("resourceVersion") != resource_version
 
-    def create(self, obj: dict[str, Any]) -> bool:
-        """Create a ray.io object; False when it already exists (someone else created it first)."""
-        meta = obj["metadata"]
+    def _conditional(self, call: Callable[[], Any], what: str, lost: tuple[int, ...] = (409,)) -> bool:
+        """A write with a precondition: False when the object changed (or exists) meanwhile, with retries
+        for transient errors; anything else raises."""
 
         def send() -> bool:
             try:
-                self._send(
-                    self.custom.create_namespaced_custom_object,
-                    RAY_GROUP,
-                    RAY_VERSION,
-                    meta["namespace"],
-                    PLURALS[obj["kind"]],
-                    obj,
-                    field_manager=FIELD_MANAGER,
-                    field_validation="Strict",
-                )
+                call()
             except Exception as exc:
-                if _status(exc) == 409:
+                if _status(exc) in lost:
                     return False
                 raise
             return True
 
-        return with_retries(send, f"create {obj['kind']} {meta['namespace']}/{meta['name']}", translate=translate)
+        return with_retries(send, what, translate=translate)
+
+    def create(self, obj: dict[str, Any]) -> bool:
+        """Create a ray.io object; False when it already exists (someone else created it first)."""
+        meta = obj["metadata"]
+        return self._conditional(
+            lambda: self._send(
+                self.custom.create_namespaced_custom_object,
+                RAY_GROUP,
+                RAY_VERSION,
+                meta["namespace"],
+                PLURALS[obj["kind"]],
+                obj,
+                field_manager=FIELD_MANAGER,
+                field_validation="Strict",
+            ),
+            f"create {obj['kind']} {meta['namespace']}/{meta['name']}",
+        )
 
     def _get(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
         return with_retries(
@@ -230,26 +238,19 @@ class Kube:
 
     def delete_raycluster(self, namespace: str, name: str, resource_version: str) -> bool:
         """Delete the RayCluster if it is still at `resource_version`; False when it changed meanwhile."""
-
-        def send() -> bool:
-            try:
-                self._send(
-                    self.custom.delete_namespaced_custom_object,
-                    RAY_GROUP,
-                    RAY_VERSION,
-                    namespace,
-                    "rayclusters",
-                    name,
-                    body={"preconditions": {"resourceVersion": resource_version}, "propagationPolicy": "Background"},
-                    missing_ok=True,
-                )
-            except Exception as exc:
-                if _status(exc) == 409:
-                    return False
-                raise
-            return True
-
-        return with_retries(send, f"delete RayCluster {namespace}/{name}", translate=translate)
+        return self._conditional(
+            lambda: self._send(
+                self.custom.delete_namespaced_custom_object,
+                RAY_GROUP,
+                RAY_VERSION,
+                namespace,
+                "rayclusters",
+                name,
+                body={"preconditions": {"resourceVersion": resource_version}, "propagationPolicy": "Background"},
+                missing_ok=True,
+            ),
+            f"delete RayCluster {namespace}/{name}",
+        )
 
     def owned(self, namespace: str, kind: str) -> list[dict[str, Any]]:
         """The ray.io objects of `kind` carrying the controller's label."""
@@ -345,23 +346,18 @@ class Kube:
             stamped,
         ]
 
-        def call() -> bool:
-            try:
-                self._send(
-                    self.custom.patch_namespaced_custom_object,
-                    RAY_GROUP,
-                    RAY_VERSION,
-                    namespace,
-                    "rayclusters",
-                    cluster,
-                    patch,
-                    field_manager=FIELD_MANAGER,
-                    _content_type=JSON_PATCH,
-                )
-            except Exception as exc:
-                if _status(exc) in (409, 422):  # changed since read / group moved: the caller looks again
-                    return False
-                raise
-            return True
-
-        return with_retries(call, f"scale {namespace}/{cluster}/{group} to {replicas}", translate=translate)
+        return self._conditional(  # 409: changed since read; 422: the group moved. The caller looks again.
+            lambda: self._send(
+                self.custom.patch_namespaced_custom_object,
+                RAY_GROUP,
+                RAY_VERSION,
+                namespace,
+                "rayclusters",
+                cluster,
+                patch,
+                field_manager=FIELD_MANAGER,
+                _content_type=JSON_PATCH,
+            ),
+            f"scale {namespace}/{cluster}/{group} to {replicas}",
+            lost=(409, 422),
+        )

@@ -5,7 +5,6 @@ cancel -> compare, each as a user types it (`raytune ...`)."""
 from __future__ import annotations
 
 import json
-import time
 
 import pytest
 
@@ -15,7 +14,7 @@ from functions.cli.backends import CloudBackend
 from functions.cli.settings import CliSettings
 from functions.core.runs import State
 from tests.fakes.http_events import post, storage_event
-from tests.integration.test_functions import QUICK
+from tests.integration.test_functions import QUICK, wait_for
 
 
 @pytest.fixture
@@ -35,15 +34,6 @@ def deployed(controller, functions_server, pubsub, bucket, tmp_path, monkeypatch
     config = tmp_path / "shop.json"
     config.write_text(json.dumps(QUICK))
     return controller, config, backend
-
-
-def wait_for(condition, timeout=60):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if found := condition():
-            return found
-        time.sleep(0.2)
-    raise AssertionError("timed out")
 
 
 def test_submit_status_logs_cancel_through_the_deployment(deployed, capsys, bucket, functions_server):

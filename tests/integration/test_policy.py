@@ -10,7 +10,7 @@ import time
 from functions.core.policy import NIGHTLY_KEY_ATTRIBUTE, OPERATOR_KEY_ATTRIBUTE, Policy
 from functions.core.runs import State
 from tests.fakes.http_events import post, storage_event
-from tests.integration.test_functions import QUICK, only_record, upload, workers
+from tests.integration.test_functions import QUICK, only_record, upload, wait_for, workers
 
 KEY, OPERATOR = "n" * 40, "o" * 40
 
@@ -23,15 +23,6 @@ def pushed(pubsub, endpoint, name):
     topic = pubsub.topic(name)
     pubsub.subscribe(topic, push_endpoint=endpoint)
     return topic
-
-
-def wait_for(condition, timeout=60):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if found := condition():
-            return found
-        time.sleep(0.2)
-    raise AssertionError("timed out")
 
 
 def records(h):
@@ -88,7 +79,9 @@ def test_cancel_only_from_the_runs_source_or_an_operator_through_pubsub_push(con
     watch_topic = pushed(pubsub, functions_server["watch"], "watch")
     cancel = {"kind": "cancel", "run_id": run_id}
     pubsub.publisher.publish(watch_topic, json.dumps(cancel).encode()).result()  # a stranger
-    pubsub.publisher.publish(watch_topic, json.dumps({**cancel, "source": "pubsub:1"}).encode()).result()
+    pubsub.publisher.publish(
+        watch_topic, json.dumps({**cancel, "source": "pubsub:someone-elses-message"}).encode()
+    ).result()
     time.sleep(3)
     assert h.ctx.store.get(run_id).state == State.SUBMITTED and not h.ctx.store.get(run_id).cancel_requested
     pubsub.publisher.publish(watch_topic, json.dumps({**cancel, "source": f"pubsub:{message_id}"}).encode()).result()

@@ -64,3 +64,12 @@ def test_flops_count_both_towers_and_recomputation():
     assert recomputed == pytest.approx(plain * 1.5)
     # ~3.9 B text parameters (with lm_head) x 768 tokens and ~0.4 B vision x 4,096 patches, forward x 2 (backward):
     assert 2 * 2 * (3.2e9 * 768 + 0.4e9 * 4096) < plain < 2 * 2 * (4.6e9 * 768 + 0.45e9 * 4096) * 1.2
+
+
+def test_collator_bench_runs(capsys):
+    spec = importlib.util.spec_from_file_location("collator_bench", ROOT / "bench" / "collator.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.main(["--repeats", "1", "--steps", "2", "--workers", "1", "--step-ms", "10"]) == 0
+    out = capsys.readouterr().out
+    assert "collator at 896 px" in out and "| dataloader workers=1 |" in out

@@ -37,6 +37,7 @@ def tiny_config(storage: Path, **training) -> RunConfig:
                 "optim": "adamw_torch",
                 "max_length": 256,
                 "logging_steps": 2,
+                "dataloader_workers": 1,  # the collator in a worker process, as on GPU runs
                 **training,
             },
             "scaling": {"nodes": 2, "gpus_per_node": 0, "max_failures": 1},

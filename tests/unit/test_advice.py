@@ -28,3 +28,9 @@ def test_more_workers_than_samples():
 
 def test_unknown_dataset_size_gives_no_advice():
     assert right_sizing(cfg(dataset={"id": "someone/other-dataset"})) == []
+
+
+def test_the_collator_runs_in_dataloader_workers_on_gpu():
+    assert cfg().training.loader_workers(use_gpu=True) == 4
+    assert cfg().training.loader_workers(use_gpu=False) == 0  # CPU runs: in-process (tests, tiny model)
+    assert cfg(training={"dataloader_workers": 8}).training.loader_workers(use_gpu=True) == 8
