@@ -202,30 +202,24 @@ GEMMA3_4B = {
     "eoi_token_index": 256000,
     "image_token_index": 262144,
 }
-# The same architecture shrunk, for --cpu-check (the GPU code path on CPU).
-GEMMA3_CHECK = {
-    "text_config": {
-        **GEMMA3_4B["text_config"],
-        "hidden_size": 64,
-        "intermediate_size": 128,
-        "num_hidden_layers": 2,
-        "num_attention_heads": 2,
-        "num_key_value_heads": 1,
-        "head_dim": 32,
-    },
-    "vision_config": {
-        **GEMMA3_4B["vision_config"],
-        "hidden_size": 32,
-        "intermediate_size": 64,
-        "num_hidden_layers": 1,
-        "num_attention_heads": 2,
-        "image_size": 112,
-    },
-    "mm_tokens_per_image": 16,
-    "boi_token_index": 255999,
-    "eoi_token_index": 256000,
-    "image_token_index": 262144,
-}
+
+
+def check_arch() -> dict:
+    """The tiny Gemma 3's architecture (trainer/tiny.py), for --cpu-check: the GPU code path on CPU."""
+    from trainer import tiny
+
+    config = tiny.build_config(tiny.build_tokenizer()).to_dict()
+    keys = (
+        "text_config",
+        "vision_config",
+        "mm_tokens_per_image",
+        "boi_token_index",
+        "eoi_token_index",
+        "image_token_index",
+    )
+    return {key: config[key] for key in keys}
+
+
 PEAK_BF16_TFLOPS = {"H100": 989, "H200": 989, "B200": 2250, "A100": 312, "L4": 121}
 
 
@@ -254,7 +248,12 @@ def synthetic_batch(arch: dict, batch: int, seq: int, device: Any) -> dict:
 
     image_tokens = arch["mm_tokens_per_image"]
     size = arch["vision_config"]["image_size"]
-    ids = torch.randint(1000, 200000, (batch, seq), device=device)
+    vocab = arch["text_config"]["vocab_size"]
+    specials = torch.tensor(
+        [arch["boi_token_index"], arch["eoi_token_index"], arch["image_token_index"]], device=device
+    )
+    ids = torch.randint(min(1000, vocab // 2), min(200000, vocab), (batch, seq), device=device)
+    ids[torch.isin(ids, specials)] = min(1000, vocab // 2)  # no stray image markers in the text
     ids[:, 1] = arch["boi_token_index"]
     ids[:, 2 : 2 + image_tokens] = arch["image_token_index"]
     ids[:, 2 + image_tokens] = arch["eoi_token_index"]
@@ -337,7 +336,7 @@ def run_gpu(args: argparse.Namespace) -> dict[str, list[dict]]:
     from transformers import Gemma3Config, Gemma3ForConditionalGeneration
 
     device = "cpu" if args.cpu_check else "cuda"
-    arch = GEMMA3_CHECK if args.cpu_check else GEMMA3_4B
+    arch = check_arch() if args.cpu_check else GEMMA3_4B
     seq = min(args.seq, 64) if args.cpu_check else args.seq
     name = "CPU check" if args.cpu_check else torch.cuda.get_device_name(0)
     peak = args.peak_tflops or next((v for k, v in PEAK_BF16_TFLOPS.items() if k in name), None)
