@@ -24,7 +24,7 @@ OPERATOR_KEY_ATTRIBUTE = "raytune-operator-key"
 class Policy(BaseModel):
     model_config = ConfigDict(frozen=True)
 
-    namespaces: tuple[str, ...] = ("default",)
+    namespaces: tuple[str, ...] = ("default",)  # fnmatch patterns
     ray_cluster_prefix: str = ""
     images: tuple[str, ...] = ("rayproject/*", "docker.io/rayproject/*")  # fnmatch patterns
     allow_pip: bool = False  # configs may list packages beyond the trainer's pinned set
@@ -35,11 +35,16 @@ class Policy(BaseModel):
     nightly_key: str | None = None  # nightly launches must carry it (the scheduler's attribute)
     operator_key: str | None = None  # cancels of other sources' runs must carry it
 
+    @classmethod
+    def unrestricted(cls) -> Policy:
+        """The embedded local default's: one user on their own machine, nothing shared to protect."""
+        return cls(namespaces=("*",), images=("*",), allow_pip=True, buckets=("*",))
+
     def violations(self, cfg: RunConfig, buckets: tuple[str, ...]) -> list[str]:
         """Every rule the config breaks, each naming the rule and what would satisfy it."""
         found = []
         cluster, scaling = cfg.cluster, cfg.scaling
-        if cluster.namespace not in self.namespaces:
+        if not any(fnmatch.fnmatchcase(cluster.namespace, pattern) for pattern in self.namespaces):
             found.append(
                 f"policy namespaces: cluster.namespace {cluster.namespace!r} is not one of {list(self.namespaces)}"
             )
@@ -78,7 +83,7 @@ class Policy(BaseModel):
     def bucket_violation(self, uri: str, what: str, buckets: tuple[str, ...]) -> str | None:
         allowed = self.buckets or buckets
         bucket = uri.removeprefix("gs://").split("/", 1)[0]
-        if not uri.startswith("gs://") or bucket in allowed:
+        if not uri.startswith("gs://") or bucket in allowed or "*" in allowed:
             return None
         return f"policy buckets: {what} names bucket {bucket!r}; allowed: {list(allowed)}"
 

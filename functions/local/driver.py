@@ -27,6 +27,7 @@ from functions.adapters.store import RunStore
 from functions.core import joblog
 from functions.core.config import config_format, parse_config
 from functions.core.decide import Facts
+from functions.core.policy import Policy
 from functions.core.result import Progress
 from functions.core.runs import RunRecord, State
 from functions.handlers import launch, steps, watch
@@ -271,6 +272,7 @@ def _run(config: Path, workdir: Path, as_json: bool) -> int:
             max_event_age_s=3600,
             hf_token=os.environ.get("HF_TOKEN") or None,
             checkpoints=str(checkpoints),
+            policy=Policy.unrestricted(),
         )
         ctx = Context(
             settings=settings, store=RunStore(Bucket(BUCKET)), platform=platform, publisher=ConsolePublisher(say)

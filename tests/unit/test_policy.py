@@ -73,3 +73,10 @@ def test_nightly_needs_the_schedulers_key_and_cancel_the_source_or_an_operator()
     assert policy.may_cancel(source, "pubsub:42", {})
     assert policy.may_cancel(source, None, {OPERATOR_KEY_ATTRIBUTE: "o" * 40})
     assert Policy().may_cancel(source, None, {})  # no operator key set: whoever may publish
+
+
+def test_the_local_default_is_unrestricted():
+    hostile = cfg(
+        cluster={"namespace": "team-b", "worker_image": "us-docker.pkg.dev/p/r/trainer:1", "pip": ["extra==1"]}
+    )
+    assert Policy.unrestricted().violations(hostile.model_copy(update={"storage_path": "gs://anywhere/x"}), OWN) == []
