@@ -44,10 +44,12 @@ def tidy(ctx: Context, live: list[RunRecord]) -> list[Exception]:
     return troubles
 
 
-def teardown(ctx: Context, alloc: Allocation) -> None:
+def teardown(ctx: Context, alloc: Allocation, attempts: int = 3) -> None:
     """Delete an idle RayCluster, fenced twice: the allocation is marked deleted only if no run was admitted
     since it was read, and the delete only happens if the RayCluster is still as read (a launch that sized
-    it meanwhile wins; one that comes after recreates it)."""
+    it meanwhile wins; one that comes after recreates it). KubeRay's status writes also move the
+    resourceVersion: the delete is tried again on a fresh read, and if it still cannot land the mark is
+    taken back so the next tick tries again."""
     spec = alloc.cluster
     workers = ctx.platform.workers(spec)
     if workers is not None and (workers.stamp > alloc.version or not workers.managed):
@@ -55,11 +57,19 @@ def teardown(ctx: Context, alloc: Allocation) -> None:
     marked = ctx.allocations.update(spec, lambda a: a.changed(deleted=True) if a.version == alloc.version else None)
     if not marked.deleted or marked.version != alloc.version + 1:
         return  # a run was admitted meanwhile
-    if workers is None:
-        return
     idle = int((ctx.clock() - (alloc.idle_since or ctx.clock())).total_seconds())
-    if ctx.platform.delete_cluster(spec, workers):
-        log.info("RayCluster %s: deleted after %ds idle (cluster.idle_delete_seconds)", spec.ray_cluster, idle)
+    for _ in range(attempts):
+        if workers is None:
+            return  # gone already
+        if workers.stamp > marked.version or not workers.managed:
+            break  # a launch sized it after the mark: it is in use again
+        if ctx.platform.delete_cluster(spec, workers):
+            log.info("RayCluster %s: deleted after %ds idle (cluster.idle_delete_seconds)", spec.ray_cluster, idle)
+            return
+        workers = ctx.platform.workers(spec)
+    ctx.allocations.update(
+        spec, lambda a: a.model_copy(update={"deleted": False}) if a.version == marked.version else None
+    )
 
 
 def sweep(ctx: Context, spec: ClusterSpec, sized: set[str], live: set[str]) -> None:

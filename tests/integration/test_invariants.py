@@ -340,3 +340,40 @@ def test_a_stuck_job_names_its_cause(controller, bucket):
     failed = h.ctx.store.get(record.run_id)
     assert failed.state == State.FAILED and "still Initializing after" in failed.reason
     assert "ImagePullBackOff" in failed.reason
+
+
+def test_an_idle_teardown_survives_kuberay_status_writes(controller, bucket):
+    """KubeRay's status writes move the RayCluster's resourceVersion between the watcher's read and its
+    delete: the delete is tried again on a fresh read instead of being forgotten."""
+    h = controller
+    quick = {**QUICK, "cluster": {"idle_delete_seconds": 60}}
+    record = launch(h, bucket, "churn", quick)
+    h.kube.set_status("rayjobs", record.run_id, DONE)
+    tick(h)
+    h.clock.advance(61)
+    real_delete = h.ctx.platform.delete_cluster
+    writes = {"n": 0}
+
+    def status_write_then_delete(spec, workers_read):
+        if writes["n"] < 2:
+            writes["n"] += 1
+            h.kube.set_status("rayclusters", "gemma3-tuning", {"state": "ready", "readyWorkerReplicas": 0})
+        return real_delete(spec, workers_read)
+
+    h.ctx.platform.delete_cluster = status_write_then_delete
+    tick(h)
+    assert h.kube.names("rayclusters") == []
+
+
+def test_an_idle_teardown_that_cannot_land_is_tried_again_next_tick(controller, bucket):
+    h = controller
+    quick = {**QUICK, "cluster": {"idle_delete_seconds": 60}}
+    record = launch(h, bucket, "stubborn", quick)
+    h.kube.set_status("rayjobs", record.run_id, DONE)
+    tick(h)
+    h.clock.advance(61)
+    h.kube.fail("DELETE", "/rayclusters/", 409, times=3)  # three conflicts in a row: this tick gives up
+    tick(h)
+    assert h.kube.names("rayclusters") == ["gemma3-tuning"] and not h.ctx.allocations.all()[0].deleted
+    tick(h)
+    assert h.kube.names("rayclusters") == []
