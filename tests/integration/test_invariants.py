@@ -235,15 +235,21 @@ def test_an_idle_raycluster_is_deleted_and_recreated_by_the_next_launch(controll
     assert again.state == State.SUBMITTED and workers(h)["replicas"] == 2
 
 
+def idle_past_its_deadline(h, bucket, name):
+    """A RayCluster whose only run ended more than its cluster.idle_delete_seconds (60) ago; its config."""
+    quick = {**QUICK, "cluster": {"idle_delete_seconds": 60}}
+    record = launch(h, bucket, name, quick)
+    h.kube.set_status("rayjobs", record.run_id, DONE)
+    tick(h)
+    h.clock.advance(61)
+    return quick
+
+
 def test_an_idle_teardown_loses_to_a_launch_that_sized_the_cluster(controller, bucket):
     """The watcher decides to delete the idle RayCluster; a launch sizes it before the delete lands:
     the delete's resourceVersion precondition fails and the run keeps its cluster."""
     h = controller
-    quick = {**QUICK, "cluster": {"idle_delete_seconds": 60}}
-    record = launch(h, bucket, "idle-race", quick)
-    h.kube.set_status("rayjobs", record.run_id, DONE)
-    tick(h)
-    h.clock.advance(61)
+    quick = idle_past_its_deadline(h, bucket, "idle-race")
     real_delete = h.ctx.platform.delete_cluster
     landed = {}
 
@@ -346,11 +352,7 @@ def test_an_idle_teardown_survives_kuberay_status_writes(controller, bucket):
     """KubeRay's status writes move the RayCluster's resourceVersion between the watcher's read and its
     delete: the delete is tried again on a fresh read instead of being forgotten."""
     h = controller
-    quick = {**QUICK, "cluster": {"idle_delete_seconds": 60}}
-    record = launch(h, bucket, "churn", quick)
-    h.kube.set_status("rayjobs", record.run_id, DONE)
-    tick(h)
-    h.clock.advance(61)
+    idle_past_its_deadline(h, bucket, "churn")
     real_delete = h.ctx.platform.delete_cluster
     writes = {"n": 0}
 
@@ -367,11 +369,7 @@ def test_an_idle_teardown_survives_kuberay_status_writes(controller, bucket):
 
 def test_an_idle_teardown_that_cannot_land_is_tried_again_next_tick(controller, bucket):
     h = controller
-    quick = {**QUICK, "cluster": {"idle_delete_seconds": 60}}
-    record = launch(h, bucket, "stubborn", quick)
-    h.kube.set_status("rayjobs", record.run_id, DONE)
-    tick(h)
-    h.clock.advance(61)
+    idle_past_its_deadline(h, bucket, "stubborn")
     h.kube.fail("DELETE", "/rayclusters/", 409, times=3)  # three conflicts in a row: this tick gives up
     tick(h)
     assert h.kube.names("rayclusters") == ["gemma3-tuning"] and not h.ctx.allocations.all()[0].deleted
