@@ -4,6 +4,7 @@ Platform interface on top of it, through the Kubernetes API of that cluster (fun
 from __future__ import annotations
 
 import base64
+import functools
 import tempfile
 import threading
 from typing import Any
@@ -204,14 +205,19 @@ class GkePlatform:
         group = kube.worker_group(spec.namespace, spec.ray_cluster, manifests.GPU_GROUP)
         return None if group is None else Workers(group.replicas, group.stamp, group, group.managed)
 
-    def size(self, cfg: RunConfig, workers: Workers | None, replicas: int, stamp: int) -> bool:
+    @functools.cached_property
+    def code(self) -> tuple[dict[str, bytes], str]:
+        """The trainer code this process ships and its fingerprint: read once, used by every submission."""
         from trainer.codehash import code_files, code_sha256
 
+        files = code_files()
+        return files, code_sha256(files)
+
+    def size(self, cfg: RunConfig, workers: Workers | None, replicas: int, stamp: int) -> bool:
         kube = self._kube(cfg.cluster)
         if self.hf_token:
             kube.apply(manifests.secret(cfg, self.hf_token))
-        files = code_files()
-        code_hash = code_sha256(files)
+        files, code_hash = self.code
         kube.apply(manifests.code_configmap(cfg, files, code_hash))
         cluster = manifests.ray_cluster(cfg, list(files), code_hash, replicas, stamp)
         if workers is None:
@@ -230,9 +236,7 @@ class GkePlatform:
         return self._kube(spec).delete_raycluster(spec.namespace, spec.ray_cluster, workers.handle.resource_version)
 
     def submit(self, cfg: RunConfig, run_id: str, env: dict[str, str]) -> None:
-        from trainer.codehash import code_files, code_sha256
-
-        self._kube(cfg.cluster).apply(manifests.ray_job(cfg, run_id, code_sha256(code_files()), env))
+        self._kube(cfg.cluster).apply(manifests.ray_job(cfg, run_id, self.code[1], env))
 
     def job_status(self, cfg: RunConfig, run_id: str) -> dict | None:
         job = self._kube(cfg.cluster).get_rayjob(cfg.cluster.namespace, run_id)

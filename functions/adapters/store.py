@@ -114,9 +114,10 @@ class RunStore:
             try:
                 record = self.get(run_id)
             except ValueError as err:  # corrupt JSON or not a record (pydantic's ValidationError is one)
-                self.quarantine(run_id, str(err).splitlines()[0][:300])
+                why = str(err).splitlines()[0][:300]
+                self.quarantine(run_id, why)
                 if quarantined is not None:
-                    quarantined.append((run_id, str(err).splitlines()[0][:300]))
+                    quarantined.append((run_id, why))
                 continue
             if record is not None:
                 records.append(record)

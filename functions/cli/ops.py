@@ -210,7 +210,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     keys = sorted({k for c in configs for k in c})
     differing = [k for k in keys if len({json.dumps(c.get(k), sort_keys=True) for c in configs}) > 1]
     for key in differing:
-        table.add_row(key, *(json.dumps(c.get(k)) if (k := key) in c else "-" for c in configs))
+        table.add_row(key, *(json.dumps(c[key]) if key in c else "-" for c in configs))
     if differing:
         table.add_section()
     for key in sorted({k for m in metrics for k in m}):

@@ -35,9 +35,10 @@ def tidy(ctx: Context, live: list[RunRecord]) -> list[Exception]:
     # A RayCluster is ours to keep when it has an allocation or a live run names it (runs of an older
     # controller have no allocation yet: their next release creates one).
     known = {(s.region, s.gke_cluster, s.namespace, s.ray_cluster) for s in specs}
+    live_ids = {r.run_id for r in live}
     for (region, gke, namespace), spec in namespaces.items():
         try:
-            sweep(ctx, spec, {k[3] for k in known if k[:3] == (region, gke, namespace)}, {r.run_id for r in live})
+            sweep(ctx, spec, {k[3] for k in known if k[:3] == (region, gke, namespace)}, live_ids)
         except Exception as exc:
             log.warning("%s/%s: leak sweep failed: %s", gke, namespace, describe(exc))
             troubles.append(exc)

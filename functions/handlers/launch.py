@@ -39,9 +39,6 @@ def handle(event: Any, ctx: Context | None = None) -> RunRecord | None:
     except events.Ignored as why:
         log.info("ignored: %s", why)
         return None
-    if request.source["kind"] == "nightly" and ctx.settings.policy.nightly_violation(request.attributes):
-        # Rejected under its own id: a publisher without the scheduler's key cannot take the day's nightly slot.
-        request = dataclasses.replace(request, run_id=request.message_run_id or request.run_id)
     record, created = receive(ctx, request)
     if not created:
         log.info(
@@ -55,6 +52,11 @@ def handle(event: Any, ctx: Context | None = None) -> RunRecord | None:
 
 def receive(ctx: Context, request: events.LaunchRequest) -> tuple[RunRecord, bool]:
     """Validate the request's config and record the run: RECEIVED, or REJECTED with every reason."""
+    policy = ctx.settings.policy
+    nightly_refused = policy.nightly_violation(request.attributes) if request.source["kind"] == "nightly" else None
+    if nightly_refused:
+        # Rejected under its own id: a publisher without the scheduler's key cannot take the day's nightly slot.
+        request = dataclasses.replace(request, run_id=request.message_run_id or request.run_id)
     existing = ctx.store.get(request.run_id)
     if existing is not None:
         return existing, False
@@ -62,9 +64,8 @@ def receive(ctx: Context, request: events.LaunchRequest) -> tuple[RunRecord, boo
     errors = list(request.errors)
     if request.event_time and (age := (now - request.event_time).total_seconds()) > ctx.settings.max_event_age_s:
         errors.append(f"event is {int(age)}s old; older than RAYTUNE_MAX_EVENT_AGE_S={ctx.settings.max_event_age_s}")
-    policy = ctx.settings.policy
-    if request.source["kind"] == "nightly" and (why := policy.nightly_violation(request.attributes)):
-        errors.append(why)
+    if nightly_refused:
+        errors.append(nightly_refused)
     # Uploads come from the bucket the trigger watches; messages may name any URI: checked before it is read.
     from_message = request.source["kind"] != "upload" and request.config_uri
     if from_message and (

@@ -35,12 +35,13 @@ def admit(ctx: Context, record: RunRecord, cfg: RunConfig) -> Admission:
     outcome: list[Admission] = []
 
     def change(alloc: Allocation) -> Allocation | None:
-        if record.run_id in alloc.holders:
-            outcome.append(Admission(True, held=alloc.wanted - alloc.holders[record.run_id]))
-            return None
-        # Ended runs are dropped first (their records read fresh): the nodes they leave up serve this run
-        # instead of new ones (the group never shrinks partially).
-        cleaned = allocation.release(alloc, live_check(ctx, keep=record.run_id), ctx.clock())
+        # A newcomer first drops the ended runs (their records read fresh): the nodes they leave up serve it
+        # instead of new ones (the group never shrinks partially). A run that holds nodes already skips it.
+        cleaned = (
+            None
+            if record.run_id in alloc.holders
+            else allocation.release(alloc, live_check(ctx, keep=record.run_id), ctx.clock())
+        )
         new, admission = allocation.admit(
             cleaned or alloc,
             record.run_id,
