@@ -26,6 +26,7 @@ class FakeHub(ThreadingHTTPServer):
         self.gets = 0
         self.heads: list[float] = []
         self.download: tuple[float, float] | None = None
+        self.served = threading.Event()  # set once the download's end is recorded (the client may finish first)
         hub = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -55,9 +56,10 @@ class FakeHub(ThreadingHTTPServer):
                     hub.gets += 1
                     started = time.monotonic()
                     for start in range(0, len(WEIGHTS), 1024 * 1024):  # slow: the other worker asks meanwhile
-                        self.wfile.write(WEIGHTS[start : start + 1024 * 1024])
                         time.sleep(0.5)
+                        self.wfile.write(WEIGHTS[start : start + 1024 * 1024])
                     hub.download = (started, time.monotonic())
+                    hub.served.set()
 
         super().__init__(("127.0.0.1", 0), Handler)
 
@@ -98,6 +100,7 @@ def test_two_workers_on_a_node_download_the_weights_once(tmp_path):
         assert out.strip() == str(len(WEIGHTS))
     assert hub.gets == 1, f"{hub.gets} downloads for one node"
     # The second worker asked before the one download had ended: it waited on the lock, then used the file.
+    assert hub.served.wait(10) and hub.download is not None
     _, ended = hub.download
     assert len(hub.heads) >= 2 and sorted(hub.heads)[1] < ended, (hub.heads, hub.download)
     assert list((scratch / "hf").rglob("model.safetensors"))
