@@ -134,5 +134,15 @@ class Bucket:
             f"list {prefix} in",
         )
 
+    def versions(self, prefix: str) -> list[tuple[str, int]]:
+        """Names and generations under `prefix` (what a dataset fingerprint is made of)."""
+        return self._retried(
+            lambda: [
+                (b.name, int(b.generation))
+                for b in storage_client().list_blobs(self.name, prefix=prefix, timeout=TIMEOUT_S)
+            ],
+            f"list {prefix} in",
+        )
+
     def list(self, prefix: str) -> list[str]:
         return [name for name, _ in self.listing(prefix)]

@@ -213,6 +213,9 @@ class GkePlatform:
         files = code_files()
         return files, code_sha256(files)
 
+    def code_sha256(self) -> str:
+        return self.code[1]
+
     def size(self, cfg: RunConfig, workers: Workers | None, replicas: int, stamp: int) -> bool:
         kube = self._kube(cfg.cluster)
         if self.hf_token:

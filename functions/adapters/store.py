@@ -6,7 +6,9 @@ from __future__ import annotations
 import builtins
 import datetime as dt
 from collections.abc import Callable
-from typing import Protocol, TypeVar
+from typing import Generic, Protocol, TypeVar
+
+from pydantic import BaseModel
 
 from functions.core.allocation import Allocation, key_path
 from functions.core.config import ClusterSpec
@@ -14,6 +16,7 @@ from functions.core.errors import Conflict, Contended
 from functions.core.runs import RunRecord
 
 T = TypeVar("T")
+M = TypeVar("M", bound=BaseModel)
 
 
 class Blobs(Protocol):
@@ -199,3 +202,39 @@ class Allocations:
             if alloc is not None:
                 found.append(alloc)
         return found
+
+
+class Pointers(Generic[M]):
+    """Small named JSON objects changed only by compare-and-swap: the champion of each config name
+    (functions/core/champion.py), the last successful nightly's inputs (functions/core/fingerprint.py)."""
+
+    def __init__(self, blobs: Blobs, model: type[M], path: Callable[[str], str], attempts: int = 8):
+        self.blobs, self.model, self.path, self.attempts = blobs, model, path, attempts
+
+    def get(self, name: str) -> M | None:
+        found = self.blobs.read(self.path(name))
+        if found is None:
+            return None
+        pointer = self.model.model_validate_json(found[0])
+        pointer.generation = found[1]  # type: ignore[attr-defined]
+        return pointer
+
+    def swap(self, name: str, change: Callable[[M | None], M | None]) -> M | None:
+        """`change` sees the pointer as stored (None: none yet) and returns its successor (None: keep it);
+        made again on the newer pointer when another writer got in between. Returns the pointer as stored."""
+        for _ in range(self.attempts):
+            current = self.get(name)
+            new = change(current)
+            if new is None:
+                return current
+            data = new.model_dump_json(indent=2).encode()
+            try:
+                generation = self.blobs.write(self.path(name), data, if_generation_match=_generation(current))
+            except Conflict:
+                continue
+            return new.model_copy(update={"generation": generation})
+        raise Contended(f"{self.path(name)}: still contended after {self.attempts} attempts")
+
+
+def _generation(pointer: BaseModel | None) -> int:
+    return 0 if pointer is None else int(getattr(pointer, "generation", 0))

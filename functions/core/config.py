@@ -83,6 +83,8 @@ TRAINER_PIP = (
     "pillow==13.0.0",
     "tensorboard==2.21.0",
     "google-cloud-pubsub==2.44.0",
+    "rouge-score==0.1.2",
+    "sacrebleu==2.6.0",
 )
 RAY_VERSION = "2.60.0"
 
@@ -130,8 +132,12 @@ class DatasetSpec(Strict):
     id: Source = "philschmid/amazon-product-descriptions-vlm"
     split: Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.\[\]:%-]{1,64}$")] = "train"
     max_samples: Annotated[int, Field(ge=1, le=10_000_000)] | None = None
-    # Held out for evaluation at every save; the best checkpoint is then the lowest eval loss.
+    # Held out for evaluation at every save; the best checkpoint is then the lowest eval loss. A sample is
+    # held out by a stable hash of its key, so the held-out set stays the same across nights as data grows.
     eval_fraction: Annotated[float, Field(ge=0, le=0.5)] = 0.0
+    # The column that identifies a sample for the held-out hash; None: the product field (one product's
+    # rows never straddle training and evaluation).
+    key_field: FieldName | None = None
     product_field: FieldName = "Product Name"
     category_field: FieldName = "Category"
     answer_field: FieldName = "description"
@@ -195,6 +201,9 @@ class TrainingSpec(Strict):
     keep_checkpoints: Annotated[int, Field(ge=1, le=10_000)] | None = None
     save_steps: Annotated[int, Field(ge=1, le=10_000_000)] | None = None
     seed: Annotated[int, Field(ge=0, le=2**31 - 1)] = 42
+    # Warm start: "champion" (the adapter now in use for this config name; a fresh adapter when there is
+    # none) or an adapter folder (gs:// or a path). None: a fresh LoRA adapter.
+    init_adapter: Literal["champion"] | Annotated[str, StringConstraints(pattern=STORAGE, max_length=256)] | None = None
 
     def loader_workers(self, use_gpu: bool) -> int:
         return self.dataloader_workers if self.dataloader_workers is not None else (4 if use_gpu else 0)
@@ -276,6 +285,32 @@ class DeadlineSpec(Strict):
     run_seconds: Annotated[int, Field(ge=60, le=30 * 86400)] = 86400
 
 
+class EvaluationSpec(Strict):
+    """After training: the new adapter (challenger) and the champion (or the base model when there is none)
+    describe the same held-out samples; the report shows them side by side, and the champion pointer moves
+    to the challenger only when it wins on `metric` by more than `margin`."""
+
+    samples: Annotated[int, Field(ge=0, le=1000)] = 0  # 0: no evaluation, no champion
+    metric: Literal["rougeL", "bleu", "eval_loss"] = "rougeL"  # eval_loss: lower wins; the others higher
+    margin: Annotated[float, Field(ge=0, le=100)] = 0.0  # ROUGE-L in 0..1, BLEU in 0..100, loss in nats
+    max_new_tokens: Annotated[int, Field(ge=1, le=2048)] = 128
+
+
+class ExportSpec(Strict):
+    # The adapter merged into the base model, saved as safetensors with the processor (ready for vLLM).
+    merged: bool = False
+    # Push the merged model to this Hugging Face Hub repo (private, with the run's HF token).
+    hub_repo: (
+        Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")] | None
+    ) = None
+
+    @model_validator(mode="after")
+    def push_needs_merge(self) -> ExportSpec:
+        if self.hub_repo and not self.merged:
+            raise ValueError("hub_repo pushes the merged model: set merged: true")
+        return self
+
+
 class RunConfig(Strict):
     name: Name = "gemma3-vision"
     labels: Annotated[dict[LabelKey, LabelValue], Field(max_length=16)] = {}
@@ -287,6 +322,8 @@ class RunConfig(Strict):
     scaling: ScalingSpec = ScalingSpec()
     cluster: ClusterSpec = ClusterSpec()
     deadlines: DeadlineSpec = DeadlineSpec()
+    evaluation: EvaluationSpec = EvaluationSpec()
+    export: ExportSpec = ExportSpec()
     # Where checkpoints go; None means the controller's bucket (gs://<bucket>/checkpoints).
     storage_path: Annotated[str, StringConstraints(pattern=STORAGE, max_length=256)] | None = None
 
@@ -306,6 +343,12 @@ class RunConfig(Strict):
                 f"scaling.nodes ({self.scaling.nodes}) is more than cluster.max_worker_nodes "
                 f"({self.cluster.max_worker_nodes}): the run could never be admitted"
             )
+        return self
+
+    @model_validator(mode="after")
+    def evaluation_needs_held_out_samples(self) -> RunConfig:
+        if self.evaluation.samples and not self.dataset.eval_fraction:
+            raise ValueError("evaluation.samples needs a held-out set: set dataset.eval_fraction above 0")
         return self
 
     @model_validator(mode="after")

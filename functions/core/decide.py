@@ -20,7 +20,9 @@ import enum
 from typing import Any, Literal
 
 from functions.core.allocation import Admission
-from functions.core.config import DeadlineSpec, RunConfig
+from functions.core.champion import Promotion
+from functions.core.config import DeadlineSpec, EvaluationSpec, RunConfig
+from functions.core.fingerprint import Inputs
 from functions.core.platform import ClusterReadiness
 from functions.core.runs import RunRecord, State
 
@@ -34,6 +36,7 @@ JOB_SUMMARY_KEYS = ("jobStatus", "jobDeploymentStatus", "reason", "message", "st
 
 
 class Action(enum.Enum):
+    FINGERPRINT = "fingerprint"  # a nightly: version its inputs and read the last successful nightly's
     ADMIT = "admit"  # hold the run's worker nodes in its RayCluster's allocation, or queue it (FIFO)
     ENSURE_CLUSTER = "ensure_cluster"  # look at the run's cluster; create or repair it, never wait for it
     SUBMIT = "submit"  # size the RayCluster to its allocation (never shrinking it), then apply the RayJob
@@ -41,6 +44,7 @@ class Action(enum.Enum):
     STOP_JOB = "stop_job"  # stop the Ray job (delete the RayJob; KubeRay stops the job)
     MOVE = "move"  # write a transition, or new details in the same state, to the record
     SCALE_DOWN = "scale_down"  # release the run's nodes; size its RayCluster to what live runs still hold
+    CONCLUDE = "conclude"  # a succeeded run: its evaluated adapter meets the champion; a nightly's inputs are kept
     SETTLE = "settle"  # publish the run-finished event and stop watching the run
     NOTHING = "nothing"  # nothing to do for this run now
 
@@ -54,6 +58,8 @@ class Step:
     collect_result: bool = False  # MOVE: read the trainer's result.json into the record first
     gpu_node_seconds: float | None = None  # MOVE: what the ending run held, from submission to release
     queue_position: int | None = None  # MOVE to QUEUED: its place in line
+    inputs: Inputs | None = None  # MOVE: a nightly's fingerprinted inputs
+    promotion: Promotion | None = None  # MOVE: what the run did to its champion
 
 
 NOTHING = Step(Action.NOTHING)
@@ -66,6 +72,7 @@ class Facts:
     now: dt.datetime
     handler: Literal["launch", "watch"] = "watch"
     created: bool = False  # this handler created the record, so it holds the RECEIVED claim
+    inputs: Inputs | None = None  # after FINGERPRINT
     admission: Admission | None = None  # after ADMIT
     cluster: ClusterReadiness | None = None  # after ENSURE_CLUSTER
     submitted: str | None = None  # after SUBMIT: what was applied
@@ -75,6 +82,7 @@ class Facts:
     stuck: str | None = None  # why a waiting job waits, from its pods and their Events (when known)
     job_stopped: bool = False  # after STOP_JOB
     scaled: bool = False  # after SCALE_DOWN
+    promotion: Promotion | None = None  # after CONCLUDE
     error: str | None = None  # a permanent controller error while handling the run
 
     def learned(self, **observed: Any) -> Facts:
@@ -105,10 +113,22 @@ def _after_end(record: RunRecord, facts: Facts) -> Step:
         return Step(Action.SCALE_DOWN)
     if record.settled:
         return NOTHING
-    # Any accepted run may hold nodes or a place in line until it is released.
-    if record.state != State.REJECTED and record.config and not facts.scaled:
+    if record.may_hold_nodes and not facts.scaled:
         return Step(Action.SCALE_DOWN)
+    if needs_conclusion(record):
+        if facts.promotion is None:
+            return Step(Action.CONCLUDE)
+        return move(record.state, promotion=facts.promotion)
     return Step(Action.SETTLE)
+
+
+def needs_conclusion(record: RunRecord) -> bool:
+    """A succeeded run that evaluated its adapter (champion or not) or a nightly (its inputs are the next
+    nightly's baseline), not yet concluded."""
+    if record.state != State.SUCCEEDED or record.promotion is not None:
+        return False
+    evaluation = EvaluationSpec.model_validate((record.config or {}).get("evaluation", {}))
+    return bool(evaluation.samples) or record.nightly
 
 
 def claim_expired(record: RunRecord, now: dt.datetime) -> bool:
@@ -152,6 +172,8 @@ def _before_submission(record: RunRecord, facts: Facts) -> Step:
         return move(State.CANCELLED, f"{record.cancel_why}, before submission")
     if missed := _missed_deadline(record, facts.now):
         return move(State.FAILED, missed)
+    if record.nightly and record.state == State.RECEIVED and record.inputs is None:
+        return _fingerprinted(record, facts)
     if facts.submit_error:
         return move(State.FAILED, f"cannot submit: {facts.submit_error}")
     if facts.admission is None:
@@ -172,6 +194,21 @@ def _before_submission(record: RunRecord, facts: Facts) -> Step:
     if facts.submitted is None:
         return Step(Action.SUBMIT)
     return move(State.SUBMITTED, facts.submitted)
+
+
+def _fingerprinted(record: RunRecord, facts: Facts) -> Step:
+    """A nightly trains only on change: the same config, code and dataset as the last successful nightly
+    of its config name end it SKIPPED, before it asks for nodes."""
+    if facts.inputs is None:
+        return Step(Action.FINGERPRINT)
+    if facts.inputs.unchanged_since:
+        return move(
+            State.SKIPPED,
+            f"nothing new since {facts.inputs.unchanged_since}: the same config, trainer code and dataset "
+            f"({facts.inputs.dataset_objects} data objects, fingerprint {(facts.inputs.fingerprint or '')[:12]})",
+            inputs=facts.inputs,
+        )
+    return move(record.state, inputs=facts.inputs)
 
 
 def _submitted(record: RunRecord, facts: Facts) -> Step:

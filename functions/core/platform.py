@@ -33,6 +33,9 @@ class Leftover:
 
 
 class Platform(Protocol):
+    def code_sha256(self) -> str:
+        """The fingerprint of the trainer code this platform ships to its jobs."""
+
     def ensure_cluster(self, cfg: RunConfig) -> ClusterReadiness:
         """Ready, or creation/repair started (never waits for it)."""
 

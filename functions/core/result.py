@@ -6,6 +6,10 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict
 
+# The champion at submission, given to the trainer (JSON {"run_id", "adapter_path"}): the baseline it
+# evaluates against and, with training.init_adapter "champion", its warm start.
+CHAMPION_ENV = "RAYTUNE_CHAMPION"
+
 
 class Lenient(BaseModel):
     # A newer trainer may add fields: the controller keeps them rather than refusing the result.
@@ -26,6 +30,27 @@ class RunMetrics(Lenient):
     resumed: bool | None = None
 
 
+class Scores(Lenient):
+    """One model's scores on the evaluation samples: loss on the reference descriptions, and its own
+    greedy descriptions against them (ROUGE-L F1 in 0..1, corpus BLEU in 0..100)."""
+
+    eval_loss: float | None = None
+    rougeL: float | None = None
+    bleu: float | None = None
+
+
+class Evaluation(Lenient):
+    """The new adapter (challenger) against the baseline on the same held-out samples: the champion's
+    adapter as it was when the run started, or the base model when the config name had none."""
+
+    samples: int
+    challenger: Scores
+    baseline: Scores
+    baseline_kind: str  # "champion" | "base"
+    champion_run_id: str | None = None  # the champion evaluated against (None: the base model)
+    report_path: str | None = None  # report.html beside the adapter
+
+
 class RunResult(Lenient):
     run_id: str | None = None
     name: str | None = None
@@ -38,6 +63,9 @@ class RunResult(Lenient):
     best_checkpoint: str | None = None
     checkpoints: list[str] = []
     metrics: RunMetrics = RunMetrics()
+    evaluation: Evaluation | None = None
+    merged_path: str | None = None  # export.merged: base + adapter as one safetensors model
+    hub_repo: str | None = None  # export.hub_repo it was pushed to
     wall_seconds: float | None = None
 
 

@@ -1,7 +1,7 @@
 """Run records and their state machine. One JSON object per run (`runs/<run_id>.json` in the bucket);
 every change is decided by `functions.core.decide` and written with compare-and-swap.
 
-    RECEIVED ──► REJECTED
+    RECEIVED ──► REJECTED | SKIPPED (a nightly whose inputs are the last successful nightly's)
        │ ╲
        │  QUEUED (waits for worker nodes under cluster.max_worker_nodes, FIFO)
        │  ╱ │
@@ -22,12 +22,15 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from functions.core.champion import Promotion
+from functions.core.fingerprint import Inputs
 from functions.core.result import RunResult
 
 
 class State(enum.StrEnum):
     RECEIVED = "RECEIVED"  # the event was valid and recorded; its launch handler holds the run for a while
     REJECTED = "REJECTED"  # the config or event can never launch: every reason in `errors`
+    SKIPPED = "SKIPPED"  # a nightly with nothing new to learn (functions/core/fingerprint.py): no cluster work
     QUEUED = "QUEUED"  # its worker nodes do not fit beside the live runs' yet; the watcher admits it in turn
     PROVISIONING = "PROVISIONING"  # the GKE cluster or its Ray operator is being created; the watcher resumes
     SUBMITTED = "SUBMITTED"  # RayCluster and RayJob applied; the job has not started running yet
@@ -41,10 +44,18 @@ class State(enum.StrEnum):
         return self in TERMINAL
 
 
-TERMINAL = frozenset({State.REJECTED, State.SUCCEEDED, State.FAILED, State.CANCELLED})
+TERMINAL = frozenset({State.REJECTED, State.SKIPPED, State.SUCCEEDED, State.FAILED, State.CANCELLED})
 ALLOWED: dict[State, frozenset[State]] = {
     State.RECEIVED: frozenset(
-        {State.REJECTED, State.QUEUED, State.PROVISIONING, State.SUBMITTED, State.FAILED, State.CANCELLED}
+        {
+            State.REJECTED,
+            State.SKIPPED,
+            State.QUEUED,
+            State.PROVISIONING,
+            State.SUBMITTED,
+            State.FAILED,
+            State.CANCELLED,
+        }
     ),
     State.QUEUED: frozenset({State.PROVISIONING, State.SUBMITTED, State.FAILED, State.CANCELLED}),
     State.PROVISIONING: frozenset({State.QUEUED, State.SUBMITTED, State.FAILED, State.CANCELLED}),
@@ -77,6 +88,8 @@ class RunRecord(BaseModel):
     history: list[Transition] = []
     job: dict[str, Any] | None = None  # last RayJob status seen
     result: RunResult | None = None  # the trainer's result.json: checkpoints and metrics
+    inputs: Inputs | None = None  # a nightly's fingerprinted inputs (config, code, dataset versions)
+    promotion: Promotion | None = None  # a succeeded run's effect on its config name's champion
     gpu_node_seconds: float | None = None  # GPU nodes x seconds held, from submission to release
     cost: float | None = None  # gpu_node_seconds at the configured price per node-hour
     queue_position: int | None = None  # 1-based place in its RayCluster's queue while QUEUED
@@ -119,6 +132,16 @@ class RunRecord(BaseModel):
     @property
     def cancel_why(self) -> str:
         return self.cancel_reason or "cancelled on request"
+
+    @property
+    def nightly(self) -> bool:
+        return self.source.get("kind") == "nightly"
+
+    @property
+    def may_hold_nodes(self) -> bool:
+        """Any accepted run may hold worker nodes or a place in line until it is released; a rejected or
+        skipped run never asked for any."""
+        return self.state not in (State.REJECTED, State.SKIPPED) and self.config is not None
 
     @property
     def reached_cluster(self) -> bool:

@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from functions.adapters import gcs
-from functions.adapters.store import Allocations, RunStore
+from functions.adapters.store import Allocations, Pointers, RunStore
+from functions.core import champion, fingerprint
 from functions.core.platform import Platform
 from functions.core.secrets import add_secret
 from functions.handlers import logs
@@ -35,10 +36,15 @@ class Context:
     read_uri: Callable[..., bytes] = gcs.read_uri  # (uri, limit=None)
     clock: Callable[[], dt.datetime] = utcnow
     sleep: Callable[[float], None] = field(default=time.sleep)
-    allocations: Allocations = field(init=False)  # beside the run records, in the same bucket
+    # Beside the run records, in the same bucket:
+    allocations: Allocations = field(init=False)
+    champions: Pointers[champion.Champion] = field(init=False)
+    nightlies: Pointers[fingerprint.LastTrained] = field(init=False)
 
     def __post_init__(self) -> None:
         self.allocations = Allocations(self.store.blobs)
+        self.champions = Pointers(self.store.blobs, champion.Champion, champion.path)
+        self.nightlies = Pointers(self.store.blobs, fingerprint.LastTrained, fingerprint.pointer_path)
 
 
 _lock = threading.Lock()

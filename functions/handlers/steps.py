@@ -14,7 +14,7 @@ from functions.core.errors import NotFound, PermanentError, TransientError, desc
 from functions.core.result import RunResult
 from functions.core.runs import RunRecord, State
 from functions.core.secrets import redact
-from functions.handlers import sizing
+from functions.handlers import lineage, sizing
 from functions.handlers.context import Context
 
 log = logging.getLogger(__name__)
@@ -44,6 +44,10 @@ def run(ctx: Context, record: RunRecord, facts: Facts) -> RunRecord:
 def observe(ctx: Context, record: RunRecord, action: Action) -> dict[str, Any]:
     """Do a step on the platform and say what it showed, as Facts fields."""
     cfg = RunConfig.model_validate(record.config)
+    if action is Action.FINGERPRINT:
+        return {"inputs": lineage.inputs(ctx, record, cfg)}
+    if action is Action.CONCLUDE:
+        return {"promotion": lineage.conclude(ctx, record, cfg)}
     if action is Action.ADMIT:
         return {"admission": sizing.admit(ctx, record, cfg)}
     if action in (Action.ENSURE_CLUSTER, Action.SUBMIT):
@@ -76,7 +80,7 @@ def observe(ctx: Context, record: RunRecord, action: Action) -> dict[str, Any]:
 
 def submit(ctx: Context, cfg: RunConfig, run_id: str) -> str:
     replicas = sizing.sync_workers(ctx, cfg.cluster, launching=cfg)
-    ctx.platform.submit(cfg, run_id, trainer_env(ctx))
+    ctx.platform.submit(cfg, run_id, {**trainer_env(ctx), **lineage.trainer_env(ctx, cfg)})
     return f"RayJob {run_id} on RayCluster {cfg.cluster.ray_cluster} ({replicas} worker nodes)"
 
 
@@ -104,6 +108,10 @@ def move(ctx: Context, record: RunRecord, step: Step) -> RunRecord:
     changes: dict[str, Any] = {}
     if step.job is not None:
         changes["job"] = step.job
+    if step.inputs is not None:
+        changes["inputs"] = step.inputs
+    if step.promotion is not None:
+        changes["promotion"] = step.promotion
     if step.gpu_node_seconds is not None:
         changes["gpu_node_seconds"] = step.gpu_node_seconds
         if ctx.settings.node_hour_price is not None:
@@ -119,6 +127,8 @@ def move(ctx: Context, record: RunRecord, step: Step) -> RunRecord:
         if current.state != record.state:
             log.info("%s: already %s, not moving it to %s", record.run_id, current.state.value, target.value)
             return None
+        if target == current.state and ((step.promotion and current.promotion) or (step.inputs and current.inputs)):
+            return None  # another handler of the run wrote them first
         return current.moved(target, ctx.clock(), redact(step.reason) if step.reason else None, **changes)
 
     updated = ctx.store.update(record.run_id, change) or record
@@ -174,6 +184,11 @@ def finished_event(record: RunRecord) -> dict[str, Any]:
         "best_checkpoint": result.best_checkpoint,
         "adapter_path": result.adapter_path,
         "metrics": result.metrics.model_dump(mode="json", exclude_none=True) if record.result else None,
+        "evaluation": result.evaluation.model_dump(mode="json", exclude_none=True) if result.evaluation else None,
+        "report_path": result.evaluation.report_path if result.evaluation else None,
+        "merged_path": result.merged_path,
+        "promotion": record.promotion.model_dump(mode="json") if record.promotion else None,
+        "inputs": record.inputs.model_dump(mode="json") if record.inputs else None,
         "gpu_node_seconds": record.gpu_node_seconds,
         "cost": record.cost,
         "queue_position": record.queue_position,

@@ -93,7 +93,7 @@ def reconcile_all(ctx: Context) -> list[RunRecord]:
     reconciled = [o for o in outcomes if isinstance(o, RunRecord)]
     ended = {
         cluster_key(cfg): cfg
-        for cfg in (RunConfig.model_validate(r.config) for r in reconciled if r.state.terminal and r.config)
+        for cfg in (RunConfig.model_validate(r.config) for r in reconciled if r.state.terminal and r.may_hold_nodes)
     }
     for cfg in ended.values():
         try:

@@ -228,15 +228,16 @@ class LocalRay:
             self.stamp = stamp
             return True
 
+    def code_sha256(self) -> str:
+        return code_sha256(code_files())
+
     def submit(self, cfg: RunConfig, run_id: str, env: dict[str, str]) -> None:
         if self.job_status(cfg, run_id) is not None:
             return  # submitted before: the submission id is the run id
         self.client.submit_job(
             entrypoint=manifests.entrypoint(cfg, run_id, python=sys.executable),
             submission_id=run_id,
-            runtime_env={
-                "env_vars": {"PYTHONPATH": str(ROOT), "RAYTUNE_CODE_SHA256": code_sha256(code_files()), **env}
-            },
+            runtime_env={"env_vars": {"PYTHONPATH": str(ROOT), "RAYTUNE_CODE_SHA256": self.code_sha256(), **env}},
         )
 
     def job_status(self, cfg: RunConfig | None, run_id: str) -> dict[str, Any] | None:

@@ -11,7 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from functions.core.allocation import Admission
+from functions.core.champion import Promotion
 from functions.core.decide import CLAIM_SECONDS, Action, Facts, decide
+from functions.core.fingerprint import Inputs
 from functions.core.platform import ClusterReadiness
 from functions.core.runs import ALLOWED, RunRecord, State, Transition
 
@@ -43,6 +45,10 @@ def record(
     job: dict | None = None,
     dequeued: float | None = None,
     position: int | None = None,
+    kind: str = "upload",
+    config: dict | None = None,
+    inputs: Inputs | None = None,
+    promotion: Promotion | None = None,
 ) -> RunRecord:
     """A run created `age` s ago, last written `idle` s ago, submitted `submitted` s ago, out of the queue
     `dequeued` s ago."""
@@ -56,10 +62,12 @@ def record(
     return RunRecord(
         run_id="run-1",
         state=state,
-        source={"kind": "upload", "ref": "gs://b/c#1"},
+        source={"kind": kind, "ref": "gs://b/c#1"},
         created_at=ago(age),
         updated_at=ago(age if idle is None else idle),
-        config=CONFIG,
+        config=config or CONFIG,
+        inputs=inputs,
+        promotion=promotion,
         reason=reason,
         history=history,
         cancel_requested=cancel,
@@ -77,6 +85,94 @@ CREATING = ClusterReadiness("provisioning", "creating GKE Autopilot cluster rayt
 BROKEN = ClusterReadiness("error", "GKE cluster raytune is ERROR: quota")
 LATE = PENDING + 1
 EXPIRED = CLAIM_SECONDS + 1
+CHANGED = Inputs(fingerprint="f2", config_sha256="c", code_sha256="k", dataset_sha256="d", dataset_objects=3)
+SAME = CHANGED.model_copy(update={"unchanged_since": "nightly-20261201"})
+EVALUATED = {**CONFIG, "evaluation": {"samples": 4}}
+VERDICT = Promotion(promoted=True, reason="rougeL 0.5 vs 0.4 of the base model: better by 0.1 > margin 0.0")
+
+NIGHTLY = [
+    (
+        "nightly: fingerprint its inputs first",
+        record(S.RECEIVED, kind="nightly"),
+        dict(handler="launch", created=True),
+        A.FINGERPRINT,
+        None,
+        None,
+    ),
+    (
+        "nightly with nothing new: skipped",
+        record(S.RECEIVED, kind="nightly"),
+        dict(handler="launch", created=True, inputs=SAME),
+        A.MOVE,
+        S.SKIPPED,
+        "nothing new since nightly-20261201",
+    ),
+    (
+        "nightly with new inputs: keep them",
+        record(S.RECEIVED, kind="nightly"),
+        dict(handler="launch", created=True, inputs=CHANGED),
+        A.MOVE,
+        S.RECEIVED,
+        None,
+    ),
+    (
+        "nightly fingerprinted: ask for nodes",
+        record(S.RECEIVED, kind="nightly", inputs=CHANGED),
+        dict(handler="launch", created=True),
+        A.ADMIT,
+        None,
+        None,
+    ),
+    (
+        "cancelled before its fingerprint",
+        record(S.RECEIVED, kind="nightly", cancel=True),
+        dict(handler="launch", created=True),
+        A.MOVE,
+        S.CANCELLED,
+        None,
+    ),
+    ("skipped: settle, no release", record(S.SKIPPED, kind="nightly"), {}, A.SETTLE, None, None),
+    (
+        "evaluated run succeeded: meet the champion",
+        record(S.SUCCEEDED, submitted=50, config=EVALUATED),
+        dict(scaled=True),
+        A.CONCLUDE,
+        None,
+        None,
+    ),
+    (
+        "then keep the verdict",
+        record(S.SUCCEEDED, submitted=50, config=EVALUATED),
+        dict(scaled=True, promotion=VERDICT),
+        A.MOVE,
+        S.SUCCEEDED,
+        None,
+    ),
+    (
+        "verdict kept: settle",
+        record(S.SUCCEEDED, submitted=50, config=EVALUATED, promotion=VERDICT),
+        dict(scaled=True),
+        A.SETTLE,
+        None,
+        None,
+    ),
+    (
+        "nightly succeeded: its inputs become the next night's baseline",
+        record(S.SUCCEEDED, submitted=50, kind="nightly", inputs=CHANGED),
+        dict(scaled=True),
+        A.CONCLUDE,
+        None,
+        None,
+    ),
+    (
+        "failed evaluated run: nothing to conclude",
+        record(S.FAILED, submitted=50, config=EVALUATED),
+        dict(scaled=True),
+        A.SETTLE,
+        None,
+        None,
+    ),
+]
 
 BEFORE_SUBMISSION = [
     # (id, record, facts, expected action, expected state, reason contains)
@@ -410,8 +506,8 @@ AFTER_THE_END = [
 
 @pytest.mark.parametrize(
     ("case", "run", "facts", "action", "state", "reason"),
-    BEFORE_SUBMISSION + AFTER_SUBMISSION + AFTER_THE_END,
-    ids=[row[0] for row in BEFORE_SUBMISSION + AFTER_SUBMISSION + AFTER_THE_END],
+    BEFORE_SUBMISSION + AFTER_SUBMISSION + AFTER_THE_END + NIGHTLY,
+    ids=[row[0] for row in BEFORE_SUBMISSION + AFTER_SUBMISSION + AFTER_THE_END + NIGHTLY],
 )
 def test_decision_table(case, run, facts, action, state, reason):
     step = decide(run, Facts(now=NOW, **facts))
@@ -422,11 +518,13 @@ def test_decision_table(case, run, facts, action, state, reason):
     if step.action is A.MOVE:
         assert step.state == run.state or step.state in ALLOWED[run.state], case
         # The trainer's result is read whenever a submitted run ends, unless the controller itself failed.
-        assert step.collect_result == (step.state.terminal and run.reached_cluster and "error" not in facts), case
+        assert step.state == run.state or step.collect_result == (
+            step.state.terminal and run.reached_cluster and "error" not in facts
+        ), case
 
 
 def test_every_state_has_rows():
-    assert {row[1].state for row in BEFORE_SUBMISSION + AFTER_SUBMISSION + AFTER_THE_END} == set(State)
+    assert {row[1].state for row in BEFORE_SUBMISSION + AFTER_SUBMISSION + AFTER_THE_END + NIGHTLY} == set(State)
 
 
 # --- property: the loop the handlers run, against any sequence of observations ------------------
@@ -468,12 +566,39 @@ JOBS = st.one_of(
     submit_fails=st.booleans(),
     reached=st.booleans(),
     admitted=st.booleans(),
+    nightly=st.booleans(),
+    unchanged=st.booleans(),
+    evaluated=st.booleans(),
 )
 def test_the_loop_ends_legally(
-    state, handler, created, cancel, age, idle, cluster, job, submit_fails, reached, admitted
+    state,
+    handler,
+    created,
+    cancel,
+    age,
+    idle,
+    cluster,
+    job,
+    submit_fails,
+    reached,
+    admitted,
+    nightly,
+    unchanged,
+    evaluated,
 ):
-    on_cluster = state in (S.SUBMITTED, S.RUNNING) or (state.terminal and state != S.REJECTED and reached)
-    run = record(state, age=age, idle=min(idle, age), cancel=cancel, submitted=min(age, 10) if on_cluster else None)
+    on_cluster = state in (S.SUBMITTED, S.RUNNING) or (
+        state.terminal and state not in (S.REJECTED, S.SKIPPED) and reached
+    )
+    run = record(
+        state,
+        age=age,
+        idle=min(idle, age),
+        cancel=cancel,
+        submitted=min(age, 10) if on_cluster else None,
+        kind="nightly" if nightly else "upload",
+        config=EVALUATED if evaluated else CONFIG,
+        inputs=CHANGED if nightly and state != S.RECEIVED else None,  # fingerprinted while RECEIVED
+    )
     facts = Facts(now=NOW, handler=handler, created=created and state == S.RECEIVED)
     actions = []
     for _ in range(16):
@@ -487,17 +612,28 @@ def test_the_loop_ends_legally(
             if step.state == S.CANCELLED and was_submitted:
                 assert A.STOP_JOB in actions, "a submitted run is cancelled only after its job was stopped"
             # raises InvalidTransition on an illegal move
+            if step.state == S.SKIPPED:
+                assert A.ADMIT not in actions and A.SUBMIT not in actions, "a skipped run never asks for nodes"
             run = run.moved(
                 step.state,
                 NOW,
                 step.reason,
                 queue_position=step.queue_position,
                 **({"job": step.job} if step.job is not None else {}),
+                **({"inputs": step.inputs} if step.inputs is not None else {}),
+                **({"promotion": step.promotion} if step.promotion is not None else {}),
             )
         elif step.action is A.SETTLE:
             assert run.state.terminal
             run = run.model_copy(update={"settled": True})
+        elif step.action is A.FINGERPRINT:
+            assert run.state == S.RECEIVED and run.nightly, "only a new nightly is fingerprinted"
+            facts = facts.learned(inputs=SAME if unchanged else CHANGED)
+        elif step.action is A.CONCLUDE:
+            assert run.state == S.SUCCEEDED
+            facts = facts.learned(promotion=VERDICT)
         elif step.action is A.ADMIT:
+            assert not run.nightly or run.inputs is not None, "a nightly is fingerprinted before it asks for nodes"
             facts = facts.learned(admission=IN if admitted else WAIT)
         elif step.action is A.ENSURE_CLUSTER:
             assert facts.admission is not None and facts.admission.admitted, (

@@ -1,0 +1,90 @@
+"""Champion and challenger: per config name, `champions/<name>.json` points at the adapter in use. A run
+that evaluated its new adapter against that champion (or the base model, when there was none) takes its
+place only when it wins on the configured metric by more than the configured margin, on the same
+samples. The decision is `judge`; the handler writes its outcome with compare-and-swap."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from pydantic import BaseModel, Field
+
+from functions.core.config import EvaluationSpec, RunConfig
+from functions.core.result import Evaluation, RunResult, Scores
+
+CHAMPIONS_PREFIX = "champions/"
+LOWER_WINS = frozenset({"eval_loss"})
+
+
+class Champion(BaseModel):
+    name: str  # the config name
+    run_id: str
+    adapter_path: str
+    scores: Scores  # as measured when it won
+    metric: str
+    promoted_at: dt.datetime
+    previous_run_id: str | None = None
+    generation: int = Field(0, exclude=True)
+
+
+class Promotion(BaseModel):
+    """What a finished run did to its config name's champion, and why; in the record and run-finished event."""
+
+    promoted: bool
+    reason: str
+    metric: str | None = None
+    challenger: float | None = None
+    baseline: float | None = None
+    champion_run_id: str | None = None  # the champion after this decision
+
+
+def path(name: str) -> str:
+    return f"{CHAMPIONS_PREFIX}{name}.json"
+
+
+def judge(run_id: str, result: RunResult | None, spec: EvaluationSpec, current: Champion | None) -> Promotion:
+    keep = current.run_id if current else None
+    evaluation = result.evaluation if result else None
+    if evaluation is None or result is None:
+        why = "not evaluated (evaluation.samples is 0)" if not spec.samples else "the trainer wrote no evaluation"
+        return Promotion(promoted=False, reason=why, champion_run_id=keep)
+    if not result.adapter_path:
+        return Promotion(promoted=False, reason="the run saved no adapter", champion_run_id=keep)
+    if current is not None and current.run_id == run_id:
+        return Promotion(promoted=True, reason="already the champion", metric=spec.metric, champion_run_id=run_id)
+    if current is not None and current.run_id != evaluation.champion_run_id:
+        against = evaluation.champion_run_id or "the base model"
+        return Promotion(
+            promoted=False,
+            reason=f"the champion changed during the run (now {current.run_id}; evaluated against {against}), "
+            "so the two were not compared on the same samples",
+            metric=spec.metric,
+            champion_run_id=keep,
+        )
+    challenger = getattr(evaluation.challenger, spec.metric)
+    baseline = getattr(evaluation.baseline, spec.metric)
+    scores = {"metric": spec.metric, "challenger": challenger, "baseline": baseline, "champion_run_id": keep}
+    against = f"champion {evaluation.champion_run_id}" if evaluation.champion_run_id else "the base model"
+    if challenger is None or baseline is None:
+        return Promotion(promoted=False, reason=f"{spec.metric} was not measured for both models", **scores)
+    gain = baseline - challenger if spec.metric in LOWER_WINS else challenger - baseline
+    verdict = f"{spec.metric} {challenger:.4f} vs {baseline:.4f} of {against}: "
+    if gain > spec.margin:
+        scores["champion_run_id"] = run_id
+        return Promotion(promoted=True, reason=verdict + f"better by {gain:.4f} > margin {spec.margin}", **scores)
+    return Promotion(promoted=False, reason=verdict + f"gain {gain:.4f} is not above margin {spec.margin}", **scores)
+
+
+def crowned(
+    cfg: RunConfig, run_id: str, adapter_path: str, evaluation: Evaluation, now: dt.datetime, previous: Champion | None
+) -> Champion:
+    """The pointer to a promoted run's adapter."""
+    return Champion(
+        name=cfg.name,
+        run_id=run_id,
+        adapter_path=adapter_path,
+        scores=evaluation.challenger,
+        metric=cfg.evaluation.metric,
+        promoted_at=now,
+        previous_run_id=previous.run_id if previous else None,
+    )

@@ -1,0 +1,79 @@
+"""The line of adapters of a config name: what its last successful nightly trained on (so an unchanged
+night is skipped) and which adapter is its champion (so a better one takes over). Both are pointers in
+the bucket, moved only by compare-and-swap; the decisions are functions/core/fingerprint.py and
+functions/core/champion.py."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+from functions.adapters import datasets
+from functions.core import champion, fingerprint
+from functions.core.champion import Champion, Promotion
+from functions.core.config import RunConfig
+from functions.core.fingerprint import Inputs, LastTrained
+from functions.core.result import CHAMPION_ENV
+from functions.core.runs import RunRecord
+from functions.handlers.context import Context
+
+log = logging.getLogger(__name__)
+
+
+def inputs(ctx: Context, record: RunRecord, cfg: RunConfig) -> Inputs:
+    """The nightly's fingerprinted inputs, compared with its config name's last successful nightly."""
+    assert record.config is not None
+    versions, unversioned = datasets.versions(cfg.dataset, ctx.settings.hf_token)
+    return fingerprint.inputs(
+        record.config, ctx.platform.code_sha256(), versions, unversioned, ctx.nightlies.get(cfg.name)
+    )
+
+
+def conclude(ctx: Context, record: RunRecord, cfg: RunConfig) -> Promotion:
+    """A succeeded run: a nightly's inputs become the baseline of the next night; an evaluated adapter
+    meets the champion and takes its place if it wins (judged again on the pointer as stored)."""
+    if record.nightly and record.inputs is not None and record.inputs.fingerprint is not None:
+        _remember(ctx, record, cfg.name, record.inputs.fingerprint)
+    verdict: list[Promotion] = []
+
+    def change(current: Champion | None) -> Champion | None:
+        verdict[:] = [champion.judge(record.run_id, record.result, cfg.evaluation, current)]
+        if not verdict[0].promoted or (current is not None and current.run_id == record.run_id):
+            return None
+        result = record.result
+        assert result is not None and result.evaluation is not None  # judged promoted
+        return champion.crowned(cfg, record.run_id, result.adapter_path or "", result.evaluation, ctx.clock(), current)
+
+    if cfg.evaluation.samples:
+        ctx.champions.swap(cfg.name, change)
+    else:
+        verdict.append(champion.judge(record.run_id, record.result, cfg.evaluation, None))
+    log.info(
+        "%s: %s (%s)",
+        record.run_id,
+        "promoted to champion" if verdict[0].promoted else "not promoted",
+        verdict[0].reason,
+        extra={"run_id": record.run_id},
+    )
+    return verdict[0]
+
+
+def _remember(ctx: Context, record: RunRecord, name: str, print_: str) -> None:
+    def change(current: LastTrained | None) -> LastTrained | None:
+        if current is not None and current.created_at > record.created_at:
+            return None  # a later night already trained: an older run ending late never moves it back
+        if current is not None and current.run_id == record.run_id:
+            return None
+        return LastTrained(name=name, run_id=record.run_id, fingerprint=print_, created_at=record.created_at)
+
+    ctx.nightlies.swap(name, change)
+
+
+def trainer_env(ctx: Context, cfg: RunConfig) -> dict[str, str]:
+    """The champion at submission, for the trainer to evaluate against and warm-start from."""
+    if not cfg.evaluation.samples and cfg.training.init_adapter != "champion":
+        return {}
+    current = ctx.champions.get(cfg.name)
+    if current is None:
+        return {}
+    return {CHAMPION_ENV: json.dumps({"run_id": current.run_id, "adapter_path": current.adapter_path})}
