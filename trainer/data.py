@@ -5,32 +5,44 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
 from functions.core.config import DatasetSpec, PromptSpec
+from trainer import storage
 
 LOCAL_CACHE = Path(os.environ.get("RAYTUNE_DATA_CACHE", "/mnt/local-ssd/raytune-data"))
 
 
 def _parquet_files(location: str) -> list[str]:
-    """Local parquet files for a local folder/file or a gs:// prefix (copied once per node, under a lock)."""
+    """Local parquet files for a local folder/file or a gs:// prefix: copied once per node and listing (under
+    a lock), so a shard added to the prefix, or rewritten, is fetched by the next run."""
     if not location.startswith("gs://"):
         path = Path(location)
         return sorted(str(p) for p in path.rglob("*.parquet")) if path.is_dir() else [str(path)]
     import pyarrow.fs as pafs
     from filelock import FileLock
 
+    fs, path = storage.filesystem(location.rstrip("/"))
+    info = fs.get_file_info(path)
+    listed = [info] if info.type == pafs.FileType.File else fs.get_file_info(pafs.FileSelector(path, recursive=True))
+    shards = sorted((f.path, f.size, f.mtime_ns) for f in listed if f.path.endswith(".parquet"))
+    if not shards:
+        raise ValueError(f"no .parquet files at {location}")
     cache_root = LOCAL_CACHE if LOCAL_CACHE.parent.exists() else Path(tempfile.gettempdir()) / "raytune-data"
-    target = cache_root / hashlib.sha256(location.encode()).hexdigest()[:16]
-    target.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(target) + ".lock"):
+    home = cache_root / hashlib.sha256(location.encode()).hexdigest()[:16]
+    target = home / hashlib.sha256(repr(shards).encode()).hexdigest()[:16]
+    home.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(home) + ".lock"):
         if not (target / ".complete").exists():
-            fs, path = pafs.FileSystem.from_uri(location)
-            if fs.get_file_info(path).type == pafs.FileType.File:
-                pafs.copy_files(path, str(target / Path(path).name), source_filesystem=fs)
-            else:
-                pafs.copy_files(path, str(target), source_filesystem=fs)
+            for older in home.iterdir():  # earlier listings of this location: the node's disk is not a museum
+                shutil.rmtree(older, ignore_errors=True)
+            target.mkdir()
+            for shard, _, _ in shards:
+                name = shard.removeprefix(path).lstrip("/") or Path(shard).name
+                (target / name).parent.mkdir(parents=True, exist_ok=True)
+                pafs.copy_files(shard, str(target / name), source_filesystem=fs)
             (target / ".complete").touch()
     return sorted(str(p) for p in target.rglob("*.parquet"))
 
@@ -54,19 +66,40 @@ def load(spec: DatasetSpec, seed: int = 0):
     return dataset
 
 
-def split(dataset, fraction: float, seed: int):
-    """(train, eval or None): the same split on every worker (seeded)."""
-    if not fraction:
+def held_out_rank(key: object) -> float:
+    """Where a sample's key falls in [0, 1): stable across runs, machines and Python versions."""
+    return int.from_bytes(hashlib.sha256(str(key).encode()).digest()[:8], "big") / 2**64
+
+
+def split(dataset, spec: DatasetSpec):
+    """(train, eval or None): a sample is held out when its key hashes below eval_fraction, so the held-out
+    set is the same on every worker and every night, and grows only by new samples as the data grows.
+    The eval set is ordered by hash: its first N are the evaluation's samples, stable as data grows."""
+    if not spec.eval_fraction:
         return dataset, None
-    parts = dataset.train_test_split(test_size=fraction, seed=seed)
-    return parts["train"], parts["test"]
+    ranks = [held_out_rank(key) for key in dataset[spec.key_field or spec.product_field]]
+    held = sorted((i for i, rank in enumerate(ranks) if rank < spec.eval_fraction), key=ranks.__getitem__)
+    kept = [i for i, rank in enumerate(ranks) if rank >= spec.eval_fraction]
+    if not held or not kept:
+        raise ValueError(
+            f"dataset.eval_fraction {spec.eval_fraction} of {len(ranks)} samples leaves "
+            f"{len(kept)} to train on and {len(held)} to evaluate: both must be at least 1"
+        )
+    return dataset.select(kept), dataset.select(held)
 
 
-def to_messages(row: dict, spec: DatasetSpec, prompts: PromptSpec) -> list[dict]:
-    """One sample as a chat: system, user (prompt + image), assistant (the description)."""
-    user = prompts.user.format(product=row[spec.product_field], category=row[spec.category_field])
+def prompt_messages(product: str, category: str, prompts: PromptSpec) -> list[dict]:
+    """The question of a sample: system, user (prompt + image)."""
+    user = prompts.user.format(product=product, category=category)
     return [
         {"role": "system", "content": [{"type": "text", "text": prompts.system}]},
         {"role": "user", "content": [{"type": "text", "text": user}, {"type": "image"}]},
+    ]
+
+
+def to_messages(row: dict, spec: DatasetSpec, prompts: PromptSpec) -> list[dict]:
+    """One sample as a chat: the question, then the assistant's answer (the description)."""
+    return [
+        *prompt_messages(row[spec.product_field], row[spec.category_field], prompts),
         {"role": "assistant", "content": [{"type": "text", "text": row[spec.answer_field]}]},
     ]

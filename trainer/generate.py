@@ -9,6 +9,7 @@ import os
 from pathlib import Path
 
 from functions.core.config import PromptSpec
+from trainer.data import prompt_messages
 
 PROMPTS_FILE = "raytune_prompts.json"
 
@@ -19,8 +20,22 @@ def base_model(adapter: Path) -> str:
     return str((adapter / base).resolve()) if base.startswith(("./", "../")) else base
 
 
-def describe(adapter_path: str, image_path: str, product: str, category: str, max_new_tokens: int = 128) -> str:
+def answer(model, processor, prompts: PromptSpec, product: str, category: str, image, max_new_tokens: int) -> str:
+    """The model's greedy description of one product (its image a PIL image)."""
     import torch
+
+    text = processor.apply_chat_template(
+        prompt_messages(product, category, prompts), add_generation_prompt=True, tokenize=False
+    )
+    device = next(model.parameters()).device
+    inputs = processor(text=text, images=[image.convert("RGB")], return_tensors="pt").to(device)
+    inputs["pixel_values"] = inputs["pixel_values"].to(model.dtype)
+    with torch.inference_mode():
+        output = model.generate(**inputs, max_new_tokens=max_new_tokens, do_sample=False)
+    return str(processor.decode(output[0, inputs["input_ids"].shape[1] :], skip_special_tokens=True)).strip()
+
+
+def describe(adapter_path: str, image_path: str, product: str, category: str, max_new_tokens: int = 128) -> str:
     from peft import PeftModel
     from PIL import Image
     from transformers import AutoModelForImageTextToText, AutoProcessor
@@ -32,19 +47,4 @@ def describe(adapter_path: str, image_path: str, product: str, category: str, ma
     processor = AutoProcessor.from_pretrained(adapter)
     base = AutoModelForImageTextToText.from_pretrained(base_model(adapter), token=token)
     model = PeftModel.from_pretrained(base, adapter).eval()
-    messages = [
-        {"role": "system", "content": [{"type": "text", "text": prompts.system}]},
-        {
-            "role": "user",
-            "content": [
-                {"type": "text", "text": prompts.user.format(product=product, category=category)},
-                {"type": "image"},
-            ],
-        },
-    ]
-    text = processor.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-    inputs = processor(text=text, images=[Image.open(image_path).convert("RGB")], return_tensors="pt")
-    with torch.inference_mode():
-        output = model.generate(**inputs, max_new_tokens=max_new_tokens, do_sample=False)
-    answer = output[0, inputs["input_ids"].shape[1] :]
-    return str(processor.decode(answer, skip_special_tokens=True)).strip()
+    return answer(model, processor, prompts, product, category, Image.open(image_path), max_new_tokens)

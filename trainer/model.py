@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 
 from functions.core.config import TINY_MODEL as TINY
-from functions.core.config import LoraSpec, ModelSpec
+from functions.core.config import LoraSpec, ModelSpec, TrainingSpec
 
 
 def resolve_source(spec: ModelSpec, workdir: str | None = None) -> str:
@@ -93,3 +93,20 @@ def lora_config(spec: LoraSpec):
         task_type="CAUSAL_LM",
         modules_to_save=list(spec.modules_to_save) or None,
     )
+
+
+def init_adapter(spec: TrainingSpec, champion: dict | None) -> str | None:
+    """The adapter to continue training from: training.init_adapter, "champion" resolved to the champion at
+    submission (None when the config name has none yet: a fresh adapter)."""
+    if spec.init_adapter != "champion":
+        return spec.init_adapter
+    return champion["adapter_path"] if champion else None
+
+
+def warm_start(model, adapter: str):
+    """The base model with an earlier adapter loaded trainable, in place of a fresh LoRA adapter."""
+    from peft import PeftModel
+
+    from trainer.storage import local_folder
+
+    return PeftModel.from_pretrained(model, local_folder(adapter), is_trainable=True)

@@ -10,6 +10,7 @@ watch topic so the controller scales the GPUs down at once.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import os
@@ -18,11 +19,14 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from functions.core.config import TINY_MODEL, RunConfig
-from functions.core.result import RunMetrics, RunResult
+from functions.core.result import CHAMPION_ENV, Evaluation, RunMetrics, RunResult
 from trainer.codehash import ROOT, code_files, code_sha256
+from trainer.export import MERGED_DIR
 from trainer.generate import PROMPTS_FILE
+from trainer.report import REPORT_FILE
 
 log = logging.getLogger("raytune.trainer")
 CODE_WAIT_S = 180  # kubelet refreshes ConfigMap volumes within about a minute
@@ -138,17 +142,18 @@ def train_loop(loop_config: dict) -> None:
     collator = VisionSFTCollator(
         processor, cfg.dataset, cfg.prompts, cfg.training.max_length, assistant_only=cfg.training.assistant_only_loss
     )
-    train_set, eval_set = data.split(
-        data.load(cfg.dataset, seed=cfg.training.seed), cfg.dataset.eval_fraction, cfg.training.seed
-    )
+    train_set, eval_set = data.split(data.load(cfg.dataset, seed=cfg.training.seed), cfg.dataset)
+    champion = json.loads(os.environ[CHAMPION_ENV]) if os.environ.get(CHAMPION_ENV) else None
+    model = models.load_model(cfg.model, source, device=gpu_device(cfg))
+    init = models.init_adapter(cfg.training, champion)
     trainer = SFTTrainer(
-        model=models.load_model(cfg.model, source, device=gpu_device(cfg)),
+        model=models.warm_start(model, init) if init else model,
         args=sft_config(cfg, output_dir, evaluate=eval_set is not None),
         train_dataset=train_set,
         eval_dataset=eval_set,
         data_collator=collator,
         processing_class=processor,
-        peft_config=models.lora_config(cfg.lora),
+        peft_config=None if init else models.lora_config(cfg.lora),
     )
     trainer.add_callback(_report_callback())
     trainer.add_callback(progress.callback())
@@ -172,40 +177,60 @@ def train_loop(loop_config: dict) -> None:
         resumed=checkpoint is not None,
         loop_seconds=time.monotonic() - started,
         world_size=context.get_world_size(),
+        init_adapter=init,
     )
-    report_final_adapter(
-        trainer, processor, final, context.get_world_rank(), os.environ["TENSORBOARD_LOGGING_DIR"], cfg, source
-    )
+    if context.get_world_rank() != 0:
+        ray.train.report(metrics={"final": final}, checkpoint=None)
+    else:
+        final_adapter = FinalAdapter(trainer, processor, collator, eval_set, champion, cfg, source)
+        final_adapter.report(loop_config["run_id"], final, os.environ["TENSORBOARD_LOGGING_DIR"])
     shutil.rmtree(output_dir, ignore_errors=True)  # Ray Train has copied what it keeps
 
 
-def report_final_adapter(
-    trainer, processor, final: dict, rank: int, tensorboard_dir: str, cfg: RunConfig, source: str
-) -> None:
-    """The last report: rank 0 hands Ray Train the trained adapter (with the processor and the prompts, ready to
-    load and use) and its TensorBoard logs, which Ray stores under the run's storage path; every rank reports
-    the final metrics. The tiny model has no hub id: its base weights go with the adapter, which points at them."""
-    import shutil
+@dataclasses.dataclass
+class FinalAdapter:
+    """Rank 0's last report: the trained adapter (with the processor and the prompts, ready to load and use),
+    its evaluation and report.html, the merged export and the TensorBoard logs, handed to Ray Train,
+    which stores them under the run's storage path. The tiny model has no hub id: its base weights go
+    with the adapter, which points at them."""
 
-    import ray.train
+    trainer: Any
+    processor: Any
+    collator: Any
+    eval_set: Any
+    champion: dict | None
+    cfg: RunConfig
+    source: str
 
-    if rank != 0:
-        ray.train.report(metrics={"final": final}, checkpoint=None)
-        return
-    with tempfile.TemporaryDirectory() as staging:
-        adapter = Path(staging, ADAPTER_DIR)
-        model = trainer.accelerator.unwrap_model(trainer.model)
-        if cfg.model.id == TINY_MODEL:
-            shutil.copytree(source, Path(staging, BASE_DIR))
-            model.peft_config["default"].base_model_name_or_path = f"../{BASE_DIR}"
-        else:
-            model.peft_config["default"].base_model_name_or_path = cfg.model.id
-        model.save_pretrained(adapter)
-        processor.save_pretrained(adapter)
-        (adapter / PROMPTS_FILE).write_text(cfg.prompts.model_dump_json(indent=2))
-        if os.path.isdir(tensorboard_dir):
-            shutil.copytree(tensorboard_dir, Path(staging, TENSORBOARD_DIR))
-        ray.train.report(metrics={"final": final}, checkpoint=ray.train.Checkpoint.from_directory(staging))
+    def report(self, run_id: str, final: dict, tensorboard_dir: str) -> None:
+        import ray.train
+
+        from trainer import export
+        from trainer import report as html_report
+        from trainer.evaluate import evaluate
+
+        cfg = self.cfg
+        with tempfile.TemporaryDirectory() as staging:
+            adapter = Path(staging, ADAPTER_DIR)
+            model = self.trainer.accelerator.unwrap_model(self.trainer.model)
+            if cfg.model.id == TINY_MODEL:
+                shutil.copytree(self.source, Path(staging, BASE_DIR))
+                model.peft_config["default"].base_model_name_or_path = f"../{BASE_DIR}"
+            else:
+                model.peft_config["default"].base_model_name_or_path = cfg.model.id
+            model.save_pretrained(adapter)
+            self.processor.save_pretrained(adapter)
+            (adapter / PROMPTS_FILE).write_text(cfg.prompts.model_dump_json(indent=2))
+            if cfg.evaluation.samples:
+                evaluation, samples = evaluate(model, self.processor, self.collator, self.eval_set, cfg, self.champion)
+                Path(staging, REPORT_FILE).write_text(html_report.render(run_id, cfg, evaluation, samples))
+                final["evaluation"] = evaluation.model_dump(mode="json")
+            if cfg.export.merged:
+                export.merged(adapter, self.source, cfg, Path(staging, export.MERGED_DIR))
+                final["merged"] = True
+            if os.path.isdir(tensorboard_dir):
+                shutil.copytree(tensorboard_dir, Path(staging, TENSORBOARD_DIR))
+            ray.train.report(metrics={"final": final}, checkpoint=ray.train.Checkpoint.from_directory(staging))
 
 
 # --- driver -------------------------------------------------------------------------------------
@@ -275,6 +300,14 @@ def summarize(result, cfg: RunConfig, run_id: str, wall_seconds: float, checkpoi
         final_checkpoint=uri(final, "checkpoint"),
         best_checkpoint=uri(best, "checkpoint"),
         checkpoints=[uri(c, "checkpoint") for c, _ in checkpoints],
+        evaluation=(
+            Evaluation.model_validate({**metrics["evaluation"], "report_path": uri(result.checkpoint, REPORT_FILE)})
+            if metrics.get("evaluation")
+            else None
+        ),
+        init_adapter=metrics.get("init_adapter"),
+        merged_path=uri(result.checkpoint, MERGED_DIR) if metrics.get("merged") else None,
+        hub_repo=cfg.export.hub_repo if metrics.get("merged") else None,
         metrics=RunMetrics(
             train_loss=metrics.get("train_loss"),
             best_checkpoint_by=score,
@@ -294,10 +327,10 @@ def summarize(result, cfg: RunConfig, run_id: str, wall_seconds: float, checkpoi
 
 def write_result(summary: RunResult, cfg: RunConfig, run_id: str) -> None:
     """<storage>/<run_id>/result.json, which the watcher copies into the run record."""
-    import pyarrow.fs as pafs
+    from trainer.storage import filesystem
 
     uri = f"{cfg.storage_path.rstrip('/')}/{run_id}/result.json"
-    fs, path = pafs.FileSystem.from_uri(uri) if uri.startswith("gs://") else (pafs.LocalFileSystem(), uri)
+    fs, path = filesystem(uri)
     fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
     with fs.open_output_stream(path) as out:
         out.write(summary.model_dump_json(indent=2).encode())

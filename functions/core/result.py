@@ -64,6 +64,7 @@ class RunResult(Lenient):
     checkpoints: list[str] = []
     metrics: RunMetrics = RunMetrics()
     evaluation: Evaluation | None = None
+    init_adapter: str | None = None  # the adapter training continued from (training.init_adapter)
     merged_path: str | None = None  # export.merged: base + adapter as one safetensors model
     hub_repo: str | None = None  # export.hub_repo it was pushed to
     wall_seconds: float | None = None

@@ -1,0 +1,114 @@
+"""Evaluation, report and export on the tiny Gemma 3, in-process (no Ray): the challenger against the base
+model and against a champion adapter, report.html parsed with every image decoded, the merged export
+loaded back as a plain model, the stable held-out split."""
+
+from __future__ import annotations
+
+import base64
+import io
+from html.parser import HTMLParser
+
+import pytest
+from PIL import Image
+
+from functions.core.config import DatasetSpec, RunConfig
+from trainer import data, export, model, report, tiny
+from trainer.collator import VisionSFTCollator
+from trainer.evaluate import evaluate
+
+CONFIG = RunConfig.model_validate(
+    {
+        "name": "nightly-products",
+        "model": {"id": "tiny://gemma3", "dtype": "float32"},
+        "dataset": {"id": "tiny://products", "max_samples": 40, "eval_fraction": 0.25},
+        "training": {"max_length": 256},
+        "scaling": {"nodes": 1, "gpus_per_node": 0},
+        "evaluation": {"samples": 3, "max_new_tokens": 8},
+        "export": {"merged": True},
+    }
+)
+
+
+class Page(HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.images: list[str] = []
+        self.ids: list[str] = []
+        self.text: list[str] = []
+
+    def handle_starttag(self, tag, attrs):
+        attributes = dict(attrs)
+        if tag == "img":
+            self.images.append(attributes["src"] or "")
+        if "id" in attributes:
+            self.ids.append(attributes["id"] or "")
+
+    def handle_data(self, text):
+        self.text.append(text)
+
+
+@pytest.fixture(scope="module")
+def tuned(tmp_path_factory):
+    from peft import get_peft_model
+
+    source = tiny.save(tmp_path_factory.mktemp("tiny"))
+    processor = model.load_processor(CONFIG.model, str(source))
+    peft = get_peft_model(model.load_model(CONFIG.model, str(source)), model.lora_config(CONFIG.lora))
+    collator = VisionSFTCollator(processor, CONFIG.dataset, CONFIG.prompts, CONFIG.training.max_length)
+    _, held_out = data.split(data.load(CONFIG.dataset), CONFIG.dataset)
+    return source, processor, peft, collator, held_out
+
+
+def test_challenger_against_the_base_model_then_a_champion_and_the_report(tuned, tmp_path):
+    source, processor, peft, collator, held_out = tuned
+    evaluation, samples = evaluate(peft, processor, collator, held_out, CONFIG, None)
+    assert evaluation.samples == len(samples) == 3 and evaluation.baseline_kind == "base"
+    for scores in (evaluation.challenger, evaluation.baseline):
+        assert scores.eval_loss and scores.eval_loss > 0 and 0 <= scores.rougeL <= 1 and 0 <= scores.bleu <= 100
+    # A fresh LoRA adapter starts as the identity (B = 0): the same loss as the base model.
+    assert evaluation.challenger.eval_loss == pytest.approx(evaluation.baseline.eval_loss, rel=1e-5)
+
+    champion_dir = tmp_path / "champion"
+    peft.save_pretrained(champion_dir)
+    against, _ = evaluate(
+        peft, processor, collator, held_out, CONFIG, {"run_id": "run-1", "adapter_path": str(champion_dir)}
+    )
+    assert against.baseline_kind == "champion" and against.champion_run_id == "run-1"
+    assert list(peft.peft_config) == ["default"], "the champion's adapter is unloaded after the evaluation"
+
+    page = Page()
+    page.feed(report.render("run-2", CONFIG, evaluation, samples))
+    assert {"summary", "metrics", "samples"} <= set(page.ids)
+    assert len(page.images) == 3
+    for src in page.images:
+        assert src.startswith("data:image/jpeg;base64,")
+        image = Image.open(io.BytesIO(base64.b64decode(src.split(",", 1)[1])))
+        image.load()
+        assert max(image.size) <= report.THUMBNAIL_PX
+    text = " ".join(page.text)
+    assert samples[0].product in text and samples[0].reference in text and "rougeL (decides)" in text
+
+
+def test_merged_export_loads_as_a_plain_model(tuned, tmp_path):
+    from transformers import AutoModelForImageTextToText
+
+    source, processor, peft, _, _ = tuned
+    adapter = tmp_path / "adapter"
+    peft.save_pretrained(adapter)
+    processor.save_pretrained(adapter)
+    merged = export.merged(adapter, str(source), CONFIG, tmp_path / "merged")
+    assert list(merged.glob("*.safetensors")) and (merged / "processor_config.json").exists()
+    plain = AutoModelForImageTextToText.from_pretrained(merged)
+    assert not hasattr(plain, "peft_config")
+
+
+def test_held_out_samples_stay_held_out_as_the_data_grows():
+    spec = DatasetSpec(id="tiny://products", eval_fraction=0.25)
+    small = tiny.product_dataset(40, seed=1)
+    grown = tiny.product_dataset(80, seed=1)  # the same first 40 rows, and 40 new ones
+    _, held_small = data.split(small, spec)
+    train_grown, held_grown = data.split(grown, spec)
+    names = set(held_small["Product Name"])
+    assert names <= set(held_grown["Product Name"]), "a held-out sample never moves into training"
+    assert not names & set(train_grown["Product Name"])
+    assert 0 < len(held_grown) < len(grown)
