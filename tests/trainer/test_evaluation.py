@@ -60,7 +60,7 @@ def tuned(tmp_path_factory):
 
 
 def test_challenger_against_the_base_model_then_a_champion_and_the_report(tuned, tmp_path):
-    source, processor, peft, collator, held_out = tuned
+    _, processor, peft, collator, held_out = tuned
     evaluation, samples = evaluate(peft, processor, collator, held_out, CONFIG, None)
     assert evaluation.samples == len(samples) == 3 and evaluation.baseline_kind == "base"
     for scores in (evaluation.challenger, evaluation.baseline):
