@@ -4,6 +4,7 @@ generate with a trained adapter, package the functions."""
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import json
 import os
 import re
@@ -91,7 +92,8 @@ def cmd_local(args: argparse.Namespace) -> int:
 
     if args.config:
         _load(args.config)  # a bad config fails here, naming the file, before any process starts
-    return local.run(args.config, Path(args.workdir) if args.workdir else None, as_json=args.json)
+    night = args.night or (dt.datetime.now(dt.UTC).date() if args.nightly else None)
+    return local.run(args.config, Path(args.workdir) if args.workdir else None, as_json=args.json, night=night)
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
@@ -161,6 +163,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run_local.add_argument(
         "--json", action="store_true", help="print the final run record as JSON (progress to stderr)"
+    )
+    run_local.add_argument(
+        "--nightly",
+        action="store_true",
+        help="launch as the nightly scheduler does: trains only on new inputs, evaluates against the champion",
+    )
+    run_local.add_argument(
+        "--night",
+        type=dt.date.fromisoformat,
+        help="with --nightly: the night (YYYY-MM-DD) it stands for (default today, UTC); one run per night",
     )
     run_local.set_defaults(func=cmd_local)
 

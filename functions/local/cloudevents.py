@@ -32,10 +32,17 @@ def object_finalized(
     )
 
 
-def message_published(body: dict[str, Any], message_id: str, topic: str = "projects/_/topics/raytune") -> Any:
+def message_published(
+    body: dict[str, Any],
+    message_id: str,
+    topic: str = "projects/_/topics/raytune",
+    published: dt.datetime | None = None,
+) -> Any:
     from cloudevents.http import CloudEvent
 
     message = {"data": base64.b64encode(json.dumps(body).encode()).decode(), "messageId": message_id}
+    if published is not None:
+        message["publishTime"] = published.isoformat()
     return CloudEvent(
         {"type": PUBSUB_PUBLISHED, "source": f"//pubsub.googleapis.com/{topic}", "id": message_id}, {"message": message}
     )

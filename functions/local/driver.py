@@ -11,6 +11,7 @@ moment cancels the run, stops every process it started and exits 130/143.
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import fcntl
 import logging
 import os
@@ -42,6 +43,8 @@ EVENTS_TOPIC = "local/run-events"
 TICK_S = 1.0
 QUICKSTART = Path(__file__).with_name("quickstart.json")
 DEFAULT_WORKDIR = Path(".raytune/local")
+NIGHTLY_AT = dt.time(2, 0)  # when the simulated scheduler fires (UTC)
+SIMULATED_NIGHTS_S = 10 * 365 * 86400
 
 
 class Interrupted(BaseException):
@@ -75,6 +78,8 @@ class ConsolePublisher:
 
     def publish(self, topic: str, message: dict[str, Any], **attributes: str) -> str:
         self.say(f"event -> {topic}: {message['state']} {message.get('reason') or ''}".rstrip())
+        if promotion := message.get("promotion"):
+            self.say(f"  champion: {'promoted' if promotion['promoted'] else 'not promoted'} ({promotion['reason']})")
         return "local"
 
 
@@ -143,13 +148,31 @@ def summary(record: RunRecord, wall_s: float, record_path: Path) -> list[str]:
                 else ""
             )
             lines.append(f"  best checkpoint  {result.best_checkpoint}{score}")
+        if result.evaluation is not None:
+            e = result.evaluation
+            against = f"champion {e.champion_run_id}" if e.champion_run_id else "base model"
+            lines.append(
+                f"  evaluation       {e.samples} held-out samples, challenger / {against}: "
+                + ", ".join(
+                    f"{m} {_num(getattr(e.challenger, m))} / {_num(getattr(e.baseline, m))}"
+                    for m in ("eval_loss", "rougeL", "bleu")
+                )
+            )
+            lines.append(f"  report           {e.report_path}")
         if metrics.tokens_per_second:
             lines.append(
                 f"  throughput       {metrics.tokens_per_second:.0f} tokens/s, "
                 f"{metrics.global_step} steps in {metrics.train_runtime_seconds or 0:.1f}s of training"
             )
+    if record.promotion is not None:
+        verdict = "promoted to champion" if record.promotion.promoted else "not promoted"
+        lines.append(f"  champion         {verdict}: {record.promotion.reason}")
     lines.append(f"  record           {record_path}")
     return lines
+
+
+def _num(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.4f}"
 
 
 class LocalRun:
@@ -172,15 +195,22 @@ class LocalRun:
             )
             self.say(f"earlier run {record.run_id} left {was.value}: now {ended.state.value}")
 
-    def launch(self, config: Path) -> RunRecord:
+    def launch(self, config: Path, night: dt.date | None = None) -> RunRecord:
+        """Upload the config and deliver its event: the upload's (configs/) or, for a night, the scheduler's
+        nightly launch message naming the config in the library (library/), published at 02:00 that night."""
         from functions.adapters.gcs import storage_client
 
-        blob = storage_client().bucket(BUCKET).blob(f"configs/{config.name}")
+        blob = storage_client().bucket(BUCKET).blob(f"{'library' if night else 'configs'}/{config.name}")
         blob.upload_from_string(config.read_bytes())
         self.say(f"uploaded {config} as gs://{BUCKET}/{blob.name}#{blob.generation}")
-        record = launch.handle(
-            object_finalized(BUCKET, blob.name, blob.generation, blob.size, blob.time_created), self.ctx
-        )
+        if night:
+            body = {"config_uri": f"gs://{BUCKET}/{blob.name}", "nightly": True}
+            published = dt.datetime.combine(night, NIGHTLY_AT, tzinfo=dt.UTC)
+            self.say(f"nightly launch message for the night of {night}")
+            event = message_published(body, uuid.uuid4().hex, published=published)
+        else:
+            event = object_finalized(BUCKET, blob.name, blob.generation, blob.size, blob.time_created)
+        record = launch.handle(event, self.ctx)
         assert record is not None, "a configs/ upload is never ignored"
         self.say(
             f"launch: run {record.run_id} is {record.state.value}" + (f" ({record.reason})" if record.reason else "")
@@ -199,7 +229,8 @@ class LocalRun:
                 state = record.state
                 self.say(f"run {run_id}: {state.value}" + (f" ({record.reason})" if record.reason else ""))
             if record.settled:
-                self.say(f"worker group: {len(self.platform.nodes)} nodes (scaled down after the run)")
+                after = " (scaled down after the run)" if record.reached_cluster else ""
+                self.say(f"worker group: {len(self.platform.nodes)} nodes{after}")
                 return record
             time.sleep(TICK_S)
 
@@ -221,9 +252,12 @@ class LocalRun:
         return steps.run(self.ctx, record, Facts(now=self.ctx.clock(), created=True))
 
 
-def run(config_path: str | None, workdir: Path | None = None, as_json: bool = False) -> int:
-    """`raytune local [CONFIG]`: upload the config, launch, follow to the end; print a summary (or the
-    record as JSON) and write the record to a file. Exit 0 when the run succeeded."""
+def run(
+    config_path: str | None, workdir: Path | None = None, as_json: bool = False, night: dt.date | None = None
+) -> int:
+    """`raytune local [CONFIG] [--nightly [--night DATE]]`: upload the config, launch, follow to the end;
+    print a summary (or the record as JSON) and write the record to a file. Exit 0 when the run succeeded
+    (or, a nightly, was skipped: nothing new to learn)."""
     config = Path(config_path) if config_path else QUICKSTART
     cfg = parse_config(config.read_bytes(), config_format(config.name))
     if cfg.scaling.use_gpu:
@@ -231,10 +265,10 @@ def run(config_path: str | None, workdir: Path | None = None, as_json: bool = Fa
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     logging.getLogger("functions").setLevel(logging.INFO)
     with workdir_lock(workdir) as held:
-        return _run(config, held, as_json)
+        return _run(config, held, as_json, night)
 
 
-def _run(config: Path, workdir: Path, as_json: bool) -> int:
+def _run(config: Path, workdir: Path, as_json: bool, night: dt.date | None) -> int:
     say = Console(sys.stderr if as_json else sys.stdout)
     tag = uuid.uuid4().hex
     handlers = {sig: signal.signal(sig, _raise_interrupted) for sig in (signal.SIGINT, signal.SIGTERM)}
@@ -269,7 +303,8 @@ def _run(config: Path, workdir: Path, as_json: bool) -> int:
             bucket=BUCKET,
             watch_topic=None,
             events_topic=EVENTS_TOPIC,
-            max_event_age_s=3600,
+            # A night given by date stands for the scheduler's message of that night, however long ago.
+            max_event_age_s=SIMULATED_NIGHTS_S if night else 3600,
             hf_token=os.environ.get("HF_TOKEN") or None,
             checkpoints=str(checkpoints),
             policy=Policy.unrestricted(),
@@ -279,7 +314,7 @@ def _run(config: Path, workdir: Path, as_json: bool) -> int:
         )
         local = LocalRun(ctx, platform, workdir, say)
         local.settle_earlier_runs()
-        record = local.launch(config)
+        record = local.launch(config, night)
         record = local.follow(record)
         platform.save_job_log(record.run_id)
     except Interrupted as interrupt:
@@ -291,7 +326,7 @@ def _run(config: Path, workdir: Path, as_json: bool) -> int:
                 record = local.cancel(run_id, f"interrupted ({interrupt})") or record
         code = 128 + interrupt.signum
     else:
-        code = 0 if record.state == State.SUCCEEDED else 1
+        code = 0 if record.state in (State.SUCCEEDED, State.SKIPPED) else 1
     finally:
         stopping()
         if platform is not None:
