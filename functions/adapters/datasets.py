@@ -22,7 +22,8 @@ Versions = list[tuple[str, str]]
 
 
 def versions(spec: DatasetSpec, token: str | None = None) -> tuple[Versions | None, str | None]:
-    """(object, version) pairs, or None and why the dataset has no version visible from here."""
+    """(object, version) pairs, or None and why the dataset has no version visible from here. GCS errors
+    raise (a transient one is retried by the event's redelivery); the Hub being unreachable is reported."""
     if spec.id.startswith("tiny://"):
         return [(spec.id, "built-in")], None  # generated from the config alone
     if spec.id.startswith("gs://"):
@@ -70,5 +71,6 @@ def _hub(repo: str, token: str | None) -> tuple[Versions | None, str | None]:
 
     try:
         return [(f"hf://datasets/{repo}", with_retries(call, f"revision of {repo}"))], None
-    except (errors.PermanentError, errors.NotFound, ValueError) as err:  # ValueError: an answer that is not JSON
+    except (errors.ControllerError, ValueError) as err:  # ValueError: an answer that is not JSON
+        # Unknown is not unchanged: the night trains (and says why it could not tell).
         return None, f"the Hub did not give the revision of {repo}: {err}"

@@ -72,11 +72,12 @@ def check_success(out: str, err: str, workdir: Path) -> dict:
     assert "GPU workers 2 -> 0" in err and "event -> local/run-events: SUCCEEDED" in err
     # One line per progress event, none twice; evaluations at each epoch's end.
     progress = [line.split("]", 1)[1].strip() for line in err.splitlines() if "  step " in line]
-    assert len(progress) == len(set(progress)) and "step 12/12" in progress[-1]
+    assert len(progress) == len(set(progress)) and "step 14/14" in progress[-1]
     assert sum("eval loss" in line for line in progress) == 2 and "ETA" in progress[0]
     result = record["result"]
-    # 32 samples, 8 held out for evaluation: 24 / (2 workers x batch 2) = 6 steps an epoch, 2 epochs.
-    assert result["metrics"]["global_step"] == 12 and result["metrics"]["best_checkpoint_by"] == "eval_loss"
+    # 32 samples, 4 held out by the hash of their product name (eval_fraction 0.25):
+    # 28 / (2 workers x batch 2) = 7 steps an epoch, 2 epochs.
+    assert result["metrics"]["global_step"] == 14 and result["metrics"]["best_checkpoint_by"] == "eval_loss"
     assert all(Path(c).is_dir() for c in result["checkpoints"])
     adapter = Path(result["adapter_path"])
     base = json.loads((adapter / "adapter_config.json").read_text())["base_model_name_or_path"]

@@ -1,0 +1,160 @@
+"""Nightly fine-tunes on the embedded local default, three nights in one workdir: the first trains and
+evaluates against the base model, the second has nothing new and is SKIPPED without a cluster, the third
+finds a new shard, warm-starts from the champion, evaluates against it and is promoted or not, as the
+rule says. The report is opened in headless Chromium where the machine has it, and its HTML is parsed
+with every image decoded in any case."""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+from PIL import Image
+
+from trainer import tiny
+
+RAYTUNE = str(Path(sys.executable).parent / "raytune")
+pytestmark = pytest.mark.slow
+
+
+def night(workdir: Path, config: Path, date: str, home: Path) -> tuple[dict, str]:
+    proc = subprocess.run(
+        [RAYTUNE, "local", "--workdir", str(workdir), "--json", "--nightly", "--night", date, str(config)],
+        cwd=home,
+        env={**os.environ, "HOME": str(home)},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return json.loads(proc.stdout), proc.stderr
+
+
+class Report(HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.images: list[str] = []
+        self.sections: list[str] = []
+        self.cells: list[str] = []
+
+    def handle_starttag(self, tag, attrs):
+        attributes = dict(attrs)
+        if tag == "img":
+            self.images.append(attributes.get("src") or "")
+        if tag in ("section", "table") and attributes.get("id"):
+            self.sections.append(attributes["id"] or "")
+
+    def handle_data(self, data):
+        self.cells.append(data)
+
+
+def check_report(path: Path, samples: int, tmp_path: Path) -> None:
+    page = Report()
+    page.feed(path.read_text())
+    assert {"summary", "metrics", "samples"} <= set(page.sections)
+    assert len(page.images) == samples
+    for src in page.images:
+        kind, _, payload = src.partition(",")
+        assert kind == "data:image/jpeg;base64", "images are embedded, nothing is fetched"
+        with Image.open(io.BytesIO(base64.b64decode(payload))) as image:
+            image.load()  # decodes
+    browser = shutil.which("chromium") or shutil.which("chromium-browser")
+    if browser:  # as a person opens it
+        shot = tmp_path / "report.png"
+        subprocess.run(
+            [
+                browser,
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--window-size=1100,900",
+                f"--screenshot={shot}",
+                path.as_uri(),
+            ],
+            capture_output=True,
+            timeout=120,
+            check=True,
+        )
+        with Image.open(shot) as rendered:
+            colours = rendered.convert("RGB").getcolors(maxcolors=1 << 16)
+        assert colours is None or len(colours) > 50, "the page rendered blank"
+        dom = subprocess.run(
+            [browser, "--headless", "--no-sandbox", "--disable-gpu", "--dump-dom", path.as_uri()],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=True,
+        ).stdout
+        assert dom.count("<img") == samples and "rougeL (decides)" in dom
+
+
+def test_three_nights(tmp_path):
+    home = tmp_path / "home"
+    home.mkdir()
+    shards = tmp_path / "products"
+    shards.mkdir()
+    tiny.product_dataset(24, seed=1).to_parquet(str(shards / "part-0.parquet"))
+    config = tmp_path / "nightly.json"
+    config.write_text(
+        json.dumps(
+            {
+                "name": "nightly-products",
+                "model": {"id": "tiny://gemma3", "dtype": "float32"},
+                "dataset": {"id": str(shards), "eval_fraction": 0.25},
+                "training": {
+                    "epochs": 4,
+                    "learning_rate": 0.01,
+                    "per_device_batch_size": 2,
+                    "optim": "adamw_torch",
+                    "max_length": 256,
+                    "logging_steps": 2,
+                    "init_adapter": "champion",
+                },
+                "scaling": {"nodes": 2, "gpus_per_node": 0, "max_failures": 1},
+                "cluster": {"dependencies": "image"},
+                "evaluation": {"samples": 3, "max_new_tokens": 16},
+            }
+        )
+    )
+    workdir = tmp_path / "w"
+
+    first, err = night(workdir, config, "2026-12-01", home)
+    assert first["run_id"] == "nightly-20261201" and first["state"] == "SUCCEEDED"
+    evaluation = first["result"]["evaluation"]
+    assert evaluation["baseline_kind"] == "base" and evaluation["samples"] == 3
+    assert first["result"]["init_adapter"] is None, "no champion yet: a fresh adapter"
+    promotion = first["promotion"]
+    assert promotion["promoted"], promotion  # 4 epochs at 1e-2 learn the template: far above the base model
+    assert promotion["champion_run_id"] == "nightly-20261201" and "of the base model" in promotion["reason"]
+    assert "champion: promoted" in err
+    check_report(Path(evaluation["report_path"]), 3, tmp_path)
+
+    second, err = night(workdir, config, "2026-12-02", home)
+    assert second["state"] == "SKIPPED" and second["settled"]
+    assert [h["state"] for h in second["history"]] == ["RECEIVED", "SKIPPED"]
+    assert "nothing new since nightly-20261201" in second["reason"]
+    assert second["inputs"]["fingerprint"] == first["inputs"]["fingerprint"]
+    assert "event -> local/run-events: SKIPPED" in err
+    assert "GPU workers" not in err and not (workdir / "checkpoints" / "nightly-20261202").exists(), "no cluster work"
+
+    tiny.product_dataset(16, seed=2).to_parquet(str(shards / "part-1.parquet"))  # new data arrives
+    third, err = night(workdir, config, "2026-12-03", home)
+    assert third["state"] == "SUCCEEDED" and third["inputs"]["dataset_objects"] == 2
+    assert third["inputs"]["fingerprint"] != first["inputs"]["fingerprint"]
+    assert third["result"]["init_adapter"] == first["result"]["adapter_path"], "warm start from the champion"
+    evaluation = third["result"]["evaluation"]
+    assert evaluation["baseline_kind"] == "champion" and evaluation["champion_run_id"] == "nightly-20261201"
+    verdict = third["promotion"]
+    won = evaluation["challenger"]["rougeL"] - evaluation["baseline"]["rougeL"] > 0
+    assert verdict["promoted"] == won, verdict
+    assert verdict["champion_run_id"] == ("nightly-20261203" if won else "nightly-20261201")
+    assert ("champion: promoted" if won else "champion: not promoted") in err
+    check_report(Path(evaluation["report_path"]), 3, tmp_path)

@@ -1,0 +1,93 @@
+"""Dataset versions for the nightly fingerprint, and the trainer reading a gs:// prefix that grows: a Hub
+stand-in for dataset revisions, fake-gcs-server for shards (pyarrow's GCS client through the emulator)."""
+
+from __future__ import annotations
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from functions.adapters import datasets
+from functions.core.config import DatasetSpec
+from tests.integration.test_functions import upload
+from trainer import data, tiny
+
+TOKEN = "hf_revisiontesttoken0123456789"
+
+
+class FakeHub(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, answers: list[tuple[int, object]]):
+        self.answers, self.seen = answers, []
+        hub = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_GET(self):
+                hub.seen.append((self.path, self.headers.get("Authorization")))
+                status, body = hub.answers.pop(0) if len(hub.answers) > 1 else hub.answers[0]
+                payload = json.dumps(body).encode()
+                self.send_response(status)
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+        super().__init__(("127.0.0.1", 0), Handler)
+
+
+@pytest.fixture
+def hub(monkeypatch):
+    servers = []
+
+    def serve(*answers):
+        server = FakeHub(list(answers))
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{server.server_port}")
+        servers.append(server)
+        return server
+
+    yield serve
+    for server in servers:
+        server.shutdown()
+
+
+def test_hub_dataset_revision_is_its_version(hub):
+    server = hub((503, {}), (200, {"sha": "abc123"}))  # one transient failure, retried
+    found, why = datasets.versions(DatasetSpec(id="org/products"), TOKEN)
+    assert found == [("hf://datasets/org/products", "abc123")] and why is None
+    assert server.seen[-1] == ("/api/datasets/org/products/revision/main", f"Bearer {TOKEN}")
+
+
+@pytest.mark.parametrize(("status", "body"), [(401, {"error": "gated"}), (404, {}), (200, {"no": "sha"})])
+def test_a_hub_dataset_without_a_revision_trains_and_says_why(hub, status, body):
+    hub((status, body))
+    found, why = datasets.versions(DatasetSpec(id="org/private"), TOKEN)
+    assert found is None and "the Hub did not give the revision of org/private" in why
+    assert TOKEN not in why
+
+
+def test_gcs_prefix_versions_are_the_shards_generations(bucket):
+    first = upload(bucket, "data/products/part-0.parquet", b"PAR1")
+    upload(bucket, "data/products/_SUCCESS", b"")
+    upload(bucket, "data/products-old/part-0.parquet", b"PAR1")  # a sibling prefix, not this dataset
+    found, _ = datasets.versions(DatasetSpec(id=f"gs://{bucket}/data/products"))
+    assert found == [(f"gs://{bucket}/data/products/part-0.parquet", str(first))]
+
+
+def test_trainer_reads_new_shards_of_a_gcs_prefix(bucket, tmp_path, monkeypatch):
+    monkeypatch.setattr(data, "LOCAL_CACHE", tmp_path / "ssd" / "raytune-data")
+    (tmp_path / "ssd").mkdir()
+    shard = tmp_path / "part.parquet"
+    tiny.product_dataset(10, seed=1).to_parquet(str(shard))
+    upload(bucket, "shards/part-0.parquet", shard.read_bytes())
+    spec = DatasetSpec(id=f"gs://{bucket}/shards")
+    assert len(data.load(spec)) == 10
+    tiny.product_dataset(6, seed=2).to_parquet(str(shard))
+    upload(bucket, "shards/part-1.parquet", shard.read_bytes())
+    assert len(data.load(spec)) == 16, "the new shard is read, not the first night's cached copy"
+    assert len(list((tmp_path / "ssd" / "raytune-data").glob("*/*"))) == 1, "older copies are dropped"

@@ -1,0 +1,103 @@
+"""Nightly fine-tunes through functions-framework on the emulators: the dataset is a gs:// prefix of
+parquet shards on fake-gcs-server, the champion and the last nightly's inputs are pointers in the bucket.
+An unchanged night is SKIPPED without one Kubernetes call; a new shard trains, with the champion handed
+to the trainer; the champion moves only to a better adapter."""
+
+from __future__ import annotations
+
+import json
+
+import yaml
+
+from functions.core.result import CHAMPION_ENV
+from functions.core.runs import State
+from tests.fakes.http_events import post, pubsub_event
+from tests.integration.test_functions import QUICK, upload, watch, write_result
+
+DAY = 86400
+
+
+def nightly_config(bucket: str) -> dict:
+    return {
+        **QUICK,
+        "name": "nightly-shop",
+        "dataset": {"id": f"gs://{bucket}/datasets/products", "eval_fraction": 0.25},
+        "training": {"init_adapter": "champion"},
+        "evaluation": {"samples": 4, "margin": 0.01},
+    }
+
+
+def night(h, server, bucket) -> str:
+    body = {"config_uri": f"gs://{bucket}/library/nightly.json", "nightly": True}
+    assert post(server["launch"], pubsub_event(body, when=h.clock())).status_code == 200
+    return f"nightly-{h.clock():%Y%m%d}"
+
+
+def finish(h, server, run_id: str, challenger: float, baseline: float, champion: str | None) -> None:
+    adapter = f"gs://bucket/ckpt/{run_id}/checkpoint_3/adapter"
+    evaluation = {
+        "samples": 4,
+        "challenger": {"rougeL": challenger, "bleu": 30.0, "eval_loss": 1.1},
+        "baseline": {"rougeL": baseline, "bleu": 20.0, "eval_loss": 1.3},
+        "baseline_kind": "champion" if champion else "base",
+        "champion_run_id": champion,
+        "report_path": adapter.replace("/adapter", "/report.html"),
+    }
+    write_result(h, run_id, adapter_path=adapter, evaluation=evaluation)
+    h.kube.set_status("rayjobs", run_id, {"jobStatus": "SUCCEEDED", "jobDeploymentStatus": "Complete"})
+    watch(server, {"kind": "finished", "run_id": run_id})
+
+
+def champion_env(h, run_id: str) -> dict | None:
+    runtime = yaml.safe_load(h.kube.get("rayjobs", run_id)["spec"]["runtimeEnvYAML"])
+    value = runtime["env_vars"].get(CHAMPION_ENV)
+    return json.loads(value) if value else None
+
+
+def test_nightly_trains_on_change_and_the_champion_moves_only_forward(controller, functions_server, bucket):
+    h, server = controller, functions_server
+    upload(bucket, "datasets/products/part-0.parquet", b"PAR1 shard 0")
+    upload(bucket, "datasets/products/_SUCCESS", b"")  # not data: not in the fingerprint
+    upload(bucket, "library/nightly.json", nightly_config(bucket))
+
+    first = night(h, server, bucket)
+    record = h.ctx.store.get(first)
+    assert record.state == State.SUBMITTED and record.inputs.dataset_objects == 1
+    assert champion_env(h, first) is None, "no champion yet: evaluated against the base model"
+    finish(h, server, first, challenger=0.42, baseline=0.05, champion=None)
+    record = h.ctx.store.get(first)
+    assert record.state == State.SUCCEEDED and record.settled
+    assert record.promotion.promoted and record.promotion.champion_run_id == first
+    assert h.ctx.champions.get("nightly-shop").run_id == first
+    assert h.ctx.nightlies.get("nightly-shop").fingerprint == record.inputs.fingerprint
+    [event] = h.finished_events()
+    assert event["promotion"]["promoted"] and event["evaluation"]["challenger"]["rougeL"] == 0.42
+    assert event["report_path"].endswith("/report.html")
+
+    h.clock.advance(DAY)
+    calls = len(h.kube.requests)
+    second = night(h, server, bucket)
+    record = h.ctx.store.get(second)
+    assert record.state == State.SKIPPED and record.settled and f"nothing new since {first}" in record.reason
+    assert len(h.kube.requests) == calls, "a skipped night makes no Kubernetes call"
+    assert [e["state"] for e in h.finished_events()] == ["SUCCEEDED", "SKIPPED"]
+
+    h.clock.advance(DAY)
+    upload(bucket, "datasets/products/part-1.parquet", b"PAR1 shard 1")  # new data
+    third = night(h, server, bucket)
+    assert h.ctx.store.get(third).state == State.SUBMITTED
+    held = h.ctx.champions.get("nightly-shop")
+    assert champion_env(h, third) == {"run_id": first, "adapter_path": held.adapter_path}
+    finish(h, server, third, challenger=0.425, baseline=0.42, champion=first)  # better, but within the margin
+    record = h.ctx.store.get(third)
+    assert not record.promotion.promoted and "not above margin 0.01" in record.promotion.reason
+    assert h.ctx.champions.get("nightly-shop").run_id == first
+    assert h.ctx.nightlies.get("nightly-shop").run_id == third, "trained on the new shard: the next baseline"
+
+    h.clock.advance(DAY)
+    upload(bucket, "datasets/products/part-1.parquet", b"PAR1 shard 1, rewritten")  # a new generation
+    fourth = night(h, server, bucket)
+    assert h.ctx.store.get(fourth).state == State.SUBMITTED
+    finish(h, server, fourth, challenger=0.6, baseline=0.42, champion=first)
+    assert h.ctx.store.get(fourth).promotion.promoted
+    assert h.ctx.champions.get("nightly-shop").previous_run_id == first
