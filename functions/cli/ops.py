@@ -66,6 +66,8 @@ def row(record: RunRecord, now: dt.datetime) -> dict[str, Any]:
     scaling = cfg.get("scaling", {})
     metrics = record.result.metrics if record.result else None
     state = record.state.value + (f" #{record.queue_position}" if record.state == State.QUEUED else "")
+    if record.promotion and record.promotion.promoted:
+        state += " (champion)"
     return {
         "run_id": record.run_id,
         "name": cfg.get("name", "-"),
@@ -247,7 +249,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
         if record is not None and record.state.terminal:
             for line in summary_lines(record):
                 print(line)
-            return 0 if record.state == State.SUCCEEDED else 1
+            return 0 if record.state in (State.SUCCEEDED, State.SKIPPED) else 1
         time.sleep(args.interval)
 
 
@@ -257,6 +259,14 @@ def summary_lines(record: RunRecord) -> list[str]:
         lines.append(f"  adapter          {record.result.adapter_path}")
         lines.append(f"  best checkpoint  {record.result.best_checkpoint}")
         lines.append(f"  metrics          {record.result.metrics.model_dump(exclude_none=True)}")
+        if record.result.evaluation:
+            e = record.result.evaluation
+            lines.append(f"  challenger       {e.challenger.model_dump(exclude_none=True)}")
+            lines.append(f"  {e.baseline_kind:<16} {e.baseline.model_dump(exclude_none=True)}")
+            lines.append(f"  report           {e.report_path}")
+    if record.promotion:
+        verdict = "promoted to champion" if record.promotion.promoted else "not promoted"
+        lines.append(f"  champion         {verdict}: {record.promotion.reason}")
     if record.gpu_node_seconds:
         lines.append(
             f"  GPU node-hours   {record.gpu_node_seconds / 3600:.2f}"

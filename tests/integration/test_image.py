@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 from functions.cli import image
@@ -54,13 +55,16 @@ def test_requirements_resolve_together(tmp_path):
     )
     assert out.returncode == 0, out.stderr[-3000:]
     resolved = {
-        item["metadata"]["name"].lower(): item["metadata"]["version"]
+        canonicalize_name(item["metadata"]["name"]): item["metadata"]["version"]
         for item in json.loads(report.read_text())["install"]
     }
     for pin in TRAINER_PIP:
         name, version = pin.split("==")
         # A local build of a pin (torch 2.13.0+cpu on this machine) is that pin.
-        assert Version(resolved[name.lower()]).public == version, (name, resolved.get(name.lower()))
+        assert Version(resolved[canonicalize_name(name)]).public == version, (
+            name,
+            resolved.get(canonicalize_name(name)),
+        )
 
 
 def test_raytune_image_builds_into_the_terraform_repository(capsys):

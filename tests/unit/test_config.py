@@ -7,7 +7,7 @@ import jsonschema
 import pytest
 
 from functions.cli import main as cli
-from functions.core.config import MAX_CONFIG_BYTES, ConfigError, RunConfig, json_schema, parse_config
+from functions.core.config import MAX_CONFIG_BYTES, ConfigError, RunConfig, config_format, json_schema, parse_config
 
 ROOT = Path(__file__).resolve().parents[2]
 SCHEMA_FILE = ROOT / "schemas" / "run-config.schema.json"
@@ -227,3 +227,8 @@ def test_label_keys_follow_kubernetes_rules(key, ok):
     else:
         with pytest.raises(ConfigError, match="at most"):
             parse_config({"labels": {key: "v"}})
+
+
+@pytest.mark.parametrize("example", sorted((ROOT / "examples").glob("*.*")), ids=lambda p: p.name)
+def test_every_example_is_a_valid_config(example):
+    parse_config(example.read_bytes(), config_format(example.name))
