@@ -136,3 +136,22 @@ resource "google_service_account_iam_member" "pubsub_agent_token_creator" {
   role               = "roles/iam.serviceAccountTokenCreator"
   member             = local.pubsub_agent
 }
+
+# Datasets staged in buckets of their own (gs:// dataset ids): the trainer reads the shards; the functions
+# list them (object generations), so a nightly with no new shard is skipped. Read only, both.
+locals {
+  dataset_readers = merge(
+    { for bucket in var.dataset_buckets : "functions/${bucket}" => { bucket = bucket, member = google_service_account.functions.member } },
+    {
+      for pair in setproduct(keys(local.trainer_principals), var.dataset_buckets) :
+      "${pair[0]}/${pair[1]}" => { bucket = pair[1], member = local.trainer_principals[pair[0]] }
+    },
+  )
+}
+
+resource "google_storage_bucket_iam_member" "dataset_readers" {
+  for_each = local.dataset_readers
+  bucket   = each.value.bucket
+  role     = "roles/storage.objectViewer"
+  member   = each.value.member
+}

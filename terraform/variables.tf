@@ -102,3 +102,9 @@ variable "create_nat" {
   type        = bool
   default     = true
 }
+
+variable "dataset_buckets" {
+  description = "Buckets holding datasets (parquet shards) that run configs name as gs:// dataset ids: the trainer reads them, the functions list them for the nightly's fingerprint."
+  type        = list(string)
+  default     = []
+}

@@ -22,12 +22,15 @@ Versions = list[tuple[str, str]]
 
 
 def versions(spec: DatasetSpec, token: str | None = None) -> tuple[Versions | None, str | None]:
-    """(object, version) pairs, or None and why the dataset has no version visible from here. GCS errors
-    raise (a transient one is retried by the event's redelivery); the Hub being unreachable is reported."""
+    """(object, version) pairs, or None and why the dataset has no version visible from here (then the
+    night trains). A transient GCS error raises: the event's redelivery tries again."""
     if spec.id.startswith("tiny://"):
         return [(spec.id, "built-in")], None  # generated from the config alone
     if spec.id.startswith("gs://"):
-        return _gcs(spec.id), None
+        try:
+            return _gcs(spec.id), None
+        except (errors.PermanentError, errors.NotFound) as err:  # e.g. 403: the function may not list it
+            return None, f"cannot list {spec.id}: {errors.describe(err)}"
     if spec.id.startswith("/"):
         return _local(Path(spec.id))
     return _hub(spec.id, token)

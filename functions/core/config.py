@@ -202,7 +202,8 @@ class TrainingSpec(Strict):
     save_steps: Annotated[int, Field(ge=1, le=10_000_000)] | None = None
     seed: Annotated[int, Field(ge=0, le=2**31 - 1)] = 42
     # Warm start: "champion" (the adapter now in use for this config name; a fresh adapter when there is
-    # none) or an adapter folder (gs:// or a path). None: a fresh LoRA adapter.
+    # none) or an adapter folder (gs:// or a path). None: a fresh LoRA adapter. A loaded adapter keeps its own
+    # rank and target modules: the lora section shapes fresh adapters only.
     init_adapter: Literal["champion"] | Annotated[str, StringConstraints(pattern=STORAGE, max_length=256)] | None = None
 
     def loader_workers(self, use_gpu: bool) -> int:

@@ -91,3 +91,8 @@ def test_trainer_reads_new_shards_of_a_gcs_prefix(bucket, tmp_path, monkeypatch)
     upload(bucket, "shards/part-1.parquet", shard.read_bytes())
     assert len(data.load(spec)) == 16, "the new shard is read, not the first night's cached copy"
     assert len(list((tmp_path / "ssd" / "raytune-data").glob("*/*"))) == 1, "older copies are dropped"
+
+
+def test_a_bucket_the_controller_cannot_list_trains_and_says_why(gcs_emulator):
+    found, why = datasets.versions(DatasetSpec(id="gs://raytune-no-such-bucket-4711/products"))
+    assert found is None and why.startswith("cannot list gs://raytune-no-such-bucket-4711/products")

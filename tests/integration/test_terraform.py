@@ -240,3 +240,11 @@ def test_trainer_image_repository_and_the_nightly_key(tf):
     assert nightly["attributes"] == {"raytune-nightly-key": "${random_password.nightly_key.result}"}
     env = tf["locals"]["function_env"]
     assert env["RAYTUNE_NIGHTLY_KEY"] == "${random_password.nightly_key.result}"
+
+
+def test_dataset_buckets_are_readable_by_the_trainer_and_listable_by_the_functions(tf):
+    readers = tf["locals"]["dataset_readers"]
+    assert "var.dataset_buckets" in readers and "google_service_account.functions.member" in readers
+    assert "setproduct(keys(local.trainer_principals), var.dataset_buckets)" in readers
+    grant = resources(tf, "google_storage_bucket_iam_member")["dataset_readers"]
+    assert grant["for_each"] == "${local.dataset_readers}" and grant["role"] == "roles/storage.objectViewer"
