@@ -201,14 +201,20 @@ def _fingerprinted(record: RunRecord, facts: Facts) -> Step:
     of its config name end it SKIPPED, before it asks for nodes."""
     if facts.inputs is None:
         return Step(Action.FINGERPRINT)
-    if facts.inputs.unchanged_since:
+    inputs = facts.inputs
+    if inputs.unchanged_since:
+        what = (
+            f"{inputs.unchanged_since} is still training the same inputs"
+            if inputs.in_flight
+            else f"nothing new since {inputs.unchanged_since}"
+        )
         return move(
             State.SKIPPED,
-            f"nothing new since {facts.inputs.unchanged_since}: the same config, trainer code and dataset "
-            f"({facts.inputs.dataset_objects} data objects, fingerprint {(facts.inputs.fingerprint or '')[:12]})",
-            inputs=facts.inputs,
+            f"{what}: the same config, trainer code and dataset "
+            f"({inputs.dataset_objects} data objects, fingerprint {(inputs.fingerprint or '')[:12]})",
+            inputs=inputs,
         )
-    return move(record.state, inputs=facts.inputs)
+    return move(record.state, inputs=inputs)
 
 
 def _submitted(record: RunRecord, facts: Facts) -> Step:

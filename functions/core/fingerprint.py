@@ -8,6 +8,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
+from collections.abc import Sequence
 from typing import Any
 
 from pydantic import BaseModel, Field
@@ -22,7 +23,8 @@ class Inputs(BaseModel):
     dataset_sha256: str | None
     dataset_objects: int  # data files (shards) the dataset had when looked at
     unversioned: str | None = None  # why the dataset has no version the controller can see
-    unchanged_since: str | None = None  # the last successful nightly with this fingerprint
+    unchanged_since: str | None = None  # the last successful nightly with this fingerprint, or a live one
+    in_flight: bool = False  # unchanged_since is still training these inputs
 
 
 class LastTrained(BaseModel):
@@ -45,14 +47,18 @@ def inputs(
     dataset: list[tuple[str, str]] | None,
     unversioned: str | None = None,
     last: LastTrained | None = None,
+    live: Sequence[tuple[str, str | None]] = (),
 ) -> Inputs:
-    """The run's inputs; `dataset` is (object, version) pairs, None when they cannot be listed."""
+    """The run's inputs; `dataset` is (object, version) pairs, None when they cannot be listed. `live` are
+    the (run id, fingerprint) of this config name's nightlies still under way: one of them training the
+    same inputs makes this one unchanged too (two nights of one slow run must not train it twice)."""
     config_sha = _sha256(config)
     dataset_sha = None if dataset is None else _sha256(sorted(dataset))
     fingerprint = None if dataset_sha is None else _sha256([config_sha, code_sha256, dataset_sha])
     unchanged = (
         last.run_id if last is not None and fingerprint is not None and last.fingerprint == fingerprint else None
     )
+    training = next((run_id for run_id, other in live if fingerprint is not None and other == fingerprint), None)
     return Inputs(
         fingerprint=fingerprint,
         config_sha256=config_sha,
@@ -60,7 +66,8 @@ def inputs(
         dataset_sha256=dataset_sha,
         dataset_objects=len(dataset or []),
         unversioned=unversioned if dataset is None else None,
-        unchanged_since=unchanged,
+        unchanged_since=unchanged or training,
+        in_flight=unchanged is None and training is not None,
     )
 
 

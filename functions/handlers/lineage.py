@@ -24,8 +24,17 @@ def inputs(ctx: Context, record: RunRecord, cfg: RunConfig) -> Inputs:
     """The nightly's fingerprinted inputs, compared with its config name's last successful nightly."""
     assert record.config is not None
     versions, unversioned = datasets.versions(cfg.dataset, ctx.settings.hf_token)
+    live = [
+        (other.run_id, other.inputs.fingerprint)
+        for other in ctx.store.active()
+        if other.run_id != record.run_id
+        and other.nightly
+        and not other.state.terminal
+        and other.inputs is not None
+        and (other.config or {}).get("name") == cfg.name
+    ]
     return fingerprint.inputs(
-        record.config, ctx.platform.code_sha256(), versions, unversioned, ctx.nightlies.get(cfg.name)
+        record.config, ctx.platform.code_sha256(), versions, unversioned, ctx.nightlies.get(cfg.name), live
     )
 
 

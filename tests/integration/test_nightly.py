@@ -101,3 +101,16 @@ def test_nightly_trains_on_change_and_the_champion_moves_only_forward(controller
     finish(h, server, fourth, challenger=0.6, baseline=0.42, champion=first)
     assert h.ctx.store.get(fourth).promotion.promoted
     assert h.ctx.champions.get("nightly-shop").previous_run_id == first
+
+
+def test_a_night_whose_inputs_are_still_training_is_skipped(controller, functions_server, bucket):
+    h, server = controller, functions_server
+    upload(bucket, "datasets/products/part-0.parquet", b"PAR1 shard 0")
+    upload(bucket, "library/nightly.json", nightly_config(bucket))
+    first = night(h, server, bucket)
+    h.kube.set_status("rayjobs", first, {"jobStatus": "RUNNING", "jobDeploymentStatus": "Running"})
+    h.clock.advance(DAY)  # a long run: still training when the next night fires
+    second = night(h, server, bucket)
+    record = h.ctx.store.get(second)
+    assert record.state == State.SKIPPED and f"{first} is still training the same inputs" in record.reason
+    assert h.kube.names("rayjobs") == [first]

@@ -108,6 +108,14 @@ NIGHTLY = [
         "nothing new since nightly-20261201",
     ),
     (
+        "nightly while last night's still trains the same inputs: skipped",
+        record(S.RECEIVED, kind="nightly"),
+        dict(handler="launch", created=True, inputs=SAME.model_copy(update={"in_flight": True})),
+        A.MOVE,
+        S.SKIPPED,
+        "nightly-20261201 is still training the same inputs",
+    ),
+    (
         "nightly with new inputs: keep them",
         record(S.RECEIVED, kind="nightly"),
         dict(handler="launch", created=True, inputs=CHANGED),

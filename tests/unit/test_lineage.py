@@ -107,3 +107,16 @@ def test_judge(case, run_result, spec, current, promoted, reason):
     assert verdict.promoted is promoted, (case, verdict)
     assert reason in verdict.reason, (case, verdict.reason)
     assert verdict.champion_run_id == ("run-2" if promoted else (current.run_id if current else None)), case
+
+
+def test_a_nightly_still_training_the_same_inputs_makes_the_next_night_unchanged():
+    first = fingerprint.inputs(CONFIG, "code", SHARDS)
+    again = fingerprint.inputs(CONFIG, "code", SHARDS, live=[("nightly-20261202", first.fingerprint)])
+    assert again.unchanged_since == "nightly-20261202" and again.in_flight
+    other = fingerprint.inputs(
+        CONFIG,
+        "code",
+        [*SHARDS, ("gs://b/products/part-2.parquet", "3")],
+        live=[("nightly-20261202", first.fingerprint)],
+    )
+    assert other.unchanged_since is None and not other.in_flight
