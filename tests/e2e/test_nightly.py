@@ -6,19 +6,17 @@ with every image decoded in any case."""
 
 from __future__ import annotations
 
-import base64
-import io
 import json
 import os
 import shutil
 import subprocess
 import sys
-from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
 from PIL import Image
 
+from tests.reports import ReportPage
 from trainer import tiny
 
 RAYTUNE = str(Path(sys.executable).parent / "raytune")
@@ -38,34 +36,10 @@ def night(workdir: Path, config: Path, date: str, home: Path) -> tuple[dict, str
     return json.loads(proc.stdout), proc.stderr
 
 
-class Report(HTMLParser):
-    def __init__(self):
-        super().__init__()
-        self.images: list[str] = []
-        self.sections: list[str] = []
-        self.cells: list[str] = []
-
-    def handle_starttag(self, tag, attrs):
-        attributes = dict(attrs)
-        if tag == "img":
-            self.images.append(attributes.get("src") or "")
-        if tag in ("section", "table") and attributes.get("id"):
-            self.sections.append(attributes["id"] or "")
-
-    def handle_data(self, data):
-        self.cells.append(data)
-
-
 def check_report(path: Path, samples: int, tmp_path: Path) -> None:
-    page = Report()
-    page.feed(path.read_text())
-    assert {"summary", "metrics", "samples"} <= set(page.sections)
-    assert len(page.images) == samples
-    for src in page.images:
-        kind, _, payload = src.partition(",")
-        assert kind == "data:image/jpeg;base64", "images are embedded, nothing is fetched"
-        with Image.open(io.BytesIO(base64.b64decode(payload))) as image:
-            image.load()  # decodes
+    page = ReportPage(path.read_text())
+    assert {"summary", "metrics", "samples"} <= set(page.ids)
+    assert len(page.images) == samples  # each decoded
     browser = shutil.which("chromium") or shutil.which("chromium-browser")
     if browser:  # as a person opens it
         shot = tmp_path / "report.png"

@@ -4,14 +4,10 @@ loaded back as a plain model, the stable held-out split."""
 
 from __future__ import annotations
 
-import base64
-import io
-from html.parser import HTMLParser
-
 import pytest
-from PIL import Image
 
 from functions.core.config import DatasetSpec, RunConfig
+from tests.reports import ReportPage
 from trainer import data, export, model, report, tiny
 from trainer.collator import VisionSFTCollator
 from trainer.evaluate import evaluate
@@ -27,24 +23,6 @@ CONFIG = RunConfig.model_validate(
         "export": {"merged": True},
     }
 )
-
-
-class Page(HTMLParser):
-    def __init__(self):
-        super().__init__()
-        self.images: list[str] = []
-        self.ids: list[str] = []
-        self.text: list[str] = []
-
-    def handle_starttag(self, tag, attrs):
-        attributes = dict(attrs)
-        if tag == "img":
-            self.images.append(attributes["src"] or "")
-        if "id" in attributes:
-            self.ids.append(attributes["id"] or "")
-
-    def handle_data(self, text):
-        self.text.append(text)
 
 
 @pytest.fixture(scope="module")
@@ -76,15 +54,9 @@ def test_challenger_against_the_base_model_then_a_champion_and_the_report(tuned,
     assert against.baseline_kind == "champion" and against.champion_run_id == "run-1"
     assert list(peft.peft_config) == ["default"], "the champion's adapter is unloaded after the evaluation"
 
-    page = Page()
-    page.feed(report.render("run-2", CONFIG, evaluation, samples))
+    page = ReportPage(report.render("run-2", CONFIG, evaluation, samples))
     assert {"summary", "metrics", "samples"} <= set(page.ids)
-    assert len(page.images) == 3
-    for src in page.images:
-        assert src.startswith("data:image/jpeg;base64,")
-        image = Image.open(io.BytesIO(base64.b64decode(src.split(",", 1)[1])))
-        image.load()
-        assert max(image.size) <= report.THUMBNAIL_PX
+    assert len(page.images) == 3 and all(max(image.size) <= report.THUMBNAIL_PX for image in page.images)
     text = " ".join(page.text)
     assert samples[0].product in text and samples[0].reference in text and "rougeL (decides)" in text
 
