@@ -215,7 +215,8 @@ class LocalRun:
         self.say(
             f"launch: run {record.run_id} is {record.state.value}" + (f" ({record.reason})" if record.reason else "")
         )
-        self.say(f"worker group: {len(self.platform.nodes)} nodes")
+        if not record.state.terminal:
+            self.say(f"worker group: {len(self.platform.nodes)} nodes")
         return record
 
     def follow(self, launched: RunRecord) -> RunRecord:
