@@ -55,14 +55,9 @@ def main() -> None:
 def run(repeats: int, workdir: Path) -> None:
     import json
 
-    from functions.adapters import datasets
     from functions.adapters.gcs import Bucket, storage_client
     from functions.adapters.store import RunStore
-    from functions.core import fingerprint
-    from functions.core.config import DatasetSpec, parse_config
-    from functions.core.fingerprint import LastTrained
     from functions.core.policy import Policy
-    from functions.handlers import launch
     from functions.handlers.context import Context
     from functions.handlers.settings import Settings
     from functions.local.platform import LocalRay
@@ -75,6 +70,7 @@ def run(repeats: int, workdir: Path) -> None:
         for i in range(count):
             data.blob(f"shards-{count}/part-{i:05d}.parquet").upload_from_string(b"PAR1")
     events = Events()
+    platform = LocalRay(workdir, uuid.uuid4().hex)  # starts nothing: a skipped night never reaches it
     ctx = Context(
         settings=Settings(
             project="bench",
@@ -87,7 +83,7 @@ def run(repeats: int, workdir: Path) -> None:
             policy=Policy.unrestricted(),
         ),
         store=RunStore(Bucket("bench-runs")),
-        platform=LocalRay(workdir, uuid.uuid4().hex),  # starts nothing: a skipped night never reaches it
+        platform=platform,
         publisher=events,
     )
     configs, configs_raw = {}, {}
@@ -96,6 +92,21 @@ def run(repeats: int, workdir: Path) -> None:
         config = {"name": name, "dataset": {"id": f"gs://bench-data/shards-{count}"}}
         client.bucket("bench-runs").blob(f"library/{name}.json").upload_from_string(json.dumps(config))
         configs[count], configs_raw[count] = name, config
+    try:
+        measure(ctx, client, configs, configs_raw, repeats, events)
+    finally:
+        platform.shutdown()  # nothing to stop unless a night failed to skip
+
+
+def measure(ctx, client, configs, configs_raw, repeats, events) -> None:
+    import json
+
+    from functions.adapters import datasets
+    from functions.core import fingerprint
+    from functions.core.config import DatasetSpec, parse_config
+    from functions.core.fingerprint import LastTrained
+    from functions.handlers import launch
+
     listing: dict[int, list[float]] = {count: [] for count in SHARDS}
     handler: dict[int, list[float]] = {count: [] for count in SHARDS}
     day = NOW.date()

@@ -9,7 +9,8 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,6 +26,20 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def free_ports(count: int, taken: Collection[int] = ()) -> list[int]:
+    """`count` distinct ports free now, none in `taken`: held open together while chosen, since one after
+    the other the kernel may hand out the same just-closed port twice."""
+    with ExitStack() as stack:
+        chosen: list[int] = []
+        while len(chosen) < count:
+            sock = stack.enter_context(socket.socket())
+            sock.bind(("127.0.0.1", 0))
+            port = int(sock.getsockname()[1])
+            if port not in taken:
+                chosen.append(port)
+        return chosen
 
 
 def _bindable(port: int) -> bool:

@@ -129,23 +129,27 @@ class LocalRay:
         self.lock = threading.RLock()
         self._client: Any = None
 
-    def _ray_start(self, args: list[str], env: dict[str, str], port: int, name: str) -> emulators.Service:
-        """One `ray start --block` (a pod, on GKE), every port its own, ready once it says so in its log."""
+    def _ray_start(
+        self, args: list[str], env: dict[str, str], port: int, name: str, taken: tuple[int, ...] = ()
+    ) -> emulators.Service:
+        """One `ray start --block` (a pod, on GKE), every port its own (none of `taken`, the ports `args`
+        already name), ready once it says so in its log."""
         ray = str(Path(sys.executable).parent / "ray")
         log = self.logs / f"{name}.log"
         log.parent.mkdir(parents=True, exist_ok=True)
         log.unlink(missing_ok=True)
         low, high = emulators.free_port_range(WORKER_PORTS)
-        ports = [
-            f"--node-manager-port={emulators.free_port()}",
-            f"--object-manager-port={emulators.free_port()}",
-            f"--dashboard-agent-listen-port={emulators.free_port()}",
-            f"--dashboard-agent-grpc-port={emulators.free_port()}",
-            f"--runtime-env-agent-port={emulators.free_port()}",
-            f"--metrics-export-port={emulators.free_port()}",
-            f"--min-worker-port={low}",
-            f"--max-worker-port={high}",
-        ]
+        components = (
+            "node-manager",
+            "object-manager",
+            "dashboard-agent-listen",
+            "dashboard-agent-grpc",
+            "runtime-env-agent",
+            "metrics-export",
+        )
+        chosen = emulators.free_ports(len(components), taken=(port, *taken))
+        ports = [f"--{component}-port={number}" for component, number in zip(components, chosen, strict=True)]
+        ports += [f"--min-worker-port={low}", f"--max-worker-port={high}"]
         command = [ray, "start", "--block", "--disable-usage-stats", "--node-ip-address=127.0.0.1", *ports, *args]
         return emulators.start(
             command,
@@ -159,19 +163,20 @@ class LocalRay:
     def ensure_cluster(self, cfg: RunConfig) -> ClusterReadiness:
         with self.lock:
             if self.head is None:
-                port, self.dashboard_port = emulators.free_port(), emulators.free_port()
+                port, self.dashboard_port, client_port = emulators.free_ports(3)
                 self.head = self._ray_start(
                     [
                         "--head",
                         f"--port={port}",
                         "--num-cpus=0",
                         f"--dashboard-port={self.dashboard_port}",
-                        f"--ray-client-server-port={emulators.free_port()}",
+                        f"--ray-client-server-port={client_port}",
                         f"--temp-dir={self.ray_tmp}",
                     ],
                     {},
                     port,
                     "ray-head",
+                    taken=(self.dashboard_port, client_port),
                 )
                 emulators.wait_until(lambda: emulators.port_open(self.dashboard_port), "dashboard up", 120)
         return ClusterReadiness("ready")

@@ -61,3 +61,14 @@ def test_port_ranges_are_free_and_below_the_ephemeral_range():
     assert high - low == 49 and low >= emulators.RANGE_LOW and high < emulators.RANGE_HIGH
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", low))  # free indeed
+
+
+def test_the_ports_of_a_node_are_distinct_and_avoid_the_taken_ones():
+    """Chosen one by one, the kernel can hand out a just-closed port twice (seen on CI: Ray refused a
+    node whose node manager and runtime env agent got the same port)."""
+    from functions.local import emulators
+
+    for _ in range(20):
+        taken = tuple(emulators.free_ports(3))
+        ports = emulators.free_ports(6, taken=taken)
+        assert len(set(ports)) == 6 and not set(ports) & set(taken)
