@@ -1,5 +1,5 @@
-"""The run-record store: records in a bucket, written with generation preconditions (compare-and-swap),
-so concurrent and duplicate handlers never overwrite each other."""
+"""The run-record store and the controller's other state in its bucket, all written with generation
+preconditions (compare-and-swap), so concurrent and duplicate handlers never overwrite each other."""
 
 from __future__ import annotations
 
@@ -15,7 +15,6 @@ from functions.core.config import ClusterSpec
 from functions.core.errors import Conflict, Contended
 from functions.core.runs import RunRecord
 
-T = TypeVar("T")
 M = TypeVar("M", bound=BaseModel)
 
 
@@ -38,62 +37,75 @@ ORPHAN_AFTER = dt.timedelta(minutes=10)
 ALLOCATIONS = "clusters/"
 
 
-def compare_and_swap(
-    read: Callable[[], T | None], write: Callable[[T], T], change: Callable[[T], T | None], what: str, attempts: int = 8
-) -> T | None:
-    """Read-modify-write: `change` sees the latest value and returns the new one (None: no change);
-    `write` raises Conflict when someone wrote in between, and the change is made again on what they wrote."""
-    for _ in range(attempts):
-        current = read()
-        if current is None:
+class Stored(Generic[M]):
+    """JSON objects of one model in the bucket, each changed only by compare-and-swap on its generation:
+    run records, RayCluster allocations (functions/core/allocation.py), the champion of each config name
+    (functions/core/champion.py), the last successful nightly's inputs (functions/core/fingerprint.py)."""
+
+    def __init__(self, blobs: Blobs, model: type[M], path: Callable[[str], str], attempts: int = 8):
+        self.blobs, self.model, self.path, self.attempts = blobs, model, path, attempts
+
+    def get(self, key: str) -> M | None:
+        """The object with the generation it was read at; None when absent, ValueError when unreadable."""
+        found = self.blobs.read(self.path(key))
+        if found is None:
             return None
-        new = change(current)
-        if new is None:
-            return current
-        try:
-            return write(new)
-        except Conflict:
-            continue
-    raise Contended(f"{what}: still contended after {attempts} attempts")
+        stored = self.model.model_validate_json(found[0])
+        stored.generation = found[1]  # type: ignore[attr-defined]
+        return stored
+
+    def write(self, key: str, new: M, if_generation_match: int) -> M:
+        """Write `new` if the stored generation is still `if_generation_match` (0: absent), else Conflict."""
+        generation = self.blobs.write(self.path(key), new.model_dump_json(indent=2).encode(), if_generation_match)
+        return new.model_copy(update={"generation": generation})
+
+    def swap(self, key: str, change: Callable[[M | None], M | None], attempts: int | None = None) -> M | None:
+        """Read-modify-write: `change` sees the object as stored (None: absent) and returns its successor
+        (None: keep it); made again on what another writer wrote in between. Returns the object as stored."""
+        for _ in range(attempts or self.attempts):
+            current = self.get(key)
+            new = change(current)
+            if new is None:
+                return current
+            try:
+                return self.write(key, new, if_generation_match=_generation(current))
+            except Conflict:
+                continue
+        raise Contended(f"{self.path(key)}: still contended after {attempts or self.attempts} attempts")
+
+
+def _generation(stored: BaseModel | None) -> int:
+    return 0 if stored is None else int(getattr(stored, "generation", 0))
 
 
 class RunStore:
     def __init__(self, blobs: Blobs):
         self.blobs = blobs
+        self.records = Stored(blobs, RunRecord, lambda run_id: f"{RECORDS}{run_id}.json")
 
     def get(self, run_id: str) -> RunRecord | None:
-        found = self.blobs.read(f"{RECORDS}{run_id}.json")
-        if found is None:
-            return None
-        data, generation = found
-        record = RunRecord.model_validate_json(data)
-        record.generation = generation
-        return record
+        return self.records.get(run_id)
 
     def create(self, record: RunRecord) -> tuple[RunRecord, bool]:
         """Write a new record unless one exists; returns (the stored record, whether this call created it)."""
         try:
-            return self._write(record, if_generation_match=0), True
+            return self.records.write(record.run_id, record, if_generation_match=0), True
         except Conflict:
             existing = self.get(record.run_id)
             if existing is None:  # deleted in between: vanishingly rare, try once more
-                return self._write(record, if_generation_match=0), True
+                return self.records.write(record.run_id, record, if_generation_match=0), True
             return existing, False
 
     def put(self, record: RunRecord) -> RunRecord:
         """Replace the record if nobody wrote it since it was read, else raise Conflict."""
-        return self._write(record, if_generation_match=record.generation)
+        return self.records.write(record.run_id, record, if_generation_match=record.generation)
 
     def update(
         self, run_id: str, change: Callable[[RunRecord], RunRecord | None], attempts: int = 8
     ) -> RunRecord | None:
-        """Read-modify-write with CAS: `change` sees the latest record and returns the new one (None: no change)."""
-        return compare_and_swap(lambda: self.get(run_id), self.put, change, run_id, attempts)
-
-    def _write(self, record: RunRecord, if_generation_match: int) -> RunRecord:
-        data = record.model_dump_json(indent=2).encode()
-        generation = self.blobs.write(f"{RECORDS}{record.run_id}.json", data, if_generation_match)
-        return record.model_copy(update={"generation": generation})
+        """Read-modify-write with CAS: `change` sees the latest record and returns the new one (None: no change);
+        None when there is no record."""
+        return self.records.swap(run_id, lambda record: None if record is None else change(record), attempts)
 
     def mark_active(self, run_id: str) -> None:
         try:
@@ -166,75 +178,24 @@ class Allocations:
 
     def __init__(self, blobs: Blobs):
         self.blobs = blobs
-
-    def _read(self, path: str) -> Allocation | None:
-        found = self.blobs.read(path)
-        if found is None:
-            return None
-        alloc = Allocation.model_validate_json(found[0])
-        alloc.generation = found[1]
-        return alloc
+        self.stored = Stored(blobs, Allocation, lambda path: path)  # keyed by key_path(cluster)
 
     def get(self, cluster: ClusterSpec) -> Allocation | None:
-        return self._read(key_path(cluster))
-
-    def _write(self, alloc: Allocation) -> Allocation:
-        data = alloc.model_dump_json(indent=2).encode()
-        generation = self.blobs.write(key_path(alloc.cluster), data, if_generation_match=alloc.generation)
-        return alloc.model_copy(update={"generation": generation})
+        return self.stored.get(key_path(cluster))
 
     def update(self, cluster: ClusterSpec, change: Callable[[Allocation], Allocation | None]) -> Allocation:
         """CAS-change the RayCluster's allocation (an empty one when it has none yet); returns it as stored."""
-        updated = compare_and_swap(
-            lambda: self.get(cluster) or Allocation(cluster=cluster), self._write, change, key_path(cluster)
-        )
-        assert updated is not None
-        return updated
+        stored = self.stored.swap(key_path(cluster), lambda alloc: change(alloc or Allocation(cluster=cluster)))
+        return stored or Allocation(cluster=cluster)
 
     def all(self) -> builtins.list[Allocation]:
         """Every RayCluster the controller ever sized (unreadable objects are skipped: a person looks)."""
         found = []
         for path in self.blobs.list(ALLOCATIONS):
             try:
-                alloc = self._read(path)
+                alloc = self.stored.get(path)
             except ValueError:
                 continue
             if alloc is not None:
                 found.append(alloc)
         return found
-
-
-class Pointers(Generic[M]):
-    """Small named JSON objects changed only by compare-and-swap: the champion of each config name
-    (functions/core/champion.py), the last successful nightly's inputs (functions/core/fingerprint.py)."""
-
-    def __init__(self, blobs: Blobs, model: type[M], path: Callable[[str], str], attempts: int = 8):
-        self.blobs, self.model, self.path, self.attempts = blobs, model, path, attempts
-
-    def get(self, name: str) -> M | None:
-        found = self.blobs.read(self.path(name))
-        if found is None:
-            return None
-        pointer = self.model.model_validate_json(found[0])
-        pointer.generation = found[1]  # type: ignore[attr-defined]
-        return pointer
-
-    def swap(self, name: str, change: Callable[[M | None], M | None]) -> M | None:
-        """`change` sees the pointer as stored (None: none yet) and returns its successor (None: keep it);
-        made again on the newer pointer when another writer got in between. Returns the pointer as stored."""
-        for _ in range(self.attempts):
-            current = self.get(name)
-            new = change(current)
-            if new is None:
-                return current
-            data = new.model_dump_json(indent=2).encode()
-            try:
-                generation = self.blobs.write(self.path(name), data, if_generation_match=_generation(current))
-            except Conflict:
-                continue
-            return new.model_copy(update={"generation": generation})
-        raise Contended(f"{self.path(name)}: still contended after {self.attempts} attempts")
-
-
-def _generation(pointer: BaseModel | None) -> int:
-    return 0 if pointer is None else int(getattr(pointer, "generation", 0))

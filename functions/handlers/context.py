@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from functions.adapters import gcs
-from functions.adapters.store import Allocations, Pointers, RunStore
+from functions.adapters.store import Allocations, RunStore, Stored
 from functions.core import champion, fingerprint
 from functions.core.platform import Platform
 from functions.core.secrets import add_secret
@@ -38,13 +38,13 @@ class Context:
     sleep: Callable[[float], None] = field(default=time.sleep)
     # Beside the run records, in the same bucket:
     allocations: Allocations = field(init=False)
-    champions: Pointers[champion.Champion] = field(init=False)
-    nightlies: Pointers[fingerprint.LastTrained] = field(init=False)
+    champions: Stored[champion.Champion] = field(init=False)
+    nightlies: Stored[fingerprint.LastTrained] = field(init=False)
 
     def __post_init__(self) -> None:
         self.allocations = Allocations(self.store.blobs)
-        self.champions = Pointers(self.store.blobs, champion.Champion, champion.path)
-        self.nightlies = Pointers(self.store.blobs, fingerprint.LastTrained, fingerprint.pointer_path)
+        self.champions = Stored(self.store.blobs, champion.Champion, champion.path)
+        self.nightlies = Stored(self.store.blobs, fingerprint.LastTrained, fingerprint.pointer_path)
 
 
 _lock = threading.Lock()
