@@ -9,14 +9,16 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from functions.adapters.google_api import translate
 from functions.adapters.retry import with_retries
 from functions.core import errors
 
 TIMEOUT_S = (5.0, 30.0)  # connect, read: every call has both
+T = TypeVar("T")
 
 
 POOL_SIZE = 32  # connections kept per host: the watcher reads records from many threads at once
@@ -124,25 +126,20 @@ class Bucket:
 
         self._retried(call, f"delete {path} in")
 
-    def listing(self, prefix: str) -> list[tuple[str, dt.datetime]]:
-        """Names and creation times under `prefix` (one list call)."""
+    def _list(self, prefix: str, fields: Callable[[Any], T]) -> list[T]:
+        """`fields` of every object under `prefix` (one list call)."""
         return self._retried(
-            lambda: [
-                (b.name, b.time_created)
-                for b in storage_client().list_blobs(self.name, prefix=prefix, timeout=TIMEOUT_S)
-            ],
+            lambda: [fields(b) for b in storage_client().list_blobs(self.name, prefix=prefix, timeout=TIMEOUT_S)],
             f"list {prefix} in",
         )
 
+    def listing(self, prefix: str) -> list[tuple[str, dt.datetime]]:
+        """Names and creation times under `prefix`."""
+        return self._list(prefix, lambda b: (b.name, b.time_created))
+
     def versions(self, prefix: str) -> list[tuple[str, int]]:
         """Names and generations under `prefix` (what a dataset fingerprint is made of)."""
-        return self._retried(
-            lambda: [
-                (b.name, int(b.generation))
-                for b in storage_client().list_blobs(self.name, prefix=prefix, timeout=TIMEOUT_S)
-            ],
-            f"list {prefix} in",
-        )
+        return self._list(prefix, lambda b: (b.name, int(b.generation)))
 
     def list(self, prefix: str) -> list[str]:
         return [name for name, _ in self.listing(prefix)]

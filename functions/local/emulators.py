@@ -23,9 +23,7 @@ RANGE_LOW, RANGE_HIGH = 11000, 32000
 
 
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    return free_ports(1)[0]
 
 
 def free_ports(count: int, taken: Collection[int] = ()) -> list[int]:
