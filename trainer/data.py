@@ -9,7 +9,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from functions.core.config import DatasetSpec, PromptSpec
+from functions.core.config import DATA_FILE_SUFFIX, DatasetSpec, PromptSpec
 from trainer import storage
 
 LOCAL_CACHE = Path(os.environ.get("RAYTUNE_DATA_CACHE", "/mnt/local-ssd/raytune-data"))
@@ -20,16 +20,16 @@ def _parquet_files(location: str) -> list[str]:
     a lock), so a shard added to the prefix, or rewritten, is fetched by the next run."""
     if not location.startswith("gs://"):
         path = Path(location)
-        return sorted(str(p) for p in path.rglob("*.parquet")) if path.is_dir() else [str(path)]
+        return sorted(str(p) for p in path.rglob(f"*{DATA_FILE_SUFFIX}")) if path.is_dir() else [str(path)]
     import pyarrow.fs as pafs
     from filelock import FileLock
 
     fs, path = storage.filesystem(location.rstrip("/"))
     info = fs.get_file_info(path)
     listed = [info] if info.type == pafs.FileType.File else fs.get_file_info(pafs.FileSelector(path, recursive=True))
-    shards = sorted((f.path, f.size, f.mtime_ns) for f in listed if f.path.endswith(".parquet"))
+    shards = sorted((f.path, f.size, f.mtime_ns) for f in listed if f.path.endswith(DATA_FILE_SUFFIX))
     if not shards:
-        raise ValueError(f"no .parquet files at {location}")
+        raise ValueError(f"no {DATA_FILE_SUFFIX} files at {location}")
     cache_root = LOCAL_CACHE if LOCAL_CACHE.parent.exists() else Path(tempfile.gettempdir()) / "raytune-data"
     home = cache_root / hashlib.sha256(location.encode()).hexdigest()[:16]
     target = home / hashlib.sha256(repr(shards).encode()).hexdigest()[:16]
@@ -44,7 +44,7 @@ def _parquet_files(location: str) -> list[str]:
                 (target / name).parent.mkdir(parents=True, exist_ok=True)
                 pafs.copy_files(shard, str(target / name), source_filesystem=fs)
             (target / ".complete").touch()
-    return sorted(str(p) for p in target.rglob("*.parquet"))
+    return sorted(str(p) for p in target.rglob(f"*{DATA_FILE_SUFFIX}"))
 
 
 def load(spec: DatasetSpec, seed: int = 0):

@@ -12,11 +12,10 @@ from urllib.parse import quote
 from functions.adapters.gcs import Bucket, split_uri
 from functions.adapters.retry import with_retries
 from functions.core import errors
-from functions.core.config import DatasetSpec
+from functions.core.config import DATA_FILE_SUFFIX, DatasetSpec
 
 HUB = "https://huggingface.co"
 TIMEOUT_S = 10
-DATA_SUFFIX = ".parquet"  # the files trainer/data.py reads from a folder or prefix
 
 Versions = list[tuple[str, str]]
 
@@ -38,16 +37,16 @@ def versions(spec: DatasetSpec, token: str | None = None) -> tuple[Versions | No
 
 def _gcs(location: str) -> Versions:
     bucket, name = split_uri(location.rstrip("/"))
-    if name.endswith(DATA_SUFFIX):
+    if name.endswith(DATA_FILE_SUFFIX):
         return [(f"gs://{bucket}/{n}", str(g)) for n, g in Bucket(bucket).versions(name) if n == name]
     prefix = f"{name}/" if name else ""
-    return [(f"gs://{bucket}/{n}", str(g)) for n, g in Bucket(bucket).versions(prefix) if n.endswith(DATA_SUFFIX)]
+    return [(f"gs://{bucket}/{n}", str(g)) for n, g in Bucket(bucket).versions(prefix) if n.endswith(DATA_FILE_SUFFIX)]
 
 
 def _local(path: Path) -> tuple[Versions | None, str | None]:
     if not path.exists():
         return None, f"{path} is not visible to the controller (a path inside the trainer's image)"
-    files = sorted(path.rglob(f"*{DATA_SUFFIX}")) if path.is_dir() else [path]
+    files = sorted(path.rglob(f"*{DATA_FILE_SUFFIX}")) if path.is_dir() else [path]
     return [(str(f), f"{f.stat().st_size}:{f.stat().st_mtime_ns}") for f in files], None
 
 

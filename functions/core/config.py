@@ -96,6 +96,9 @@ class Strict(BaseModel):
 TINY_MODEL = "tiny://gemma3"  # built offline by trainer/tiny.py
 TINY_DATASET = "tiny://products"
 LOCAL_FILE_SUFFIXES = (".parquet", ".json", ".jsonl", ".csv", ".arrow")
+# What a dataset folder or gs:// prefix is made of: the files the trainer reads (trainer/data.py), and the
+# ones whose versions make a nightly's fingerprint (functions/adapters/datasets.py).
+DATA_FILE_SUFFIX = ".parquet"
 
 
 def _source_hint(value: Any, kind: str, tiny: str) -> Any:
