@@ -265,8 +265,7 @@ def summary_lines(record: RunRecord) -> list[str]:
             lines.append(f"  {e.baseline_kind:<16} {e.baseline.model_dump(exclude_none=True)}")
             lines.append(f"  report           {e.report_path}")
     if record.promotion:
-        verdict = "promoted to champion" if record.promotion.promoted else "not promoted"
-        lines.append(f"  champion         {verdict}: {record.promotion.reason}")
+        lines.append(f"  champion         {record.promotion.describe()}")
     if record.gpu_node_seconds:
         lines.append(
             f"  GPU node-hours   {record.gpu_node_seconds / 3600:.2f}"

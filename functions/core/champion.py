@@ -37,6 +37,9 @@ class Promotion(BaseModel):
     baseline: float | None = None
     champion_run_id: str | None = None  # the champion after this decision
 
+    def describe(self) -> str:
+        return f"{'promoted to champion' if self.promoted else 'not promoted'}: {self.reason}"
+
 
 def path(name: str) -> str:
     return f"{CHAMPIONS_PREFIX}{name}.json"

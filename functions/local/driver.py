@@ -26,6 +26,7 @@ from typing import Any, TextIO
 
 from functions.adapters.store import RunStore
 from functions.core import joblog
+from functions.core.champion import Promotion
 from functions.core.config import config_format, parse_config
 from functions.core.decide import Facts
 from functions.core.policy import Policy
@@ -79,7 +80,7 @@ class ConsolePublisher:
     def publish(self, topic: str, message: dict[str, Any], **attributes: str) -> str:
         self.say(f"event -> {topic}: {message['state']} {message.get('reason') or ''}".rstrip())
         if promotion := message.get("promotion"):
-            self.say(f"  champion: {'promoted' if promotion['promoted'] else 'not promoted'} ({promotion['reason']})")
+            self.say(f"  champion: {Promotion.model_validate(promotion).describe()}")
         return "local"
 
 
@@ -165,8 +166,7 @@ def summary(record: RunRecord, wall_s: float, record_path: Path) -> list[str]:
                 f"{metrics.global_step} steps in {metrics.train_runtime_seconds or 0:.1f}s of training"
             )
     if record.promotion is not None:
-        verdict = "promoted to champion" if record.promotion.promoted else "not promoted"
-        lines.append(f"  champion         {verdict}: {record.promotion.reason}")
+        lines.append(f"  champion         {record.promotion.describe()}")
     lines.append(f"  record           {record_path}")
     return lines
 
