@@ -29,19 +29,22 @@ from functions.core import joblog
 from functions.core.champion import Promotion
 from functions.core.config import config_format, parse_config
 from functions.core.decide import Facts
+from functions.core.errors import describe, is_transient
 from functions.core.policy import Policy
 from functions.core.result import Progress
 from functions.core.runs import RunRecord, State
 from functions.handlers import launch, steps, watch
 from functions.handlers.context import Context
 from functions.handlers.settings import Settings
-from functions.local import emulators
+from functions.local import emulators, session
 from functions.local.cloudevents import message_published, object_finalized
 from functions.local.platform import LocalRay, check_fits, machine_gpus
 
+log = logging.getLogger(__name__)
 BUCKET = "raytune-local"
 EVENTS_TOPIC = "local/run-events"
 TICK_S = 1.0
+STALLED_S = 600.0  # of ticks failing on transient errors only, before the run is given up
 QUICKSTART = Path(__file__).with_name("quickstart.json")
 DEFAULT_WORKDIR = Path(".raytune/local")
 NIGHTLY_AT = dt.time(2, 0)  # when the simulated scheduler fires (UTC)
@@ -220,9 +223,19 @@ class LocalRun:
         return record
 
     def follow(self, launched: RunRecord) -> RunRecord:
+        """Tick until the run is settled. A tick that meets a transient error (a busy dashboard, a slow
+        bucket) is tried again, as Pub/Sub would redeliver; STALLED_S of nothing but such errors ends it."""
         run_id, state = launched.run_id, launched.state
+        failing_since: float | None = None
         while True:
-            watch.handle(message_published({"kind": "tick"}, uuid.uuid4().hex), self.ctx)
+            try:
+                watch.handle(message_published({"kind": "tick"}, uuid.uuid4().hex), self.ctx)
+                failing_since = None
+            except Exception as exc:
+                failing_since = failing_since or time.monotonic()
+                if not is_transient(exc) or time.monotonic() - failing_since > STALLED_S:
+                    raise
+                log.warning("tick failed, tried again: %s", describe(exc))
             record = self.ctx.store.get(run_id)
             assert record is not None
             self.show_progress(run_id)
@@ -288,7 +301,11 @@ def _run(config: Path, workdir: Path, as_json: bool, night: dt.date | None) -> i
     platform: LocalRay | None = None
     local: LocalRun | None = None
     record: RunRecord | None = None
+    failure: Exception | None = None
     try:
+        if orphans := session.stop(workdir):
+            say(f"stopped {len(orphans)} processes an earlier raytune local of this workdir left")
+        platform = LocalRay(workdir, tag)  # starts nothing yet; records the session's tag first
         gcs = emulators.fake_gcs(workdir / "logs" / "fake-gcs.log", data_dir=workdir / "gcs", env={emulators.TAG: tag})
         os.environ["STORAGE_EMULATOR_HOST"] = gcs.url
         from functions.adapters.gcs import Bucket, storage_client
@@ -298,7 +315,6 @@ def _run(config: Path, workdir: Path, as_json: bool, night: dt.date | None) -> i
             client.create_bucket(BUCKET)
         checkpoints = workdir / "checkpoints"
         say(f"workdir {workdir}: bucket gs://{BUCKET} on fake-gcs-server, checkpoints in {checkpoints}")
-        platform = LocalRay(workdir, tag)
         settings = Settings(
             project="local",
             bucket=BUCKET,
@@ -317,39 +333,49 @@ def _run(config: Path, workdir: Path, as_json: bool, night: dt.date | None) -> i
         local.settle_earlier_runs()
         record = local.launch(config, night)
         record = local.follow(record)
-        platform.save_job_log(record.run_id)
-    except Interrupted as interrupt:
+    except (Interrupted, Exception) as exc:
         stopping()
-        say(f"interrupted ({interrupt}): cancelling the run and stopping what it started")
-        if local is not None:
-            run_id = record.run_id if record else _newest_run(local)
-            if run_id:
-                record = local.cancel(run_id, f"interrupted ({interrupt})") or record
-        code = 128 + interrupt.signum
+        if isinstance(exc, Interrupted):
+            why, code = f"interrupted ({exc})", 128 + exc.signum
+        else:
+            failure, why, code = exc, f"raytune local failed: {describe(exc)}", 1
+            log.error("%s", why, exc_info=exc)
+        say(f"{why}: cancelling the run and stopping what it started")
+        run_id = record.run_id if record else _newest_run(local) if local else None
+        if local is not None and run_id:
+            try:
+                record = local.cancel(run_id, why) or record
+            except Exception as again:  # the platform that failed may fail again: the record says why
+                log.error("cancelling %s: %s", run_id, describe(again))
     else:
         code = 0 if record.state in (State.SUCCEEDED, State.SKIPPED) else 1
     finally:
         stopping()
         if platform is not None:
+            if record is not None:
+                platform.save_job_log(record.run_id)
             platform.shutdown()
         if gcs is not None:
             gcs.stop()
-        leftovers = emulators.kill_tagged(tag)
+        leftovers = session.stop(workdir)
         if leftovers:  # Ray processes that left their node's process group: expected, logged, not shown
-            logging.getLogger(__name__).info("stopped %d leftover processes of this run: %s", len(leftovers), leftovers)
+            log.info("stopped %d leftover processes of this run: %s", len(leftovers), leftovers)
         for sig, handler in handlers.items():
             signal.signal(sig, handler)
     if late and code < 128:
         code = 128 + late[0]
-    if record is not None:
-        path = workdir / "records" / f"{record.run_id}.json"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(record.model_dump_json(indent=2))
-        if as_json:
-            print(record.model_dump_json(indent=2))
-        else:
-            for line in summary(record, time.monotonic() - started, path):
-                say(line)
+    if record is None:
+        if failure is not None:
+            raise failure  # nothing was launched: the CLI prints the error
+        return code
+    path = workdir / "records" / f"{record.run_id}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(record.model_dump_json(indent=2))
+    if as_json:
+        print(record.model_dump_json(indent=2))
+    else:
+        for line in summary(record, time.monotonic() - started, path):
+            say(line)
     return code
 
 

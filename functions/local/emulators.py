@@ -10,7 +10,7 @@ import socket
 import subprocess
 import time
 from collections.abc import Callable, Collection
-from contextlib import ExitStack
+from contextlib import ExitStack, suppress
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -73,15 +73,38 @@ def tagged(tag: str, variable: str = TAG) -> list[int]:
     return found
 
 
-def kill_tagged(tag: str) -> list[int]:
-    """SIGKILL what is left of a run's processes (children that left their process group)."""
-    pids = tagged(tag)
-    for pid in pids:
+def holding(folder: Path) -> list[int]:
+    """Pids of live processes with a file open under `folder` (this user's). Finds what `tagged` cannot:
+    Ray's agents write their process title over their environment, the tag included."""
+    prefix = f"{folder}/"
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
         try:
-            os.kill(pid, signal.SIGKILL)
+            descriptors = list((entry / "fd").iterdir())
         except OSError:
-            pass
-    return pids
+            continue  # gone meanwhile, or not ours
+        for descriptor in descriptors:
+            with suppress(OSError):  # closed meanwhile
+                if os.readlink(descriptor).startswith(prefix):
+                    found.append(int(entry.name))
+                    break
+    return found
+
+
+def kill_all(find: Callable[[], Collection[int]], settle_s: float = 5.0) -> list[int]:
+    """SIGKILL every process `find` names, again until it names none not yet killed: a raylet or a job
+    supervisor killed in one pass may have forked a worker meanwhile."""
+    killed: list[int] = []
+    deadline = time.monotonic() + settle_s
+    while (pids := [pid for pid in find() if pid not in killed]) and time.monotonic() < deadline:
+        for pid in pids:
+            with suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        killed += pids
+        time.sleep(0.1)
+    return killed
 
 
 def port_open(port: int) -> bool:

@@ -9,23 +9,27 @@ every process carries a tag, so stopping the run stops exactly what it started.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import os
+import re
 import secrets
 import shutil
 import subprocess
 import sys
-import tempfile
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import requests
+
 from functions.core import joblog, manifests
 from functions.core.config import ClusterSpec, RunConfig
-from functions.core.errors import PermanentError
+from functions.core.errors import NotFound, PermanentError, TransientError, from_status
 from functions.core.platform import ClusterReadiness, Leftover, Workers
-from functions.local import emulators
+from functions.local import emulators, session
 from trainer.codehash import ROOT, code_files, code_sha256
 
 JOB_DEPLOYMENT = {
@@ -69,6 +73,22 @@ def check_fits(cfg: RunConfig, gpus: int) -> None:
         )
 
 
+@contextlib.contextmanager
+def jobs_api(what: str) -> Iterator[None]:
+    """The Ray Jobs client raises RuntimeError("Request failed with status code N: ...") for an HTTP error
+    and requests' exceptions for a dropped or refused connection. Translated into the controller's errors,
+    so a busy dashboard (a 5xx, a reset) is retried on the next tick instead of failing the run."""
+    try:
+        yield
+    except requests.RequestException as err:
+        raise TransientError(f"Ray Jobs API, {what}: {err}") from err
+    except RuntimeError as err:
+        status = re.search(r"status code (\d{3})", str(err))
+        if status is None:
+            raise
+        raise from_status(int(status.group(1)), f"Ray Jobs API, {what}: {err}") from err
+
+
 def auth_token(workdir: Path) -> Path:
     """The local cluster's Ray auth token, made once per workdir (mode 0600)."""
     path = workdir / "ray-auth-token"
@@ -86,16 +106,14 @@ class NodeShape:
     accelerator: str | None  # advertised, not enforced: a local GPU stands in for the config's type
 
 
-RAY_TMP_POINTER = "ray-tmp"
-
-
 def live_driver_log(workdir: Path, run_id: str) -> Path | None:
-    """A running local job's driver log in Ray's session folder (copied to logs/ when the run ends)."""
-    pointer = workdir / "logs" / RAY_TMP_POINTER
-    if not pointer.is_file():
+    """A local job's driver log in Ray's session folder, the file the Jobs API serves (copied to logs/ when
+    the run ends). Any Ray session of the workdir's cluster: an idle teardown and a new head start another."""
+    current = session.read(workdir)
+    if current is None:
         return None
-    path = Path(pointer.read_text().strip()) / "session_latest" / "logs" / f"job-driver-{run_id}.log"
-    return path if path.is_file() else None
+    found = Path(current.ray_tmp).glob(f"session_2*/logs/job-driver-{run_id}.log")
+    return max(found, key=lambda path: path.stat().st_mtime, default=None)
 
 
 class LocalRay:
@@ -106,11 +124,8 @@ class LocalRay:
         self.logs = workdir / "logs"
         self.tag = tag
         self.gpus = machine_gpus() if gpus is None else gpus
-        # Ray's socket paths are length-limited: keep its temp dir short.
-        self.ray_tmp = tempfile.mkdtemp(prefix="rt-", dir="/tmp")
-        # Where `raytune logs --local -f` finds a live job's driver log (Ray's session folder).
-        self.logs.mkdir(parents=True, exist_ok=True)
-        (self.logs / RAY_TMP_POINTER).write_text(self.ray_tmp)
+        self.ray_tmp = session.new_ray_tmp()
+        session.write(workdir, session.Session(tag, self.ray_tmp))
         self.env = {
             "RAY_AUTH_MODE": "token",
             "RAY_AUTH_TOKEN_PATH": str(auth_token(workdir)),
@@ -128,6 +143,7 @@ class LocalRay:
         self.stamp = 0  # the allocation version the worker group was last sized for
         self.lock = threading.RLock()
         self._client: Any = None
+        self._code_sha256: str | None = None
 
     def _ray_start(
         self, args: list[str], env: dict[str, str], port: int, name: str, taken: tuple[int, ...] = ()
@@ -234,26 +250,30 @@ class LocalRay:
             return True
 
     def code_sha256(self) -> str:
-        return code_sha256(code_files())
+        """Hashed once per run: the fingerprint and the submission name the same code even if a file is
+        edited meanwhile (the job checks the code it runs carries this hash)."""
+        if self._code_sha256 is None:
+            self._code_sha256 = code_sha256(code_files())
+        return self._code_sha256
 
     def submit(self, cfg: RunConfig, run_id: str, env: dict[str, str]) -> None:
         if self.job_status(cfg, run_id) is not None:
             return  # submitted before: the submission id is the run id
-        self.client.submit_job(
-            entrypoint=manifests.entrypoint(cfg, run_id, python=sys.executable),
-            submission_id=run_id,
-            runtime_env={"env_vars": {"PYTHONPATH": str(ROOT), "RAYTUNE_CODE_SHA256": self.code_sha256(), **env}},
-        )
+        with jobs_api(f"submit {run_id}"):
+            self.client.submit_job(
+                entrypoint=manifests.entrypoint(cfg, run_id, python=sys.executable),
+                submission_id=run_id,
+                runtime_env={"env_vars": {"PYTHONPATH": str(ROOT), "RAYTUNE_CODE_SHA256": self.code_sha256(), **env}},
+            )
 
     def job_status(self, cfg: RunConfig | None, run_id: str) -> dict[str, Any] | None:
         if self.head is None:
             return None  # no cluster, no job
         try:
-            info = self.client.get_job_info(run_id)
-        except RuntimeError as err:
-            if "does not exist" in str(err):
-                return None
-            raise
+            with jobs_api(f"status of {run_id}"):
+                info = self.client.get_job_info(run_id)
+        except NotFound:
+            return None
         status = str(info.status.value)
         return {
             "jobStatus": status,
@@ -264,7 +284,10 @@ class LocalRay:
         }
 
     def job_logs(self, run_id: str) -> str:
-        return str(self.client.get_job_logs(run_id)) if self.head is not None else ""
+        """The driver's log so far, read from the file rather than through the dashboard: no HTTP call to
+        fail or hang on a busy machine, and still there after the cluster's idle teardown."""
+        path = live_driver_log(self.workdir, run_id)
+        return path.read_text(errors="replace") if path else ""
 
     def save_job_log(self, run_id: str) -> Path | None:
         """The job driver's log, copied into the workdir (the cluster and its logs go with the run)."""
@@ -284,7 +307,8 @@ class LocalRay:
 
     def stop(self, spec: ClusterSpec | None, run_id: str) -> None:
         if self.head is not None:
-            self.client.stop_job(run_id)
+            with contextlib.suppress(NotFound), jobs_api(f"stop {run_id}"):  # never submitted: nothing to stop
+                self.client.stop_job(run_id)
 
     def waiting_reason(self, cfg: RunConfig, run_id: str) -> str | None:
         return None  # Ray's own job message says why locally; there are no pods

@@ -30,6 +30,19 @@ def marked_processes(mark: str) -> list[int]:
     return emulators.tagged(mark, variable="RAYTUNE_TEST_MARK")
 
 
+def processes_text(pids: list[int]) -> str:
+    """Leftover processes, for a failure message: pid, state and command line."""
+    lines = []
+    for pid in pids:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+            command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            lines.append(f"{pid} {state} {command[:200]}")
+        except OSError:
+            lines.append(f"{pid} gone")
+    return "\n".join(lines)
+
+
 def start(workdir: Path, *args: str, home: Path) -> tuple[subprocess.Popen, str]:
     mark = uuid.uuid4().hex
     env = {**os.environ, "HOME": str(home), "RAYTUNE_TEST_MARK": mark}
@@ -96,7 +109,7 @@ def test_two_runs_at_once_on_a_busy_fresh_machine(tmp_path):
     for (proc, mark), (out, err), i in zip(runs, outputs, range(2), strict=True):
         assert proc.returncode == 0, err[-4000:]
         record = check_success(out, err, tmp_path / f"w{i}")
-        assert not marked_processes(mark), "a process of the run outlived it"
+        assert not (left := marked_processes(mark)), "a process of the run outlived it:\n" + processes_text(left)
     assert not (home / ".ray").exists(), "nothing written to the home directory"
     # The adapter is usable: generate a description with it (the tiny model writes nonsense, but writes).
     image = tmp_path / "product.png"
@@ -156,7 +169,9 @@ def test_an_interrupt_at_any_moment_leaves_nothing_behind(tmp_path, phase, trigg
     out, err = finish(proc, timeout=120)
     text = "".join(lines) + out
     assert proc.returncode == 128 + sig, text[-3000:] + err[-3000:]
-    assert not marked_processes(mark), f"processes left after an interrupt during {phase}"
+    assert not (left := marked_processes(mark)), (
+        f"processes left after an interrupt during {phase}:\n" + processes_text(left)
+    )
     [record_file] = (tmp_path / "w" / "records").glob("*.json")
     record = json.loads(record_file.read_text())
     assert record["state"] == state and record["settled"], record
@@ -166,16 +181,17 @@ def test_an_interrupt_at_any_moment_leaves_nothing_behind(tmp_path, phase, trigg
 
 
 def test_a_new_run_settles_what_a_killed_one_left(tmp_path):
-    """SIGKILL leaves a live record (and Ray processes, which the test stops): the next run in the workdir
-    cancels it instead of reviving it, and says so."""
+    """SIGKILL leaves a live record, a Ray cluster and fake-gcs-server: the next run in the workdir stops
+    those processes and cancels the run instead of reviving it, and says so."""
     home = tmp_path / "home"
     home.mkdir()
-    proc, mark = start(tmp_path / "w", home=home)
+    proc, killed_mark = start(tmp_path / "w", home=home)
     wait_for(proc, ": RUNNING", [])
     proc.kill()
     proc.wait()
-    for pid in marked_processes(mark):
-        os.kill(pid, signal.SIGKILL)
+    assert marked_processes(killed_mark), "SIGKILL leaves the run's processes behind"
+    killed_ray_tmp = Path(json.loads((tmp_path / "w" / "logs" / "session.json").read_text())["ray_tmp"])
+    assert killed_ray_tmp.is_dir()
     bad = tmp_path / "missing-data.yaml"
     bad.write_text(
         "name: missing-data\nmodel: {id: 'tiny://gemma3', dtype: float32, quantization: none}\n"
@@ -186,13 +202,18 @@ def test_a_new_run_settles_what_a_killed_one_left(tmp_path):
     started = time.monotonic()
     out, err = finish(again)
     assert "left RUNNING: now CANCELLED" in err, err[-3000:]
+    assert "processes an earlier raytune local of this workdir left" in err
+    assert not (left := marked_processes(killed_mark)), processes_text(left)
+    assert not (left := emulators.holding(killed_ray_tmp)), processes_text(left)  # a title over the mark
+    assert not killed_ray_tmp.exists() and not (tmp_path / "w" / "logs" / "session.json").exists()
     # A dataset that does not exist fails at once (no max_failures restarts), with the root cause and the log.
+    assert out.strip(), f"no record printed (exit {again.returncode}): " + err[-4000:]
     record = json.loads(out)
     assert again.returncode == 1 and record["state"] == "FAILED"
     assert record["reason"].startswith("trainer.preflight.PreflightError: dataset /nonexistent/products.parquet")
     assert "driver log: " in record["reason"] and "\x1b[" not in record["reason"]
     assert time.monotonic() - started < 90
-    assert not marked_processes(mark)
+    assert not (left := marked_processes(mark)), processes_text(left)
 
 
 def test_the_operator_commands_on_a_live_local_run(tmp_path):

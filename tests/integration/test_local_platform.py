@@ -1,19 +1,25 @@
 """The local platform's choices that need no Ray process: GPU slices per node, the accelerator it stands
-in for, what fits this machine, the auth token, free port ranges."""
+in for, what fits this machine, the auth token, free port ranges, what the Jobs API's errors mean, and the
+clean-up of what a killed run left in its workdir."""
 
 from __future__ import annotations
 
 import json
+import os
 import socket
 import stat
+import subprocess
+import sys
+import time
 
 import pytest
+import requests
 
 from functions.core.config import RunConfig
-from functions.core.errors import PermanentError
-from functions.local import emulators
+from functions.core.errors import NotFound, PermanentError, TransientError
+from functions.local import emulators, session
 from functions.local.emulators import Service
-from functions.local.platform import LocalRay, NodeShape, auth_token, check_fits
+from functions.local.platform import LocalRay, NodeShape, auth_token, check_fits, jobs_api, live_driver_log
 
 
 def gpu_config(nodes: int, gpus: int) -> RunConfig:
@@ -34,6 +40,8 @@ def test_each_local_node_gets_its_own_gpus_and_stands_in_for_the_accelerator(tmp
     platform.shape = NodeShape(cpus=1, gpus=0, accelerator=None)
     args, env = platform._node_args(0)
     assert "--num-gpus=0" in args and not env and not [a for a in args if a.startswith("--resources")]
+    platform.head = None
+    platform.shutdown()
 
 
 @pytest.mark.parametrize(
@@ -72,3 +80,75 @@ def test_the_ports_of_a_node_are_distinct_and_avoid_the_taken_ones():
         taken = tuple(emulators.free_ports(3))
         ports = emulators.free_ports(6, taken=taken)
         assert len(set(ports)) == 6 and not set(ports) & set(taken)
+
+
+@pytest.mark.parametrize(
+    ("raised", "expected"),
+    [
+        (requests.ConnectionError("Connection reset by peer"), TransientError),
+        (requests.ReadTimeout("read timed out"), TransientError),
+        (RuntimeError("Request failed with status code 503: busy."), TransientError),
+        (RuntimeError("Request failed with status code 500: Internal Server Error."), TransientError),
+        (RuntimeError("Request failed with status code 404: Job r-1 does not exist."), NotFound),
+        (RuntimeError("Request failed with status code 400: bad entrypoint."), PermanentError),
+        (RuntimeError("something else went wrong"), RuntimeError),
+    ],
+)
+def test_the_jobs_api_errors_mean_what_their_status_says(raised, expected):
+    """A busy dashboard is retried on the next tick; a missing job is absent; anything else is reported."""
+    with pytest.raises(expected) as err, jobs_api("status of r-1"):
+        raise raised
+    assert str(raised) in str(err.value)
+
+
+def tagged_tree(tag: str) -> subprocess.Popen:
+    """A process carrying the tag that forks a child of its own, as a raylet forks workers."""
+    child = "import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)']); time.sleep(600)"
+    return subprocess.Popen(
+        [sys.executable, "-c", child], env={**os.environ, emulators.TAG: tag}, start_new_session=True
+    )
+
+
+def untagged_holding(path: str) -> subprocess.Popen:
+    """A process without the tag, writing a log in the session's Ray folder: a Ray agent, whose process
+    title overwrote its environment."""
+    code = f"import time; log = open({path!r}, 'w'); time.sleep(600)"
+    env = {k: v for k, v in os.environ.items() if k != emulators.TAG}
+    return subprocess.Popen([sys.executable, "-c", code], env=env, start_new_session=True)
+
+
+def test_what_a_killed_session_left_is_stopped_and_removed(tmp_path):
+    tag = "killed-" + os.urandom(4).hex()
+    ray_tmp = session.new_ray_tmp()
+    recorded = session.Session(tag, ray_tmp)
+    parent = tagged_tree(tag)
+    agent = untagged_holding(f"{ray_tmp}/dashboard_agent.log")
+    emulators.wait_until(lambda: len(session.processes(recorded)) == 3, "the session's processes up", 30)
+    session.write(tmp_path, recorded)
+    stopped = session.stop(tmp_path)
+    parent.wait(timeout=10)
+    agent.wait(timeout=10)
+    emulators.wait_until(lambda: not session.processes(recorded), "nothing of the session left", 10)
+    assert len(stopped) == 3 and not os.path.exists(ray_tmp) and session.read(tmp_path) is None
+    assert session.stop(tmp_path) == []  # nothing recorded: nothing to do
+
+
+def test_a_session_file_never_makes_it_remove_a_folder_it_did_not_make(tmp_path):
+    precious = tmp_path / "precious"
+    precious.mkdir()
+    session.write(tmp_path, session.Session("gone-" + os.urandom(4).hex(), str(precious)))
+    assert session.stop(tmp_path) == [] and precious.is_dir()
+
+
+def test_a_driver_log_is_found_in_any_ray_session_of_the_workdir(tmp_path):
+    """After an idle teardown a new head starts a new Ray session; the earlier job's log is still found."""
+    ray_tmp = tmp_path / "ray"
+    session.write(tmp_path, session.Session("t", str(ray_tmp)))
+    assert live_driver_log(tmp_path, "r-1") is None
+    old = ray_tmp / "session_2026-12-01_02-00-00_000000_1" / "logs" / "job-driver-r-1.log"
+    new = ray_tmp / "session_2026-12-01_03-00-00_000000_2" / "logs" / "job-driver-r-2.log"
+    for path in (old, new):
+        path.parent.mkdir(parents=True)
+        path.write_text(path.name)
+        time.sleep(0.01)
+    assert live_driver_log(tmp_path, "r-1") == old and live_driver_log(tmp_path, "r-2") == new

@@ -1,0 +1,89 @@
+"""`raytune local`'s follow loop on a busy machine: a tick that meets a transient error (the dashboard or the
+bucket slow to answer) is tried again, as Pub/Sub would redeliver; a permanent error, or nothing but
+transient ones for STALLED_S, ends it (the driver then cancels the run and prints its record)."""
+
+from __future__ import annotations
+
+import datetime as dt
+from types import SimpleNamespace
+
+import pytest
+
+from functions.core.errors import PermanentError, TransientError
+from functions.core.runs import RunRecord, State, Transition
+from functions.local import driver
+
+NOW = dt.datetime(2026, 12, 3, tzinfo=dt.UTC)
+
+
+def running_record() -> RunRecord:
+    return RunRecord(
+        run_id="r-1",
+        state=State.RUNNING,
+        source={"kind": "upload", "ref": "gs://b/c#1"},
+        created_at=NOW,
+        updated_at=NOW,
+        config={},
+        history=[Transition(state=State.RECEIVED, at=NOW), Transition(state=State.RUNNING, at=NOW)],
+    )
+
+
+class Platform:
+    def __init__(self) -> None:
+        self.nodes: list = []
+
+    def job_logs(self, run_id: str) -> str:
+        return ""
+
+
+class Store:
+    """The run's record: RUNNING until a tick gets through, which settles it."""
+
+    def __init__(self) -> None:
+        self.record = running_record()
+
+    def get(self, run_id: str) -> RunRecord:
+        return self.record
+
+
+def local_run(said: list[str]) -> driver.LocalRun:
+    ctx = SimpleNamespace(store=Store())
+    return driver.LocalRun(ctx, Platform(), None, said.append)  # type: ignore[arg-type]
+
+
+def ticks(monkeypatch, *outcomes: Exception | None) -> list[int]:
+    """watch.handle raises the given errors in turn, then gets through (the run SUCCEEDED and is settled);
+    returns the count of ticks."""
+    count = [0]
+
+    def handle(event, ctx):
+        count[0] += 1
+        outcome = outcomes[count[0] - 1] if count[0] <= len(outcomes) else None
+        if outcome is not None:
+            raise outcome
+        ctx.store.record = ctx.store.record.model_copy(update={"state": State.SUCCEEDED, "settled": True})
+
+    monkeypatch.setattr(driver.watch, "handle", handle)
+    monkeypatch.setattr(driver, "TICK_S", 0.01)
+    return count
+
+
+def test_transient_tick_errors_are_tried_again(monkeypatch, caplog):
+    count = ticks(monkeypatch, TransientError("HTTP 503: busy"), ConnectionResetError("reset"), None)
+    said: list[str] = []
+    record = local_run(said).follow(running_record())
+    assert record.state == State.SUCCEEDED and count[0] == 3
+    assert "tick failed, tried again: HTTP 503: busy" in caplog.text and any("SUCCEEDED" in s for s in said)
+
+
+def test_a_permanent_tick_error_ends_the_follow(monkeypatch):
+    ticks(monkeypatch, PermanentError("HTTP 403: forbidden"))
+    with pytest.raises(PermanentError):
+        local_run([]).follow(running_record())
+
+
+def test_only_transient_errors_for_too_long_end_the_follow(monkeypatch):
+    ticks(monkeypatch, *[TransientError("HTTP 503: busy")] * 1000)
+    monkeypatch.setattr(driver, "STALLED_S", 0.05)
+    with pytest.raises(TransientError):
+        local_run([]).follow(running_record())
