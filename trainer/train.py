@@ -226,8 +226,11 @@ class FinalAdapter:
                 Path(staging, REPORT_FILE).write_text(html_report.render(run_id, cfg, evaluation, samples))
                 final["evaluation"] = evaluation.model_dump(mode="json")
             if cfg.export.merged:
-                export.merged(adapter, self.source, cfg, Path(staging, export.MERGED_DIR))
+                folder = export.merged(adapter, self.source, cfg, Path(staging, export.MERGED_DIR))
                 final["merged"] = True
+                if cfg.export.hub_repo:
+                    message = f"raytune {run_id}: {cfg.model.id} merged with its adapter"
+                    final["hub_revision"] = export.push(folder, cfg.export.hub_repo, message)
             if os.path.isdir(tensorboard_dir):
                 shutil.copytree(tensorboard_dir, Path(staging, TENSORBOARD_DIR))
             ray.train.report(metrics={"final": final}, checkpoint=ray.train.Checkpoint.from_directory(staging))
@@ -307,7 +310,8 @@ def summarize(result, cfg: RunConfig, run_id: str, wall_seconds: float, checkpoi
         ),
         init_adapter=metrics.get("init_adapter"),
         merged_path=uri(result.checkpoint, MERGED_DIR) if metrics.get("merged") else None,
-        hub_repo=cfg.export.hub_repo if metrics.get("merged") else None,
+        hub_repo=cfg.export.hub_repo if metrics.get("hub_revision") else None,
+        hub_revision=metrics.get("hub_revision"),
         metrics=RunMetrics(
             train_loss=metrics.get("train_loss"),
             best_checkpoint_by=score,

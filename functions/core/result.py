@@ -67,6 +67,7 @@ class RunResult(Lenient):
     init_adapter: str | None = None  # the adapter training continued from (training.init_adapter)
     merged_path: str | None = None  # export.merged: base + adapter as one safetensors model
     hub_repo: str | None = None  # export.hub_repo it was pushed to
+    hub_revision: str | None = None  # the commit the push made there
     wall_seconds: float | None = None
 
 

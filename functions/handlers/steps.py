@@ -187,6 +187,7 @@ def finished_event(record: RunRecord) -> dict[str, Any]:
         "evaluation": result.evaluation.model_dump(mode="json", exclude_none=True) if result.evaluation else None,
         "report_path": result.evaluation.report_path if result.evaluation else None,
         "merged_path": result.merged_path,
+        "hub": {"repo": result.hub_repo, "revision": result.hub_revision} if result.hub_revision else None,
         "promotion": record.promotion.model_dump(mode="json") if record.promotion else None,
         "inputs": record.inputs.model_dump(mode="json") if record.inputs else None,
         "gpu_node_seconds": record.gpu_node_seconds,

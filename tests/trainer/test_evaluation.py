@@ -84,3 +84,52 @@ def test_held_out_samples_stay_held_out_as_the_data_grows():
     assert names <= set(held_grown["Product Name"]), "a held-out sample never moves into training"
     assert not names & set(train_grown["Product Name"])
     assert 0 < len(held_grown) < len(grown)
+
+
+def test_the_merged_export_is_pushed_to_a_private_hub_repo_in_one_commit(tuned, tmp_path, monkeypatch):
+    """export.hub_repo through huggingface_hub's real client, against a Hub stand-in (HF_ENDPOINT)."""
+    import threading
+
+    from tests.fakes.hub import FakeHubUploads
+
+    source, processor, peft, _, _ = tuned
+    adapter = tmp_path / "adapter"
+    peft.save_pretrained(adapter)
+    processor.save_pretrained(adapter)
+    folder = export.merged(adapter, str(source), CONFIG, tmp_path / "merged")
+    hub = FakeHubUploads(token="hf_write_token")
+    threading.Thread(target=hub.serve_forever, daemon=True).start()
+    monkeypatch.setenv("HF_ENDPOINT", hub.url)
+    monkeypatch.setenv("HF_TOKEN", "hf_write_token")
+    try:
+        revision = export.push(folder, "team/products-merged", "raytune r-1: tiny merged")
+        export.push(folder, "team/products-merged", "raytune r-2: tiny merged")  # the repo exists: a new commit
+    finally:
+        hub.shutdown()
+    repo = hub.repos["team/products-merged"]
+    assert repo.private and not hub.refused
+    first, second = repo.commits
+    assert revision == first.oid and first.summary == "raytune r-1: tiny merged"
+    local = {p.relative_to(folder).as_posix(): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+    assert first.files == local and second.files == local
+    assert "model.safetensors" in local and "processor_config.json" in local
+
+
+def test_a_push_with_a_wrong_token_fails_and_says_so(tuned, tmp_path, monkeypatch):
+    import threading
+
+    from huggingface_hub.errors import HfHubHTTPError
+
+    from tests.fakes.hub import FakeHubUploads
+
+    hub = FakeHubUploads(token="hf_write_token")
+    threading.Thread(target=hub.serve_forever, daemon=True).start()
+    monkeypatch.setenv("HF_ENDPOINT", hub.url)
+    monkeypatch.setenv("HF_TOKEN", "hf_read_only")
+    (tmp_path / "model.safetensors").write_bytes(b"x")
+    try:
+        with pytest.raises(HfHubHTTPError) as err:
+            export.push(tmp_path, "team/products-merged", "m")
+    finally:
+        hub.shutdown()
+    assert "401" in str(err.value) and "hf_read_only" not in str(err.value) and not hub.repos

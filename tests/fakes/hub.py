@@ -1,0 +1,99 @@
+"""A Hugging Face Hub stand-in for uploads, speaking the HTTP API huggingface_hub's HfApi uses: create a
+repo, ask how each file uploads (preupload: every file "regular", so no LFS or Xet transfer), and commit
+(an NDJSON body: a header line, then one line per file, base64). It keeps what a real Hub would show:
+the repos with their visibility and the commits with their files, and it checks the bearer token."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import re
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+@dataclass
+class Commit:
+    summary: str
+    files: dict[str, bytes]
+    oid: str
+
+
+@dataclass
+class Repo:
+    private: bool
+    commits: list[Commit] = field(default_factory=list)
+
+
+class FakeHubUploads(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, token: str):
+        self.token = token
+        self.repos: dict[str, Repo] = {}
+        self.refused: list[str] = []  # requests without the right token, and paths it does not serve
+        hub = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def _reply(self, status: int, body: object) -> None:
+                data = json.dumps(body).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_POST(self):
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                if self.headers.get("Authorization") != f"Bearer {hub.token}":
+                    hub.refused.append(f"unauthorized {self.path}")
+                    return self._reply(401, {"error": "Invalid credentials"})
+                if self.path == "/api/repos/create":
+                    request = json.loads(body)
+                    repo_id = f"{request['organization']}/{request['name']}"
+                    if repo_id in hub.repos:
+                        return self._reply(
+                            409, {"error": "You already created this model repo", "url": f"{hub.url}/{repo_id}"}
+                        )
+                    # huggingface_hub 1.x sends "private": true; 2.x "visibility": "private"
+                    private = bool(request.get("private")) or request.get("visibility") == "private"
+                    hub.repos[repo_id] = Repo(private=private)
+                    return self._reply(200, {"url": f"{hub.url}/{repo_id}", "name": repo_id})
+                match = re.fullmatch(r"/api/models/([^/]+/[^/]+)/(preupload|commit)/main(\?.*)?", self.path)
+                if not match or match.group(1) not in hub.repos:
+                    hub.refused.append(f"not found {self.path}")
+                    return self._reply(404, {"error": "Repository not found"})
+                repo = hub.repos[match.group(1)]
+                if match.group(2) == "preupload":
+                    files = json.loads(body)["files"]
+                    modes = [{"path": f["path"], "uploadMode": "regular", "shouldIgnore": False} for f in files]
+                    return self._reply(
+                        200, {"files": modes, "commitOid": repo.commits[-1].oid if repo.commits else None}
+                    )
+                lines = [json.loads(line) for line in body.decode().splitlines() if line.strip()]
+                header = next(line["value"] for line in lines if line["key"] == "header")
+                files = {
+                    line["value"]["path"]: base64.b64decode(line["value"]["content"])
+                    for line in lines
+                    if line["key"] == "file"
+                }
+                oid = hashlib.sha1(body).hexdigest()
+                repo.commits.append(Commit(summary=header["summary"], files=files, oid=oid))
+                return self._reply(
+                    200,
+                    {
+                        "commitUrl": f"{hub.url}/{match.group(1)}/commit/{oid}",
+                        "commitOid": oid,
+                        "pullRequestUrl": None,
+                    },
+                )
+
+        super().__init__(("127.0.0.1", 0), Handler)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}"
