@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import json
 import logging
+import uuid
 from concurrent.futures import ThreadPoolExecutor
 
 from hypothesis import HealthCheck, given, settings
@@ -125,9 +126,18 @@ def test_no_storage_envelope_gets_a_5xx(controller, functions_server, bucket, da
     )
 )
 def test_no_pubsub_push_body_gets_a_5xx(controller, functions_server, body):
-    for target in ("launch", "watch"):
-        response = post(functions_server[target], pubsub_event(body))
+    """And a launch message, whose run id its message id always gives, gets a record whatever its body."""
+    launch_id = uuid.uuid4().hex
+    for target, message_id in (("launch", launch_id), ("watch", None)):
+        response = post(functions_server[target], pubsub_event(body, message_id=message_id))
         assert response.status_code < 500, (target, body, response.text[-500:])
+    blobs = controller.ctx.store.blobs
+    refs = {
+        json.loads(blobs.read(name)[0])["source"]["ref"]
+        for name in blobs.list("runs/")
+        if name.endswith(".json") and name.count("/") == 1
+    }
+    assert f"pubsub:{launch_id}" in refs, body
 
 
 def test_raw_envelope_oddities_are_answered(controller, functions_server, bucket):
