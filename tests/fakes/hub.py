@@ -10,7 +10,9 @@ import hashlib
 import json
 import re
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
+
+from tests.fakes.http import JsonHandler
 
 
 @dataclass
@@ -35,43 +37,32 @@ class FakeHubUploads(ThreadingHTTPServer):
         self.refused: list[str] = []  # requests without the right token, and paths it does not serve
         hub = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args):
-                pass
-
-            def _reply(self, status: int, body: object) -> None:
-                data = json.dumps(body).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
+        class Handler(JsonHandler):
             def do_POST(self):
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 if self.headers.get("Authorization") != f"Bearer {hub.token}":
                     hub.refused.append(f"unauthorized {self.path}")
-                    return self._reply(401, {"error": "Invalid credentials"})
+                    return self.reply(401, {"error": "Invalid credentials"})
                 if self.path == "/api/repos/create":
                     request = json.loads(body)
                     repo_id = f"{request['organization']}/{request['name']}"
                     if repo_id in hub.repos:
-                        return self._reply(
+                        return self.reply(
                             409, {"error": "You already created this model repo", "url": f"{hub.url}/{repo_id}"}
                         )
                     # huggingface_hub 1.x sends "private": true; 2.x "visibility": "private"
                     private = bool(request.get("private")) or request.get("visibility") == "private"
                     hub.repos[repo_id] = Repo(private=private)
-                    return self._reply(200, {"url": f"{hub.url}/{repo_id}", "name": repo_id})
+                    return self.reply(200, {"url": f"{hub.url}/{repo_id}", "name": repo_id})
                 match = re.fullmatch(r"/api/models/([^/]+/[^/]+)/(preupload|commit)/main(\?.*)?", self.path)
                 if not match or match.group(1) not in hub.repos:
                     hub.refused.append(f"not found {self.path}")
-                    return self._reply(404, {"error": "Repository not found"})
+                    return self.reply(404, {"error": "Repository not found"})
                 repo = hub.repos[match.group(1)]
                 if match.group(2) == "preupload":
                     files = json.loads(body)["files"]
                     modes = [{"path": f["path"], "uploadMode": "regular", "shouldIgnore": False} for f in files]
-                    return self._reply(
+                    return self.reply(
                         200, {"files": modes, "commitOid": repo.commits[-1].oid if repo.commits else None}
                     )
                 lines = [json.loads(line) for line in body.decode().splitlines() if line.strip()]
@@ -83,7 +74,7 @@ class FakeHubUploads(ThreadingHTTPServer):
                 }
                 oid = hashlib.sha1(body).hexdigest()
                 repo.commits.append(Commit(summary=header["summary"], files=files, oid=oid))
-                return self._reply(
+                return self.reply(
                     200,
                     {
                         "commitUrl": f"{hub.url}/{match.group(1)}/commit/{oid}",

@@ -18,9 +18,10 @@ import re
 import threading
 import time
 import uuid
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from urllib.parse import parse_qs, urlparse
 
+from tests.fakes.http import JsonHandler
 from tests.fakes.kuberay_fields import unknown_fields
 
 PATHS = re.compile(
@@ -115,20 +116,9 @@ class FakeKube:
     def _handler(self):
         fake = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args):
-                pass
-
-            def _reply(self, code: int, body: dict) -> None:
-                data = json.dumps(body).encode()
-                self.send_response(code)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
+        class Handler(JsonHandler):
             def _status(self, code: int, reason: str, message: str) -> None:
-                self._reply(
+                self.reply(
                     code,
                     {
                         "kind": "Status",
@@ -187,7 +177,7 @@ class FakeKube:
                     code, result = getattr(fake, f"_{method.lower()}")(key, match, query, content_type, body)
                 if code >= 400:
                     return self._status(code, *result)
-                self._reply(code, result)
+                self.reply(code, result)
 
             def do_GET(self):
                 self._route("GET")

@@ -3,14 +3,14 @@ stand-in for dataset revisions, fake-gcs-server for shards (pyarrow's GCS client
 
 from __future__ import annotations
 
-import json
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 
 import pytest
 
 from functions.adapters import datasets
 from functions.core.config import DatasetSpec
+from tests.fakes.http import JsonHandler
 from tests.integration.test_functions import upload
 from trainer import data, tiny
 
@@ -24,18 +24,10 @@ class FakeHub(ThreadingHTTPServer):
         self.answers, self.seen = answers, []
         hub = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args):
-                pass
-
+        class Handler(JsonHandler):
             def do_GET(self):
                 hub.seen.append((self.path, self.headers.get("Authorization")))
-                status, body = hub.answers.pop(0) if len(hub.answers) > 1 else hub.answers[0]
-                payload = json.dumps(body).encode()
-                self.send_response(status)
-                self.send_header("Content-Length", str(len(payload)))
-                self.end_headers()
-                self.wfile.write(payload)
+                self.reply(*(hub.answers.pop(0) if len(hub.answers) > 1 else hub.answers[0]))
 
         super().__init__(("127.0.0.1", 0), Handler)
 
