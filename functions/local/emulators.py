@@ -9,7 +9,7 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterator
 from contextlib import ExitStack, suppress
 from dataclasses import dataclass
 from pathlib import Path
@@ -58,39 +58,49 @@ def free_port_range(count: int, attempts: int = 200) -> tuple[int, int]:
     raise RuntimeError(f"no {count} free ports in a row between {RANGE_LOW} and {RANGE_HIGH}")
 
 
-def tagged(tag: str, variable: str = TAG) -> list[int]:
-    """Pids of live processes whose environment carries variable=tag (this user's; others are unreadable)."""
-    needle = f"{variable}={tag}".encode()
-    found = []
+def _others() -> Iterator[Path]:
+    """The /proc entries of every other process (only this user's can be read further)."""
     for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            if needle in (entry / "environ").read_bytes().split(b"\0"):
-                found.append(int(entry.name))
-        except OSError:
-            continue  # gone meanwhile, or not ours
-    return found
+        if entry.name.isdigit() and int(entry.name) != os.getpid():
+            yield entry
+
+
+def _carries(entry: Path, needle: bytes) -> bool:
+    try:
+        return needle in (entry / "environ").read_bytes().split(b"\0")
+    except OSError:
+        return False  # gone meanwhile, or not ours
+
+
+def _holds(entry: Path, prefix: str) -> bool:
+    try:
+        descriptors = list((entry / "fd").iterdir())
+    except OSError:
+        return False  # gone meanwhile, or not ours
+    for descriptor in descriptors:
+        with suppress(OSError):  # closed meanwhile
+            if os.readlink(descriptor).startswith(prefix):
+                return True
+    return False
+
+
+def tagged(tag: str, variable: str = TAG) -> list[int]:
+    """Pids of live processes whose environment carries variable=tag."""
+    needle = f"{variable}={tag}".encode()
+    return [int(entry.name) for entry in _others() if _carries(entry, needle)]
 
 
 def holding(folder: Path) -> list[int]:
-    """Pids of live processes with a file open under `folder` (this user's). Finds what `tagged` cannot:
-    Ray's agents write their process title over their environment, the tag included."""
-    prefix = f"{folder}/"
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            descriptors = list((entry / "fd").iterdir())
-        except OSError:
-            continue  # gone meanwhile, or not ours
-        for descriptor in descriptors:
-            with suppress(OSError):  # closed meanwhile
-                if os.readlink(descriptor).startswith(prefix):
-                    found.append(int(entry.name))
-                    break
-    return found
+    """Pids of live processes with a file open under `folder`."""
+    return [int(entry.name) for entry in _others() if _holds(entry, f"{folder}/")]
+
+
+def tagged_or_holding(tag: str, folder: Path) -> list[int]:
+    """A session's processes, in one pass over /proc: those carrying its tag, and those holding a file in its
+    folder, which finds what the tag cannot: Ray's agents write their process title over their
+    environment, the tag included."""
+    needle, prefix = f"{TAG}={tag}".encode(), f"{folder}/"
+    return [int(entry.name) for entry in _others() if _carries(entry, needle) or _holds(entry, prefix)]
 
 
 def kill_all(find: Callable[[], Collection[int]], settle_s: float = 5.0) -> list[int]:

@@ -43,10 +43,9 @@ def read(workdir: Path) -> Session | None:
         return None
 
 
-def processes(session: Session) -> set[int]:
-    """The session's live processes: those carrying its tag, and those holding a file in its Ray temp dir
-    (Ray's agents overwrite their environment, the tag with it, when they set their process title)."""
-    return set(emulators.tagged(session.tag)) | set(emulators.holding(Path(session.ray_tmp)))
+def processes(session: Session) -> list[int]:
+    """The session's live processes: those carrying its tag or holding a file in its Ray temp dir."""
+    return emulators.tagged_or_holding(session.tag, Path(session.ray_tmp))
 
 
 def stop(workdir: Path) -> list[int]:
