@@ -15,13 +15,11 @@ import datetime as dt
 import fcntl
 import logging
 import os
-import signal
 import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from types import FrameType
 from typing import Any, TextIO
 
 from functions.adapters.store import RunStore
@@ -38,6 +36,7 @@ from functions.handlers.context import Context
 from functions.handlers.settings import Settings
 from functions.local import emulators, session
 from functions.local.cloudevents import message_published, object_finalized
+from functions.local.interrupts import Interrupted, Interrupts
 from functions.local.platform import LocalRay, check_fits, machine_gpus
 
 log = logging.getLogger(__name__)
@@ -49,18 +48,6 @@ QUICKSTART = Path(__file__).with_name("quickstart.json")
 DEFAULT_WORKDIR = Path(".raytune/local")
 NIGHTLY_AT = dt.time(2, 0)  # when the simulated scheduler fires (UTC)
 SIMULATED_NIGHTS_S = 10 * 365 * 86400
-
-
-class Interrupted(BaseException):
-    """SIGINT or SIGTERM: the run is cancelled and everything it started is stopped."""
-
-    def __init__(self, signum: int):
-        super().__init__(signal.Signals(signum).name)
-        self.signum = signum
-
-
-def _raise_interrupted(signum: int, frame: FrameType | None) -> None:
-    raise Interrupted(signum)
 
 
 class Console:
@@ -278,31 +265,29 @@ def run(
         check_fits(cfg, machine_gpus())
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     logging.getLogger("functions").setLevel(logging.INFO)
-    with workdir_lock(workdir) as held:
-        return _run(config, held, as_json, night)
-
-
-def _run(config: Path, workdir: Path, as_json: bool, night: dt.date | None) -> int:
     say = Console(sys.stderr if as_json else sys.stdout)
+    # Installed before the workdir is taken and kept until the record is printed and the lock let go:
+    # a signal at any moment either cancels the run or, once the clean-up has begun, waits for it.
+    try:
+        with Interrupts(say) as interrupts, workdir_lock(workdir) as held:
+            return _run(config, held, say, interrupts, as_json, night)
+    except Interrupted as exc:  # raised only before _run's clean-up guard: nothing was started
+        say(f"interrupted ({exc}) before the run started")
+        return 128 + exc.signum
+
+
+def _run(
+    config: Path, workdir: Path, say: Console, interrupts: Interrupts, as_json: bool, night: dt.date | None
+) -> int:
     tag = uuid.uuid4().hex
-    handlers = {sig: signal.signal(sig, _raise_interrupted) for sig in (signal.SIGINT, signal.SIGTERM)}
-    late: list[int] = []  # signals that came while stopping: they set the exit code, not cut the clean-up short
-
-    def stopping() -> None:
-        def remember(signum: int, frame: FrameType | None) -> None:
-            late.append(signum)
-            say("still stopping; one moment")
-
-        for sig in handlers:
-            signal.signal(sig, remember)
-
     started = time.monotonic()
     gcs: emulators.Service | None = None
     platform: LocalRay | None = None
     local: LocalRun | None = None
     record: RunRecord | None = None
-    failure: Exception | None = None
-    try:
+
+    def start_and_follow() -> None:
+        nonlocal gcs, platform, local, record
         if orphans := session.stop(workdir):
             say(f"stopped {len(orphans)} processes an earlier raytune local of this workdir left")
         platform = LocalRay(workdir, tag)  # starts nothing yet; records the session's tag first
@@ -333,24 +318,27 @@ def _run(config: Path, workdir: Path, as_json: bool, night: dt.date | None) -> i
         local.settle_earlier_runs()
         record = local.launch(config, night)
         record = local.follow(record)
-    except (Interrupted, Exception) as exc:
-        stopping()
-        if isinstance(exc, Interrupted):
-            why, code = f"interrupted ({exc})", 128 + exc.signum
+
+    failure, interrupted = interrupts.guard(start_and_follow)
+    try:
+        why = None
+        if interrupted is not None:
+            why, code = f"interrupted ({interrupted})", 128 + interrupted.signum
+        elif failure is not None:
+            why, code = f"raytune local failed: {describe(failure)}", 1
+            log.error("%s", why, exc_info=failure)
+        if why is not None:
+            say(f"{why}: cancelling the run and stopping what it started")
+            run_id = record.run_id if record else _newest_run(local) if local else None
+            if local is not None and run_id:
+                try:
+                    record = local.cancel(run_id, why) or record
+                except Exception as again:  # the platform that failed may fail again: the record says why
+                    log.error("cancelling %s: %s", run_id, describe(again))
         else:
-            failure, why, code = exc, f"raytune local failed: {describe(exc)}", 1
-            log.error("%s", why, exc_info=exc)
-        say(f"{why}: cancelling the run and stopping what it started")
-        run_id = record.run_id if record else _newest_run(local) if local else None
-        if local is not None and run_id:
-            try:
-                record = local.cancel(run_id, why) or record
-            except Exception as again:  # the platform that failed may fail again: the record says why
-                log.error("cancelling %s: %s", run_id, describe(again))
-    else:
-        code = 0 if record.state in (State.SUCCEEDED, State.SKIPPED) else 1
+            assert record is not None
+            code = 0 if record.state in (State.SUCCEEDED, State.SKIPPED) else 1
     finally:
-        stopping()
         if platform is not None:
             if record is not None:
                 platform.save_job_log(record.run_id)
@@ -360,10 +348,7 @@ def _run(config: Path, workdir: Path, as_json: bool, night: dt.date | None) -> i
         leftovers = session.stop(workdir)
         if leftovers:  # Ray processes that left their node's process group: expected, logged, not shown
             log.info("stopped %d leftover processes of this run: %s", len(leftovers), leftovers)
-        for sig, handler in handlers.items():
-            signal.signal(sig, handler)
-    if late and code < 128:
-        code = 128 + late[0]
+    code = interrupts.exit_code(code)
     if record is None:
         if failure is not None:
             raise failure  # nothing was launched: the CLI prints the error

@@ -1,0 +1,108 @@
+"""`raytune local`'s signal handling: a SIGINT or SIGTERM landing at any moment, the instant the clean-up
+begins included, either interrupts the run or waits for its clean-up; it never escapes as a traceback
+(stop 17's CI failure: a SIGINT landed as the driver's `finally` began and the record was never printed)."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import sys
+import threading
+import time
+
+import pytest
+
+from functions.local.interrupts import Interrupts
+
+
+def busy(seconds: float) -> None:
+    """Python bytecode all the way, so that a pending signal's handler runs inside it."""
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
+def signal_after(delay_s: float, sig: signal.Signals) -> threading.Thread:
+    def send() -> None:
+        time.sleep(delay_s)
+        os.kill(os.getpid(), sig)
+
+    thread = threading.Thread(target=send)
+    thread.start()
+    return thread
+
+
+@pytest.fixture
+def prompt_threads():
+    """The sender thread gets the GIL within microseconds of its sleep ending, not the default 5 ms."""
+    before = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)
+    yield
+    sys.setswitchinterval(before)
+
+
+def test_a_signal_at_any_moment_interrupts_the_run_or_waits_for_the_clean_up(prompt_threads):
+    rng = random.Random(17)
+    said: list[str] = []
+    outcomes = {"interrupted": 0, "late": 0}
+    for _ in range(300):
+        with Interrupts(said.append) as interrupts:
+            # The run takes 1 ms and its clean-up 1 ms; the signal lands anywhere in the 2 ms, around the disarm.
+            senders: list[threading.Thread] = []
+
+            def run(delay_s: float = rng.uniform(0, 0.002)) -> None:
+                senders.append(signal_after(delay_s, signal.SIGINT))  # started inside the guard
+                busy(0.001)
+
+            failure, interrupted = interrupts.guard(run)
+            busy(0.001)
+            for sender in senders:
+                sender.join()
+            busy(0.0005)  # a signal sent just now is handled here, inside the block
+            assert failure is None
+            assert (interrupted is not None) != bool(interrupts.late), (interrupted, interrupts.late)
+            if interrupted is not None:
+                assert interrupted.signum == signal.SIGINT
+                outcomes["interrupted"] += 1
+            else:
+                assert interrupts.late == [signal.SIGINT] and interrupts.exit_code(0) == 128 + signal.SIGINT
+                outcomes["late"] += 1
+    assert outcomes["interrupted"] and outcomes["late"], outcomes  # both sides of the disarm were hit
+
+
+def test_only_the_first_signal_interrupts_later_ones_set_the_exit_code():
+    said: list[str] = []
+    with Interrupts(said.append) as interrupts:
+
+        def body() -> None:
+            os.kill(os.getpid(), signal.SIGTERM)
+            busy(0.05)
+
+        failure, interrupted = interrupts.guard(body)
+        assert failure is None and interrupted is not None and interrupted.signum == signal.SIGTERM
+        os.kill(os.getpid(), signal.SIGINT)  # while stopping: remembered, the clean-up goes on
+        busy(0.05)
+    assert interrupts.late == [signal.SIGINT] and said == ["still stopping; one moment"]
+    assert interrupts.exit_code(128 + signal.SIGTERM) == 128 + signal.SIGTERM  # the interrupt's own code stays
+
+
+def test_an_error_in_the_run_is_returned_and_disarms():
+    with Interrupts(lambda _: None) as interrupts:
+
+        def body() -> None:
+            raise RuntimeError("dashboard gone")
+
+        failure, interrupted = interrupts.guard(body)
+        assert isinstance(failure, RuntimeError) and interrupted is None and not interrupts.armed
+        assert interrupts.exit_code(1) == 1
+
+
+def test_the_previous_handlers_come_back():
+    before = signal.getsignal(signal.SIGINT)
+    with Interrupts(lambda _: None):
+        assert signal.getsignal(signal.SIGINT) is not before
+    assert signal.getsignal(signal.SIGINT) is before
+    with pytest.raises(KeyboardInterrupt):
+        os.kill(os.getpid(), signal.SIGINT)
+        busy(0.05)
