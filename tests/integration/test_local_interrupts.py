@@ -10,6 +10,7 @@ import signal
 import sys
 import threading
 import time
+from functools import partial
 
 import pytest
 
@@ -33,6 +34,12 @@ def signal_after(delay_s: float, sig: signal.Signals) -> threading.Thread:
     return thread
 
 
+def run_signalled(delay_s: float, senders: list[threading.Thread]) -> None:
+    """A 1 ms run; the SIGINT sender starts inside it, so no signal lands before the guard."""
+    senders.append(signal_after(delay_s, signal.SIGINT))
+    busy(0.001)
+
+
 @pytest.fixture
 def prompt_threads():
     """The sender thread gets the GIL within microseconds of its sleep ending, not the default 5 ms."""
@@ -50,12 +57,7 @@ def test_a_signal_at_any_moment_interrupts_the_run_or_waits_for_the_clean_up(pro
         with Interrupts(said.append) as interrupts:
             # The run takes 1 ms and its clean-up 1 ms; the signal lands anywhere in the 2 ms, around the disarm.
             senders: list[threading.Thread] = []
-
-            def run(delay_s: float = rng.uniform(0, 0.002)) -> None:
-                senders.append(signal_after(delay_s, signal.SIGINT))  # started inside the guard
-                busy(0.001)
-
-            failure, interrupted = interrupts.guard(run)
+            failure, interrupted = interrupts.guard(partial(run_signalled, rng.uniform(0, 0.002), senders))
             busy(0.001)
             for sender in senders:
                 sender.join()
