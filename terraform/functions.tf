@@ -19,6 +19,9 @@ locals {
     RAYTUNE_POLICY_ACCELERATOR        = var.policy_accelerator
     RAYTUNE_POLICY_NODE_SELECTOR      = length(var.policy_node_selector) > 0 ? jsonencode(var.policy_node_selector) : ""
     RAYTUNE_POLICY_BUCKETS            = join(",", concat([google_storage_bucket.runs.name, google_storage_bucket.configs.name], var.policy_buckets))
+    RAYTUNE_POLICY_STORAGE_BUCKETS    = join(",", values(local.storage_buckets))
+    RAYTUNE_POLICY_DATASET_BUCKETS    = join(",", concat(values(local.storage_buckets), var.dataset_buckets))
+    RAYTUNE_POLICY_REGIONS            = join(",", local.regions)
     RAYTUNE_NIGHTLY_KEY               = random_password.nightly_key.result
     RAYTUNE_OPERATOR_KEY              = random_password.operator_key.result
   }
@@ -39,9 +42,11 @@ resource "google_cloudfunctions2_function" "fn" {
   build_config {
     runtime     = "python311"
     entry_point = each.value.entry_point
+    # Its own build identity (iam.tf): new projects give the default one no roles.
+    service_account = google_service_account.function_build.id
     source {
       storage_source {
-        bucket = google_storage_bucket.runs.name
+        bucket = google_storage_bucket.build.name
         object = google_storage_bucket_object.function_source.name
       }
     }
@@ -75,5 +80,10 @@ resource "google_cloudfunctions2_function" "fn" {
       }
     }
   }
-  depends_on = [google_project_iam_member.gcs_pubsub_publisher, google_project_iam_member.trigger_event_receiver]
+  depends_on = [
+    google_project_iam_member.gcs_pubsub_publisher,
+    google_project_iam_member.trigger_event_receiver,
+    google_project_iam_member.function_build,
+    google_storage_bucket_iam_member.build_source,
+  ]
 }

@@ -1,3 +1,7 @@
+# Every identity and what it is granted. functions/core/permissions.py lists each call these identities make
+# and the permission it needs; tests/contract/test_iam_grants.py holds, for every setting of the variables
+# below, that these grants cover them (against Google's permission lists of each role) and grant nothing more.
+
 # The functions' runtime identity.
 resource "google_service_account" "functions" {
   account_id   = "${var.name}-functions"
@@ -10,18 +14,32 @@ resource "google_service_account" "trigger" {
   display_name = "raytune event delivery"
 }
 
-# Run records and checkpoints: read and write objects in the runs bucket only.
+locals {
+  # Buckets a run's storage_path may name (checkpoints, result.json, the adapter): the runs bucket and the
+  # policy buckets. Keys are known at plan time; values are the bucket names.
+  storage_buckets = merge({ runs = google_storage_bucket.runs.name }, { for bucket in var.policy_buckets : bucket => bucket })
+  # Ray Train's StorageContext and the trainer's writes go through pyarrow's GcsFileSystem, whose create_dir
+  # reads the bucket's metadata when no parent folder marker exists (arrow cpp/src/arrow/filesystem/gcsfs.cc,
+  # CreateDirMarkerRecursive): storage.buckets.get, which objectUser lacks. legacyBucketReader (GA) adds just that
+  # (and objects.list, already there).
+  storage_path_roles = ["roles/storage.objectUser", "roles/storage.legacyBucketReader"]
+  dataset_roles      = ["roles/storage.objectViewer", "roles/storage.legacyBucketReader"]
+}
+
+# Run records and allocations (compare-and-swap), champions, nightly pointers; result.json: read and write
+# objects in the runs bucket only.
 resource "google_storage_bucket_iam_member" "functions_runs" {
   bucket = google_storage_bucket.runs.name
   role   = "roles/storage.objectUser"
   member = google_service_account.functions.member
 }
 
-# Uploaded run configs: read only.
-resource "google_storage_bucket_iam_member" "functions_configs" {
-  bucket = google_storage_bucket.configs.name
-  role   = "roles/storage.objectViewer"
-  member = google_service_account.functions.member
+# Uploaded run configs, and configs and results in the policy buckets: read only.
+resource "google_storage_bucket_iam_member" "functions_read" {
+  for_each = merge({ configs = google_storage_bucket.configs.name }, { for bucket in var.policy_buckets : bucket => bucket })
+  bucket   = each.value
+  role     = "roles/storage.objectViewer"
+  member   = google_service_account.functions.member
 }
 
 resource "google_pubsub_topic_iam_member" "functions_run_events" {
@@ -48,7 +66,7 @@ resource "google_project_iam_member" "functions_gke" {
 # Creating an Autopilot cluster acts as the default compute service account on its nodes.
 resource "google_service_account_iam_member" "functions_node_sa" {
   count              = var.functions_create_clusters ? 1 : 0
-  service_account_id = "projects/${var.project_id}/serviceAccounts/${data.google_project.this.number}-compute@developer.gserviceaccount.com"
+  service_account_id = "projects/${var.project_id}/serviceAccounts/${local.node_service_account}"
   role               = "roles/iam.serviceAccountUser"
   member             = google_service_account.functions.member
 }
@@ -76,7 +94,8 @@ resource "google_cloud_run_service_iam_member" "trigger_invoker" {
 
 # Pub/Sub moves undeliverable messages to the dead letter topic as its own service agent.
 locals {
-  pubsub_agent = "serviceAccount:service-${data.google_project.this.number}@gcp-sa-pubsub.iam.gserviceaccount.com"
+  pubsub_agent         = "serviceAccount:service-${data.google_project.this.number}@gcp-sa-pubsub.iam.gserviceaccount.com"
+  node_service_account = "${data.google_project.this.number}-compute@developer.gserviceaccount.com"
 }
 
 resource "google_pubsub_topic_iam_member" "dead_letter_publisher" {
@@ -92,21 +111,33 @@ resource "google_pubsub_subscription_iam_member" "dead_letter_subscriber" {
   member       = local.pubsub_agent
 }
 
+# Push subscriptions mint the OIDC token of the trigger identity as Pub/Sub's service agent (granted
+# automatically only in projects created after April 2021).
+resource "google_service_account_iam_member" "pubsub_agent_token_creator" {
+  service_account_id = google_service_account.trigger.name
+  role               = "roles/iam.serviceAccountTokenCreator"
+  member             = local.pubsub_agent
+}
+
 # The trainer in the Ray pods (Workload Identity, Kubernetes service account default in each allowed namespace):
-# writes checkpoints and result.json, and sends its completion notice to the watch topic.
+# checkpoints, result.json and the adapter under storage_path, and its completion notice to the watch topic.
 locals {
   # One principal per namespace runs may use (policy_namespaces): the pods' Kubernetes service account default.
   trainer_principals = {
     for namespace in var.policy_namespaces :
     namespace => "principal://iam.googleapis.com/projects/${data.google_project.this.number}/locations/global/workloadIdentityPools/${var.project_id}.svc.id.goog/subject/ns/${namespace}/sa/default"
   }
+  trainer_storage = {
+    for triple in setproduct(keys(local.trainer_principals), keys(local.storage_buckets), local.storage_path_roles) :
+    join(" ", triple) => { member = local.trainer_principals[triple[0]], bucket = local.storage_buckets[triple[1]], role = triple[2] }
+  }
 }
 
-resource "google_storage_bucket_iam_member" "trainer_runs" {
-  for_each = local.trainer_principals
-  bucket   = google_storage_bucket.runs.name
-  role     = "roles/storage.objectUser"
-  member   = each.value
+resource "google_storage_bucket_iam_member" "trainer_storage" {
+  for_each = local.trainer_storage
+  bucket   = each.value.bucket
+  role     = each.value.role
+  member   = each.value.member
 }
 
 resource "google_pubsub_topic_iam_member" "trainer_watch" {
@@ -116,35 +147,15 @@ resource "google_pubsub_topic_iam_member" "trainer_watch" {
   member   = each.value
 }
 
-# Cloud Scheduler publishes ticks and nightly launches as this identity.
-resource "google_service_account" "scheduler" {
-  account_id   = "${var.name}-scheduler"
-  display_name = "raytune scheduler"
-}
-
-resource "google_pubsub_topic_iam_member" "scheduler_publish" {
-  for_each = { watch = google_pubsub_topic.watch.id, launch = google_pubsub_topic.launch.id }
-  topic    = each.value
-  role     = "roles/pubsub.publisher"
-  member   = google_service_account.scheduler.member
-}
-
-# Push subscriptions mint the OIDC token of the trigger identity as Pub/Sub's service agent (granted
-# automatically only in projects created after April 2021).
-resource "google_service_account_iam_member" "pubsub_agent_token_creator" {
-  service_account_id = google_service_account.trigger.name
-  role               = "roles/iam.serviceAccountTokenCreator"
-  member             = local.pubsub_agent
-}
-
-# Datasets staged in buckets of their own (gs:// dataset ids): the trainer reads the shards; the functions
-# list them (object generations), so a nightly with no new shard is skipped. Read only, both.
+# Datasets staged in buckets of their own (gs:// dataset ids): the trainer reads the shards (a bucket's root is
+# read as the bucket, storage.buckets.get); the functions list them (object generations), so a nightly with no
+# new shard is skipped. Read only, both.
 locals {
   dataset_readers = merge(
-    { for bucket in var.dataset_buckets : "functions/${bucket}" => { bucket = bucket, member = google_service_account.functions.member } },
+    { for bucket in var.dataset_buckets : "functions ${bucket}" => { bucket = bucket, member = google_service_account.functions.member, role = "roles/storage.objectViewer" } },
     {
-      for pair in setproduct(keys(local.trainer_principals), var.dataset_buckets) :
-      "${pair[0]}/${pair[1]}" => { bucket = pair[1], member = local.trainer_principals[pair[0]] }
+      for triple in setproduct(keys(local.trainer_principals), var.dataset_buckets, local.dataset_roles) :
+      join(" ", triple) => { bucket = triple[1], member = local.trainer_principals[triple[0]], role = triple[2] }
     },
   )
 }
@@ -152,6 +163,106 @@ locals {
 resource "google_storage_bucket_iam_member" "dataset_readers" {
   for_each = local.dataset_readers
   bucket   = each.value.bucket
-  role     = "roles/storage.objectViewer"
+  role     = each.value.role
   member   = each.value.member
+}
+
+# Builds. Since mid-2024 new projects run Cloud Build as the Compute Engine default service account with no
+# roles (https://cloud.google.com/build/docs/cloud-build-service-account-updates), so each build has its own.
+# The functions' build, as Google's "Configure a custom build service account" pages list it (Cloud Run
+# functions and Cloud Run source deploys): build logs, the function image in gcf-artifacts (a repository Cloud
+# Functions creates, hence the project), and the source archive (read only, in the build bucket).
+resource "google_service_account" "function_build" {
+  account_id   = "${var.name}-function-build"
+  display_name = "raytune Cloud Functions build"
+}
+
+resource "google_project_iam_member" "function_build" {
+  for_each = toset(["roles/logging.logWriter", "roles/artifactregistry.writer"])
+  project  = var.project_id
+  role     = each.value
+  member   = google_service_account.function_build.member
+}
+
+# Both builds read their source from the build bucket, nothing else of storage.
+resource "google_storage_bucket_iam_member" "build_source" {
+  for_each = { function = google_service_account.function_build.member, image = google_service_account.image_build.member }
+  bucket   = google_storage_bucket.build.name
+  role     = "roles/storage.objectViewer"
+  member   = each.value
+}
+
+# `raytune image`: reads the source gcloud staged in the build bucket, pushes to the trainer repository, logs to
+# Cloud Logging (a build as a user-chosen service account must: image/cloudbuild.yaml CLOUD_LOGGING_ONLY).
+resource "google_service_account" "image_build" {
+  account_id   = "${var.name}-image-build"
+  display_name = "raytune trainer image build"
+}
+
+resource "google_artifact_registry_repository_iam_member" "image_build_push" {
+  location   = google_artifact_registry_repository.trainer.location
+  repository = google_artifact_registry_repository.trainer.name
+  role       = "roles/artifactregistry.writer"
+  member     = google_service_account.image_build.member
+}
+
+resource "google_project_iam_member" "image_build_logs" {
+  project = var.project_id
+  role    = "roles/logging.logWriter"
+  member  = google_service_account.image_build.member
+}
+
+# The people who run the CLI (raytune submit, runs, status, logs, cancel, image). `raytune logs` reads pod
+# logs, which no read-only GKE role grants (container.viewer lacks container.pods.getLogs): a custom role adds
+# exactly that, instead of container.developer and the Secrets it could read.
+resource "google_project_iam_custom_role" "pod_logs" {
+  role_id     = "${replace(var.name, "-", "_")}_pod_logs"
+  title       = "raytune pod logs"
+  description = "Read the logs of pods (raytune logs); nothing else."
+  permissions = ["container.pods.getLogs"]
+}
+
+locals {
+  # Keys are labels known at plan time; the custom role's name is known only after it is created.
+  operator_bucket_roles = {
+    configs      = { bucket = google_storage_bucket.configs.name, role = "roles/storage.objectUser" }
+    runs         = { bucket = google_storage_bucket.runs.name, role = "roles/storage.objectViewer" }
+    build        = { bucket = google_storage_bucket.build.name, role = "roles/storage.objectUser" }
+    build_bucket = { bucket = google_storage_bucket.build.name, role = "roles/storage.legacyBucketReader" }
+  }
+  operator_project_roles = {
+    viewer = "roles/container.viewer"
+    builds = "roles/cloudbuild.builds.editor"
+    logs   = google_project_iam_custom_role.pod_logs.name
+  }
+  operator_topics = { launch = google_pubsub_topic.launch.id, watch = google_pubsub_topic.watch.id }
+}
+
+resource "google_storage_bucket_iam_member" "operators" {
+  for_each = { for pair in setproduct(var.operators, keys(local.operator_bucket_roles)) : join(" ", pair) => merge(local.operator_bucket_roles[pair[1]], { member = pair[0] }) }
+  bucket   = each.value.bucket
+  role     = each.value.role
+  member   = each.value.member
+}
+
+resource "google_pubsub_topic_iam_member" "operators" {
+  for_each = { for pair in setproduct(var.operators, keys(local.operator_topics)) : join(" ", pair) => { member = pair[0], topic = local.operator_topics[pair[1]] } }
+  topic    = each.value.topic
+  role     = "roles/pubsub.publisher"
+  member   = each.value.member
+}
+
+resource "google_project_iam_member" "operators" {
+  for_each = { for pair in setproduct(var.operators, keys(local.operator_project_roles)) : join(" ", pair) => { member = pair[0], role = local.operator_project_roles[pair[1]] } }
+  project  = var.project_id
+  role     = each.value.role
+  member   = each.value.member
+}
+
+# `gcloud builds submit --service-account` acts as the image build's identity.
+resource "google_service_account_iam_member" "operators_image_build" {
+  for_each           = toset(var.operators)
+  service_account_id = google_service_account.image_build.name
+  role               = "roles/iam.serviceAccountUser"
+  member             = each.value
 }

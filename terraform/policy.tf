@@ -38,8 +38,14 @@ variable "policy_node_selector" {
   default     = {}
 }
 
+variable "policy_regions" {
+  description = "Regions besides var.region that cluster.region may name (Cloud NAT is created in each); a config naming another is rejected."
+  type        = list(string)
+  default     = []
+}
+
 variable "policy_buckets" {
-  description = "Buckets besides the runs and configs buckets that config_uri and storage_path may name."
+  description = "Buckets besides the runs and configs buckets that config_uri and storage_path may name: the functions may read them, the trainer may write checkpoints there (terraform/iam.tf)."
   type        = list(string)
   default     = []
 }

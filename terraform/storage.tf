@@ -1,4 +1,4 @@
-# Run records (runs/), checkpoints (checkpoints/) and the function source (source/).
+# Run records (runs/), allocations (clusters/), champions and nightly pointers, checkpoints (checkpoints/).
 resource "google_storage_bucket" "runs" {
   name                        = "${var.name}-runs-${var.project_id}"
   location                    = var.region
@@ -35,8 +35,42 @@ resource "google_storage_bucket" "configs" {
   depends_on = [google_project_service.apis]
 }
 
+# In the build bucket, which only the two builds read: the functions' build never sees run records.
 resource "google_storage_bucket_object" "function_source" {
-  name   = "source/raytune-functions-${filemd5(var.function_source_zip)}.zip"
-  bucket = google_storage_bucket.runs.name
+  name   = "functions/raytune-functions-${filemd5(var.function_source_zip)}.zip"
+  bucket = google_storage_bucket.build.name
   source = var.function_source_zip
+}
+
+# What the builds read: the functions' source archive (functions/) and the source `raytune image` stages
+# (gcloud builds submit --gcs-source-staging-dir, image-source/, deleted after a week). The builds' service
+# accounts read only this bucket, never the runs bucket.
+resource "google_storage_bucket" "build" {
+  name                        = "${var.name}-build-${var.project_id}"
+  location                    = var.region
+  uniform_bucket_level_access = true
+  public_access_prevention    = "enforced"
+  force_destroy               = true
+  versioning {
+    enabled = true
+  }
+  lifecycle_rule {
+    condition {
+      age            = 7
+      matches_prefix = ["image-source/"]
+    }
+    action {
+      type = "Delete"
+    }
+  }
+  lifecycle_rule {
+    condition {
+      days_since_noncurrent_time = 1
+    }
+    action {
+      type = "Delete"
+    }
+  }
+  #checkov:skip=CKV_GCP_62:Access logs go to Cloud Audit Logs (data access), not a second logging bucket.
+  depends_on = [google_project_service.apis]
 }

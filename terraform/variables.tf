@@ -108,3 +108,9 @@ variable "dataset_buckets" {
   type        = list(string)
   default     = []
 }
+
+variable "operators" {
+  description = "IAM members (user:..., group:...) who run the raytune CLI: submit, runs, status, logs, cancel, image. They get exactly what functions/core/permissions.py lists for the operator."
+  type        = list(string)
+  default     = []
+}

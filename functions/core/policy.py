@@ -31,14 +31,21 @@ class Policy(BaseModel):
     reservation: str | None = None  # fixed by the operator: configs cannot choose another
     accelerator: str | None = None
     node_selector: dict[str, str] | None = None
-    buckets: tuple[str, ...] = ()  # config_uri and storage_path buckets; empty: the controller's own
+    buckets: tuple[str, ...] = ()  # config_uri buckets; empty: the controller's own
+    # storage_path (and a gs:// init_adapter) buckets: where the trainer may write; empty: the controller's own.
+    storage_buckets: tuple[str, ...] = ()
+    dataset_buckets: tuple[str, ...] | None = None  # gs:// dataset buckets the trainer may read; None: unchecked
+    regions: tuple[str, ...] = ()  # cluster.region: where Cloud NAT gives private nodes egress; empty: any
+    local_storage: bool = False  # storage_path may be a local path (one machine; never in the cloud)
     nightly_key: str | None = None  # nightly launches must carry it (the scheduler's attribute)
     operator_key: str | None = None  # cancels of other sources' runs must carry it
 
     @classmethod
     def unrestricted(cls) -> Policy:
         """The embedded local default's: one user on their own machine, nothing shared to protect."""
-        return cls(namespaces=("*",), images=("*",), allow_pip=True, buckets=("*",))
+        return cls(
+            namespaces=("*",), images=("*",), allow_pip=True, buckets=("*",), storage_buckets=("*",), local_storage=True
+        )
 
     def violations(self, cfg: RunConfig, buckets: tuple[str, ...]) -> list[str]:
         """Every rule the config breaks, each naming the rule and what would satisfy it."""
@@ -76,16 +83,40 @@ class Policy(BaseModel):
                 found.append(f"policy {knob}: scaling.{knob} is fixed to {fixed!r} by the operator (got {given!r})")
         if self.node_selector is not None and scaling.node_selector and scaling.node_selector != self.node_selector:
             found.append("policy node_selector: scaling.node_selector is fixed by the operator")
-        if cfg.storage_path and (why := self.bucket_violation(cfg.storage_path, "storage_path", buckets)):
-            found.append(why)
+        if self.regions and cluster.region not in self.regions:
+            found.append(
+                f"policy regions: cluster.region {cluster.region!r} is not one of {list(self.regions)} "
+                "(the regions whose Cloud NAT gives the private nodes egress: Terraform's policy_regions)"
+            )
+        found += self._storage_violations(cfg, buckets)
+        return found
+
+    def _storage_violations(self, cfg: RunConfig, buckets: tuple[str, ...]) -> list[str]:
+        """Every gs:// location the trainer touches must be a bucket its identity is granted (terraform/iam.tf):
+        anything else fails at the trainer's first call with a 403, after the GPUs were paid for."""
+        found = []
+        storage = self.storage_buckets or buckets
+        if cfg.storage_path and not cfg.storage_path.startswith("gs://") and not self.local_storage:
+            found.append(
+                f"policy storage: storage_path {cfg.storage_path!r} is a local path; in the cloud checkpoints must "
+                "go to a gs:// bucket (the pods' disks and the functions' are not shared)"
+            )
+        for what, uri, allowed, rule in (
+            ("storage_path", cfg.storage_path, storage, "storage_buckets"),
+            ("training.init_adapter", cfg.training.init_adapter, (*storage, *(self.dataset_buckets or ())), "buckets"),
+            (
+                "dataset.id",
+                cfg.dataset.id,
+                None if self.dataset_buckets is None else (*self.dataset_buckets, *storage),
+                "dataset_buckets",
+            ),
+        ):
+            if uri and allowed is not None and (why := _outside(uri, what, allowed, rule)):
+                found.append(why)
         return found
 
     def bucket_violation(self, uri: str, what: str, buckets: tuple[str, ...]) -> str | None:
-        allowed = self.buckets or buckets
-        bucket = uri.removeprefix("gs://").split("/", 1)[0]
-        if not uri.startswith("gs://") or bucket in allowed or "*" in allowed:
-            return None
-        return f"policy buckets: {what} names bucket {bucket!r}; allowed: {list(allowed)}"
+        return _outside(uri, what, self.buckets or buckets, "buckets")
 
     def fixed(self, cfg: RunConfig) -> RunConfig:
         """The config with the operator's fixed reservation, accelerator and node selectors filled in."""
@@ -118,6 +149,13 @@ class Policy(BaseModel):
         if self.operator_key is None or _same(attributes.get(OPERATOR_KEY_ATTRIBUTE), self.operator_key):
             return True
         return claimed_source is not None and claimed_source == run_source.get("ref")
+
+
+def _outside(uri: str, what: str, allowed: tuple[str, ...], rule: str) -> str | None:
+    bucket = uri.removeprefix("gs://").split("/", 1)[0]
+    if not uri.startswith("gs://") or bucket in allowed or "*" in allowed:
+        return None
+    return f"policy {rule}: {what} names bucket {bucket!r}; allowed: {list(dict.fromkeys(allowed))}"
 
 
 def _same(given: str | None, expected: str) -> bool:

@@ -73,6 +73,9 @@ def policy_from_env(env: Mapping[str, str]) -> Policy:
         if env.get("RAYTUNE_POLICY_NODE_SELECTOR")
         else None,
         "buckets": _list(env.get("RAYTUNE_POLICY_BUCKETS")),
+        "storage_buckets": _list(env.get("RAYTUNE_POLICY_STORAGE_BUCKETS")),
+        "dataset_buckets": _list(env.get("RAYTUNE_POLICY_DATASET_BUCKETS")),
+        "regions": _list(env.get("RAYTUNE_POLICY_REGIONS")),
         "nightly_key": env.get("RAYTUNE_NIGHTLY_KEY") or None,
         "operator_key": env.get("RAYTUNE_OPERATOR_KEY") or None,
     }

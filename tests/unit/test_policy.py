@@ -26,7 +26,8 @@ def cfg(**sections) -> RunConfig:
             "policy images: cluster.worker_image 'evil.io/miner:latest'",
         ),
         (cfg(cluster={"pip": ["cryptominer==1.0"]}), "policy allow_pip: cluster.pip adds ['cryptominer==1.0']"),
-        (cfg(storage_path="gs://someone-else/x"), "policy buckets: storage_path names bucket 'someone-else'"),
+        (cfg(storage_path="gs://someone-else/x"), "policy storage_buckets: storage_path names bucket 'someone-else'"),
+        (cfg(storage_path="/mnt/checkpoints"), "policy storage: storage_path '/mnt/checkpoints' is a local path"),
     ],
 )
 def test_the_default_policy_names_the_rule_a_config_breaks(config, rule):
@@ -80,3 +81,45 @@ def test_the_local_default_is_unrestricted():
         cluster={"namespace": "team-b", "worker_image": "us-docker.pkg.dev/p/r/trainer:1", "pip": ["extra==1"]}
     )
     assert Policy.unrestricted().violations(hostile.model_copy(update={"storage_path": "gs://anywhere/x"}), OWN) == []
+
+
+def test_every_bucket_the_trainer_touches_is_one_it_is_granted():
+    """Terraform grants the trainer storage_buckets (write) and dataset_buckets (read); anything else would be a
+    403 at the trainer's first call, so it is a REJECTED record instead (tests/contract/test_iam_grants.py holds
+    the env Terraform sets is what it grants)."""
+    policy = Policy(storage_buckets=("runs-bucket", "shared"), dataset_buckets=("runs-bucket", "shared", "data"))
+    assert policy.violations(cfg(storage_path="gs://shared/ckpt", dataset={"id": "gs://data/shards/"}), OWN) == []
+    rules = [v.split(":")[0] for v in policy.violations(cfg(storage_path="gs://configs-bucket/x"), OWN)]
+    assert rules == ["policy storage_buckets"]  # the configs bucket is readable, not writable: uploads launch runs
+    found = policy.violations(cfg(dataset={"id": "gs://elsewhere/shards/"}), OWN)
+    assert found == [
+        "policy dataset_buckets: dataset.id names bucket 'elsewhere'; allowed: ['runs-bucket', 'shared', 'data']"
+    ]
+    found = policy.violations(cfg(training={"init_adapter": "gs://elsewhere/adapter"}), OWN)
+    assert [v.split(":")[0] for v in found] == ["policy buckets"]
+    # Hub datasets and the built-in one are not buckets.
+    assert policy.violations(cfg(dataset={"id": "philschmid/amazon-product-descriptions-vlm"}), OWN) == []
+
+
+def test_regions_are_those_with_egress():
+    policy = Policy(regions=("us-central1", "europe-west4"))
+    assert policy.violations(cfg(cluster={"region": "europe-west4"}), OWN) == []
+    [found] = policy.violations(cfg(cluster={"region": "asia-southeast1"}), OWN)
+    assert found.startswith(
+        "policy regions: cluster.region 'asia-southeast1' is not one of ['us-central1', 'europe-west4']"
+    )
+    assert Policy().violations(cfg(cluster={"region": "asia-southeast1"}), OWN) == []  # unset: any
+
+
+def test_the_environment_terraform_sets_reaches_the_policy():
+    policy = policy_from_env(
+        {
+            "RAYTUNE_PROJECT": "proj",
+            "RAYTUNE_POLICY_STORAGE_BUCKETS": "runs-bucket,shared",
+            "RAYTUNE_POLICY_DATASET_BUCKETS": "runs-bucket,shared,data",
+            "RAYTUNE_POLICY_REGIONS": "us-central1,europe-west4",
+        }
+    )
+    assert policy.storage_buckets == ("runs-bucket", "shared")
+    assert policy.dataset_buckets == ("runs-bucket", "shared", "data")
+    assert policy.regions == ("us-central1", "europe-west4")

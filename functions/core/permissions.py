@@ -1,0 +1,316 @@
+"""Who calls which Google API and the IAM permission each call needs: one table for the whole product (the
+functions, the trainer and the libraries under it, the GKE nodes, the two builds, the event deliveries, the
+service agents, and the person at the CLI). Terraform grants what this table asks for (terraform/iam.tf);
+tests/contract/test_iam_grants.py holds that, for every setting of the variables that change grants, against
+Google's published permission lists of the roles granted, and tests/contract/test_iam_wire.py runs the real
+clients through a GCS that enforces IAM and holds that every storage call they make is in here.
+`raytune permissions` prints it, for operators who grant by hand (an existing cluster, a locked-down org).
+
+Resources are where a grant is made: `project`, `bucket:runs`, `bucket:configs`, `bucket:datasets` (each of
+Terraform's dataset_buckets), `bucket:policy` (each of policy_buckets), `bucket:build` (Cloud Build's
+source staging), `topic:<name>`, `subscription:push`, `secret:hf-token`, `repository:trainer`,
+`service:functions` (the functions' Cloud Run services), `service-account:<name>`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+FUNCTIONS = "functions"  # the launch and watch functions' runtime service account
+TRAINER = "trainer"  # Ray pods (head, workers, KubeRay's submitter): Workload Identity of the namespace's default KSA
+NODES = "nodes"  # the GKE nodes' service account (Compute Engine default): image pulls
+IMAGE_BUILD = "image-build"  # Cloud Build running `raytune image`
+FUNCTION_BUILD = "function-build"  # Cloud Build building the functions' source (Cloud Functions gen2)
+TRIGGER = "trigger"  # Eventarc and Pub/Sub push deliveries to the functions
+STORAGE_AGENT = "storage-agent"  # the Cloud Storage service agent: publishes the configs bucket's object events
+PUBSUB_AGENT = "pubsub-agent"  # the Pub/Sub service agent: push OIDC tokens, dead letters
+OPERATOR = "operator"  # a person at the CLI (Terraform's `operators`)
+
+IDENTITIES = (FUNCTIONS, TRAINER, NODES, IMAGE_BUILD, FUNCTION_BUILD, TRIGGER, STORAGE_AGENT, PUBSUB_AGENT, OPERATOR)
+CREATE_CLUSTERS = "functions_create_clusters"  # the one Terraform switch that adds uses
+
+
+@dataclass(frozen=True)
+class Use:
+    identity: str
+    permission: str
+    resource: str
+    call: str  # the API call, as the code or the library under it makes it
+    why: str
+    when: str | None = None  # a Terraform switch the use depends on
+
+
+def _uses(identity: str, resource: str, call: str, why: str, *permissions: str, when: str | None = None) -> list[Use]:
+    return [Use(identity, p, resource, call, why, when) for p in permissions]
+
+
+_OBJECT_WRITE = ("storage.objects.create", "storage.objects.delete")  # replacing an object needs delete too
+_STORAGE_PATH = (
+    "storage.objects.get",
+    "storage.objects.list",
+    *_OBJECT_WRITE,
+    "storage.buckets.get",  # pyarrow's create_dir reads the bucket when no parent folder marker exists
+)
+
+USES: tuple[Use, ...] = tuple(
+    # The launch and watch functions.
+    _uses(
+        FUNCTIONS,
+        "bucket:runs",
+        "GCS objects get/insert/delete/list (google-cloud-storage)",
+        "run records, allocations, champions, nightly pointers (compare-and-swap), result.json",
+        "storage.objects.get",
+        "storage.objects.list",
+        *_OBJECT_WRITE,
+    )
+    + _uses(FUNCTIONS, "bucket:configs", "GCS objects.get", "an uploaded run config", "storage.objects.get")
+    + _uses(
+        FUNCTIONS,
+        "bucket:policy",
+        "GCS objects.get",
+        "config_uri in a policy bucket; result.json under a storage_path there",
+        "storage.objects.get",
+    )
+    + _uses(
+        FUNCTIONS,
+        "bucket:datasets",
+        "GCS objects.list",
+        "a nightly's dataset versions (generations)",
+        "storage.objects.list",
+    )
+    + _uses(
+        FUNCTIONS,
+        "topic:run-events",
+        "Pub/Sub publish",
+        "run-finished, run-state and leak events",
+        "pubsub.topics.publish",
+    )
+    + _uses(
+        FUNCTIONS,
+        "secret:hf-token",
+        "Secret Manager versions.access",
+        "HF_TOKEN, bound at instance start (secret_environment_variables)",
+        "secretmanager.versions.access",
+    )
+    + _uses(
+        FUNCTIONS,
+        "project",
+        "ClusterManager.GetCluster; the cluster's API server",
+        "find the run's cluster; GKE authorizes every Kubernetes call with container.clusters.get",
+        "container.clusters.get",
+    )
+    + _uses(
+        FUNCTIONS,
+        "project",
+        "Kubernetes server-side apply of Secret and ConfigMap",
+        "the HF token Secret and the trainer-code ConfigMap",
+        "container.secrets.create",
+        "container.secrets.update",
+        "container.configMaps.create",
+        "container.configMaps.update",
+    )
+    + _uses(
+        FUNCTIONS,
+        "project",
+        "Kubernetes RayCluster/RayJob create, apply, get, list, patch, delete (custom objects)",
+        "the RayCluster and the RayJob, scaling, cancels, the leak sweep, idle teardown",
+        "container.thirdPartyObjects.create",
+        "container.thirdPartyObjects.update",
+        "container.thirdPartyObjects.get",
+        "container.thirdPartyObjects.list",
+        "container.thirdPartyObjects.delete",
+    )
+    + _uses(
+        FUNCTIONS,
+        "project",
+        "Kubernetes pods and events list",
+        "why a job waits (FailedScheduling, image pulls, crash loops)",
+        "container.pods.list",
+        "container.events.list",
+    )
+    + _uses(
+        FUNCTIONS,
+        "project",
+        "ClusterManager.CreateCluster, UpdateCluster",
+        "create a missing Autopilot cluster, enable the Ray operator add-on",
+        "container.clusters.create",
+        "container.clusters.update",
+        when=CREATE_CLUSTERS,
+    )
+    + _uses(
+        FUNCTIONS,
+        "service-account:compute-default",
+        "ClusterManager.CreateCluster",
+        "a new cluster's nodes run as the Compute Engine default service account",
+        "iam.serviceAccounts.actAs",
+        when=CREATE_CLUSTERS,
+    )
+    # The trainer in the Ray pods.
+    + _uses(
+        TRAINER,
+        "bucket:runs",
+        "pyarrow GcsFileSystem under Ray Train's StorageContext, checkpoint upload and prune; result.json, "
+        "report.html, adapter, merged model; the champion's adapter",
+        "storage_path under the runs bucket (the default)",
+        *_STORAGE_PATH,
+    )
+    + _uses(TRAINER, "bucket:policy", "as for bucket:runs", "a storage_path in a policy bucket", *_STORAGE_PATH)
+    + _uses(
+        TRAINER,
+        "bucket:datasets",
+        "pyarrow GcsFileSystem get_file_info and copy_files",
+        "list and read a gs:// dataset's shards (a bucket's root is read as the bucket)",
+        "storage.objects.get",
+        "storage.objects.list",
+        "storage.buckets.get",
+    )
+    + _uses(TRAINER, "topic:watch", "Pub/Sub publish", "the completion notice", "pubsub.topics.publish")
+    # The GKE nodes.
+    + _uses(
+        NODES,
+        "repository:trainer",
+        "image pull",
+        "the trainer image (`raytune image`) for dependencies: image",
+        "artifactregistry.repositories.downloadArtifacts",
+    )
+    # `raytune image`: Cloud Build as its own service account.
+    + _uses(IMAGE_BUILD, "bucket:build", "GCS objects.get", "the source archive gcloud staged", "storage.objects.get")
+    + _uses(
+        IMAGE_BUILD,
+        "repository:trainer",
+        "docker push",
+        "the built image",
+        "artifactregistry.repositories.uploadArtifacts",
+        "artifactregistry.repositories.downloadArtifacts",
+    )
+    + _uses(
+        IMAGE_BUILD,
+        "project",
+        "Cloud Logging write",
+        "the build's log (CLOUD_LOGGING_ONLY)",
+        "logging.logEntries.create",
+    )
+    # The functions' own build (Google: "Configure a custom build service account").
+    + _uses(
+        FUNCTION_BUILD,
+        "bucket:build",
+        "Cloud Functions gen2 build",
+        "the functions' source archive",
+        "storage.objects.get",
+    )
+    + _uses(
+        FUNCTION_BUILD,
+        "project",
+        "Cloud Functions gen2 build",
+        "push the function's image to gcf-artifacts (a repository Cloud Functions creates), write the build log",
+        "artifactregistry.repositories.uploadArtifacts",
+        "artifactregistry.repositories.downloadArtifacts",
+        "logging.logEntries.create",
+    )
+    # Event deliveries.
+    + _uses(
+        TRIGGER, "project", "Eventarc delivery", "the configs bucket's finalize events", "eventarc.events.receiveEvent"
+    )
+    + _uses(TRIGGER, "service:functions", "HTTP invoke", "every delivery to the three functions", "run.routes.invoke")
+    + _uses(
+        STORAGE_AGENT,
+        "project",
+        "Pub/Sub publish",
+        "storage triggers: object events into Eventarc's topic",
+        "pubsub.topics.publish",
+    )
+    + _uses(
+        PUBSUB_AGENT,
+        "service-account:trigger",
+        "IAM Credentials generateIdToken",
+        "the OIDC token of each push delivery",
+        "iam.serviceAccounts.getOpenIdToken",
+    )
+    + _uses(
+        PUBSUB_AGENT,
+        "topic:dead-letter",
+        "Pub/Sub publish",
+        "undeliverable messages after 10 attempts",
+        "pubsub.topics.publish",
+    )
+    + _uses(
+        PUBSUB_AGENT,
+        "subscription:push",
+        "Pub/Sub acknowledge",
+        "a message moved to the dead letter topic is taken off its subscription",
+        "pubsub.subscriptions.consume",
+    )
+    # A person at the CLI (Terraform grants these to its `operators`).
+    + _uses(
+        OPERATOR,
+        "bucket:configs",
+        "GCS objects.insert",
+        "raytune submit uploads a config (a second upload of a name replaces it)",
+        "storage.objects.create",
+        "storage.objects.delete",
+    )
+    + _uses(
+        OPERATOR,
+        "bucket:runs",
+        "GCS objects.get/list",
+        "raytune runs, status, compare, --wait",
+        "storage.objects.get",
+        "storage.objects.list",
+    )
+    + _uses(OPERATOR, "topic:launch", "Pub/Sub publish", "raytune submit --via-topic", "pubsub.topics.publish")
+    + _uses(OPERATOR, "topic:watch", "Pub/Sub publish", "raytune cancel", "pubsub.topics.publish")
+    + _uses(
+        OPERATOR,
+        "project",
+        "ClusterManager.GetCluster; Kubernetes get/list and pod logs",
+        "raytune status and logs: the RayJob, its pods, the driver log",
+        "container.clusters.get",
+        "container.thirdPartyObjects.get",
+        "container.pods.list",
+        "container.pods.getLogs",
+        "container.events.list",
+    )
+    + _uses(
+        OPERATOR,
+        "bucket:build",
+        "gcloud builds submit: source upload",
+        "raytune image stages the Dockerfile's inputs",
+        "storage.objects.create",
+        "storage.objects.get",
+        "storage.objects.list",
+        "storage.buckets.get",
+    )
+    + _uses(
+        OPERATOR,
+        "project",
+        "CloudBuild.CreateBuild",
+        "raytune image",
+        "cloudbuild.builds.create",
+        "cloudbuild.builds.get",
+    )
+    + _uses(
+        OPERATOR,
+        "service-account:image-build",
+        "CloudBuild.CreateBuild (serviceAccount)",
+        "a build that runs as the image build's service account",
+        "iam.serviceAccounts.actAs",
+    )
+)
+
+
+def uses_of(identity: str, create_clusters: bool = False) -> list[Use]:
+    return [
+        u
+        for u in USES
+        if u.identity == identity and (u.when is None or (u.when == CREATE_CLUSTERS and create_clusters))
+    ]
+
+
+def table(create_clusters: bool = False) -> str:
+    """The table as text: identity, resource, permission, and what needs it."""
+    rows = [("who", "on", "permission", "for")]
+    rows += [(u.identity, u.resource, u.permission, u.why) for i in IDENTITIES for u in uses_of(i, create_clusters)]
+    widths = [max(len(row[c]) for row in rows) for c in range(3)]
+    return "\n".join(
+        "  ".join(cell.ljust(w) for cell, w in zip(row[:3], widths, strict=True)) + "  " + row[3] for row in rows
+    )

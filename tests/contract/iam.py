@@ -1,0 +1,156 @@
+"""What Terraform grants whom, as data: every *_iam_member of terraform/ for given variable values (tests/tfeval.py
+evaluates them), each turned into (identity, subject, resource, role) in the words of
+functions/core/permissions.py, and the permissions of each role from Google's published lists
+(tests/data/iam/roles.json) or from the custom role Terraform defines."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from functions.core import permissions as p
+from tests.tfeval import Module, Unknown
+
+ROOT = Path(__file__).resolve().parents[2]
+TERRAFORM = ROOT / "terraform"
+ROLES = Path(__file__).resolve().parents[1] / "data" / "iam" / "roles.json"
+SERVICE_ACCOUNTS = {
+    "functions": p.FUNCTIONS,
+    "trigger": p.TRIGGER,
+    "image_build": p.IMAGE_BUILD,
+    "function_build": p.FUNCTION_BUILD,
+}
+
+
+@cache
+def published_roles() -> dict[str, frozenset[str]]:
+    return {name: frozenset(role["permissions"]) for name, role in json.loads(ROLES.read_text())["roles"].items()}
+
+
+@dataclass(frozen=True)
+class Grant:
+    identity: str
+    subject: str | None  # which one: the namespace of a trainer principal, the member of an operator
+    resource: str  # functions/core/permissions.py's words: project, bucket:runs, topic:watch, ...
+    name: str | None  # the bucket, service or topic granted on, where it is one of several
+    role: str
+    address: str  # the Terraform resource instance
+
+
+class Deployment:
+    """terraform/ for one set of variable values."""
+
+    def __init__(self, **variables: Any):
+        self.module = Module(TERRAFORM, {"project_id": "proj", **variables})
+        self.variables = variables
+
+    def bucket(self, name: str) -> str:
+        return self.module._resource("google_storage_bucket", name).get("name")
+
+    def roles(self) -> dict[str, frozenset[str]]:
+        """Google's published roles and the custom ones this configuration defines."""
+        custom = {
+            str(role.get("name")): frozenset(role.get("permissions"))
+            for role in self.module.instances("google_project_iam_custom_role")
+        }
+        return {**published_roles(), **custom}
+
+    def member(self, value: Any) -> tuple[str, str | None]:
+        text = str(value)
+        sa = re.fullmatch(r"google_service_account\.(\w+)\.member", value.ref) if isinstance(value, Unknown) else None
+        if sa and sa.group(1) in SERVICE_ACCOUNTS:
+            return SERVICE_ACCOUNTS[sa.group(1)], None
+        if m := re.fullmatch(
+            r"principal://iam\.googleapis\.com/projects/\$\{data\.google_project\.this\.number\}/locations/global/"
+            r"workloadIdentityPools/proj\.svc\.id\.goog/subject/ns/([a-z0-9-]+)/sa/default",
+            text,
+        ):
+            return p.TRAINER, m.group(1)
+        if text == "serviceAccount:${data.google_project.this.number}-compute@developer.gserviceaccount.com":
+            return p.NODES, None
+        if text == "serviceAccount:${data.google_storage_project_service_account.gcs.email_address}":
+            return p.STORAGE_AGENT, None
+        if text == "serviceAccount:service-${data.google_project.this.number}@gcp-sa-pubsub.iam.gserviceaccount.com":
+            return p.PUBSUB_AGENT, None
+        if text in self.variables.get("operators", []):
+            return p.OPERATOR, text
+        raise AssertionError(f"a grant to {text}, an identity functions/core/permissions.py does not know")
+
+    def buckets(self, name: str) -> list[str]:
+        kinds = {
+            self.bucket("runs"): "bucket:runs",
+            self.bucket("configs"): "bucket:configs",
+            self.bucket("build"): "bucket:build",
+        }
+        found = [kinds[name]] if name in kinds else []
+        found += ["bucket:policy"] * (name in self.variables.get("policy_buckets", []))
+        found += ["bucket:datasets"] * (name in self.variables.get("dataset_buckets", []))
+        assert found, f"a grant on gs://{name}, a bucket this deployment does not know"
+        return found
+
+    def resources(self, kind: str, instance: Any) -> list[tuple[str, str | None]]:
+        """(resource, name) an IAM member instance grants on."""
+        if kind == "google_project_iam_member":
+            assert instance.get("project") == "proj"
+            return [("project", None)]
+        if kind == "google_storage_bucket_iam_member":
+            name = instance.get("bucket")
+            return [(r, name) for r in self.buckets(name)]
+        if kind == "google_pubsub_topic_iam_member":
+            ref = instance.get("topic").ref
+            return [("topic:" + re.fullmatch(r"google_pubsub_topic\.(\w+)\.id", ref).group(1).replace("_", "-"), None)]
+        if kind == "google_pubsub_subscription_iam_member":
+            assert instance.get("subscription").ref.startswith("google_pubsub_subscription.push[")
+            return [("subscription:push", None)]
+        if kind == "google_secret_manager_secret_iam_member":
+            assert instance.get("secret_id").ref == "google_secret_manager_secret.hf_token.id"
+            return [("secret:hf-token", None)]
+        if kind == "google_artifact_registry_repository_iam_member":
+            assert instance.get("repository").ref == "google_artifact_registry_repository.trainer.name"
+            return [("repository:trainer", None)]
+        if kind == "google_service_account_iam_member":
+            target = instance.get("service_account_id")
+            if isinstance(target, Unknown):
+                sa = re.fullmatch(r"google_service_account\.(\w+)\.name", target.ref).group(1)
+                return [("service-account:" + sa.replace("_", "-"), None)]
+            assert str(target).endswith("-compute@developer.gserviceaccount.com"), target
+            return [("service-account:compute-default", None)]
+        if kind == "google_cloud_run_service_iam_member":
+            return [("service:functions", instance.get("service"))]
+        raise AssertionError(f"{kind}: a kind of grant tests/contract/iam.py does not read")
+
+    def grants(self) -> list[Grant]:
+        found = []
+        for kind in sorted({k for k, _ in self.module.resources}):
+            if not kind.endswith(("_iam_member", "_iam_binding", "_iam_policy")):
+                continue
+            assert kind.endswith("_iam_member"), f"{kind}: authoritative IAM would remove others' grants"
+            for instance in self.module.instances(kind):
+                identity, subject = self.member(instance.get("member"))
+                role = str(instance.get("role"))
+                for resource, name in self.resources(kind, instance):
+                    found.append(Grant(identity, subject, resource, name, role, instance.address))
+        return found
+
+    def subjects(self, identity: str) -> list[str | None]:
+        if identity == p.TRAINER:
+            return list(self.variables.get("policy_namespaces", ["default"]))
+        if identity == p.OPERATOR:
+            return list(self.variables.get("operators", []))
+        return [None]
+
+    def names(self, resource: str) -> list[str | None]:
+        """The concrete resources behind one of permissions.py's words (none: it does not exist here)."""
+        if resource == "bucket:policy":
+            return list(self.variables.get("policy_buckets", []))
+        if resource == "bucket:datasets":
+            return list(self.variables.get("dataset_buckets", []))
+        if resource.startswith("bucket:"):
+            return [self.bucket(resource.removeprefix("bucket:"))]
+        if resource == "service:functions":
+            return [f.get("name") for f in self.module.instances("google_cloudfunctions2_function")]
+        return [None]

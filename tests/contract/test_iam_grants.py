@@ -1,0 +1,142 @@
+"""Terraform's grants against what the code calls: for every setting of the variables that change grants,
+each identity holds every permission functions/core/permissions.py lists for it (through Google's published
+permission lists of the roles granted, tests/data/iam/), on the resource it calls, and no grant is idle."""
+
+from __future__ import annotations
+
+from itertools import product
+
+import pytest
+
+from functions.core import permissions as p
+from tests.contract.iam import Deployment, Grant
+
+SETTINGS = [
+    dict(
+        functions_create_clusters=create,
+        policy_buckets=policy,
+        dataset_buckets=datasets,
+        create_nat=nat,
+        policy_namespaces=namespaces,
+        operators=operators,
+    )
+    for create, policy, datasets, nat, namespaces, operators in product(
+        (False, True),
+        ([], ["shared-checkpoints"]),
+        ([], ["datasets-a", "datasets-b"]),
+        (True, False),
+        (["default"], ["default", "team-a"]),
+        ([], ["user:ops@example.com", "group:ml@example.com"]),
+    )
+]
+
+
+def label(settings: dict) -> str:
+    return " ".join(
+        f"{k}={v}" for k, v in settings.items() if v not in ([], False, ["default"], True) or k == "create_nat"
+    )
+
+
+def covering(grants: list[Grant], roles, use: p.Use, subject, name) -> list[Grant]:
+    """The grants that give this subject the use's permission on that resource (or on the whole project)."""
+    return [
+        g
+        for g in grants
+        if g.identity == use.identity
+        and g.subject == subject
+        and (g.resource == "project" or (g.resource == use.resource and g.name in (None, name)))
+        and use.permission in roles.get(g.role, frozenset())
+    ]
+
+
+@pytest.mark.parametrize("settings", SETTINGS, ids=label)
+def test_every_identity_holds_what_its_code_paths_call(settings):
+    deployment = Deployment(**settings)
+    grants, roles = deployment.grants(), deployment.roles()
+    unknown_roles = {g.role for g in grants} - set(roles)
+    assert not unknown_roles, f"roles without a vendored permission list (tests/data/iam/roles.json): {unknown_roles}"
+    missing = []
+    for identity in p.IDENTITIES:
+        for use in p.uses_of(identity, create_clusters=settings["functions_create_clusters"]):
+            for subject, name in product(deployment.subjects(identity), deployment.names(use.resource)):
+                if not covering(grants, roles, use, subject, name):
+                    missing.append(
+                        f"{identity} {subject or ''} lacks {use.permission} on {name or use.resource}: {use.why}"
+                    )
+    assert not missing, "\n".join(missing)
+
+
+@pytest.mark.parametrize("settings", SETTINGS[::7], ids=label)
+def test_no_grant_is_idle(settings):
+    """Least privilege the other way round: each granted role gives its identity at least one permission that
+    a listed call of it needs on that resource (so an unused identity or grant, like the scheduler's, fails)."""
+    deployment = Deployment(**settings)
+    roles = deployment.roles()
+    uses = p.uses_of
+    for grant in deployment.grants():
+        needed = {
+            u.permission
+            for u in uses(grant.identity, create_clusters=settings["functions_create_clusters"])
+            if (grant.resource == "project" and u.resource == "project") or u.resource == grant.resource
+        }
+        assert needed & roles[grant.role], f"{grant.address}: {grant.role} gives {grant.identity} nothing it uses"
+
+
+def test_the_roles_that_follow_a_switch():
+    plain, creating = Deployment(), Deployment(functions_create_clusters=True)
+    gke = {g.role for g in plain.grants() if g.identity == p.FUNCTIONS and g.resource == "project"}
+    assert gke == {"roles/container.developer"}
+    assert {g.role for g in creating.grants() if g.identity == p.FUNCTIONS and g.resource == "project"} == {
+        "roles/container.admin"
+    }
+    assert any(g.resource == "service-account:compute-default" for g in creating.grants())
+    assert not any(g.resource == "service-account:compute-default" for g in plain.grants())
+
+
+def test_the_trainer_may_read_the_bucket_pyarrow_asks_about():
+    """Blocker 1 of issue 20, in grant terms: objectUser alone lacks storage.buckets.get."""
+    deployment = Deployment(policy_buckets=["shared-checkpoints"])
+    roles = deployment.roles()
+    assert "storage.buckets.get" not in roles["roles/storage.objectUser"]
+    for name in (deployment.bucket("runs"), "shared-checkpoints"):
+        held = set().union(*(roles[g.role] for g in deployment.grants() if g.identity == p.TRAINER and g.name == name))
+        assert {"storage.buckets.get", "storage.objects.create", "storage.objects.delete"} <= held, name
+
+
+def test_every_function_is_built_and_invoked_by_its_own_identity():
+    deployment = Deployment()
+    for function in deployment.module.instances("google_cloudfunctions2_function"):
+        [build] = function.blocks("build_config")
+        assert str(deployment.module.eval(build.body["service_account"], dict(function.scope))) == (
+            "${google_service_account.function_build.id}"
+        )
+    invoked = {g.name for g in deployment.grants() if g.identity == p.TRIGGER and g.resource == "service:functions"}
+    assert invoked == set(deployment.names("service:functions"))
+
+
+def test_nat_in_every_region_runs_may_use():
+    deployment = Deployment(policy_regions=["europe-west4"])
+    nat = {i.get("region") for i in deployment.module.instances("google_compute_router_nat")}
+    env = deployment.module.local("function_env")
+    assert nat == {"us-central1", "europe-west4"} == set(env["RAYTUNE_POLICY_REGIONS"].split(","))
+    assert not list(Deployment(create_nat=False).module.instances("google_compute_router_nat"))
+
+
+def test_the_policy_buckets_are_the_granted_ones():
+    """What the functions let a config name is what Terraform grants: config_uri where the functions may read,
+    storage_path where the trainer may write, gs:// datasets where it may read."""
+    deployment = Deployment(policy_buckets=["shared"], dataset_buckets=["data"])
+    env, grants = deployment.module.local("function_env"), deployment.grants()
+    runs, configs = deployment.bucket("runs"), deployment.bucket("configs")
+
+    def readable(identity: str) -> set[str]:
+        roles = deployment.roles()
+        return {g.name for g in grants if g.identity == identity and "storage.objects.get" in roles[g.role]}
+
+    def writable() -> set[str]:
+        roles = deployment.roles()
+        return {g.name for g in grants if g.identity == p.TRAINER and "storage.objects.create" in roles[g.role]}
+
+    assert set(env["RAYTUNE_POLICY_BUCKETS"].split(",")) == {runs, configs, "shared"} <= readable(p.FUNCTIONS)
+    assert set(env["RAYTUNE_POLICY_STORAGE_BUCKETS"].split(",")) == {runs, "shared"} == writable()
+    assert set(env["RAYTUNE_POLICY_DATASET_BUCKETS"].split(",")) == {runs, "shared", "data"} == readable(p.TRAINER)
