@@ -20,7 +20,9 @@ def _exists(location: str) -> bool:
     if location.startswith("gs://"):
         import pyarrow.fs as pafs
 
-        fs, path = pafs.FileSystem.from_uri(location)
+        from trainer.storage import filesystem
+
+        fs, path = filesystem(location.rstrip("/"))
         return bool(fs.get_file_info(path).type != pafs.FileType.NotFound)
     return os.path.exists(location)
 

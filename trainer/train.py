@@ -242,6 +242,8 @@ class FinalAdapter:
 def ray_train_configs(cfg: RunConfig, run_id: str):
     import ray.train
 
+    from trainer.storage import filesystem
+
     scaling = cfg.scaling
     resources = {"CPU": scaling.cpus_per_worker, **({"GPU": 1} if scaling.use_gpu else {})}
     scaling_config = ray.train.ScalingConfig(
@@ -250,9 +252,12 @@ def ray_train_configs(cfg: RunConfig, run_id: str):
         resources_per_worker=resources,
         accelerator_type=scaling.accelerator if scaling.use_gpu else None,
     )
+    # The filesystem the trainer's own reads and writes use (the emulator in tests), not one Ray resolves anew.
+    storage, path = filesystem(cfg.storage_path)
     run_config = ray.train.RunConfig(
         name=run_id,
-        storage_path=cfg.storage_path,
+        storage_path=path,
+        storage_filesystem=storage,
         failure_config=ray.train.FailureConfig(max_failures=scaling.max_failures),
         checkpoint_config=ray.train.CheckpointConfig(num_to_keep=None),
     )
@@ -335,7 +340,7 @@ def write_result(summary: RunResult, cfg: RunConfig, run_id: str) -> None:
 
     uri = f"{cfg.storage_path.rstrip('/')}/{run_id}/result.json"
     fs, path = filesystem(uri)
-    fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
+    fs.create_dir(path.rsplit("/", 1)[0], recursive=True)  # a local folder; on GCS only a marker object
     with fs.open_output_stream(path) as out:
         out.write(summary.model_dump_json(indent=2).encode())
 

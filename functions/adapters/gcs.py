@@ -35,6 +35,10 @@ def storage_client() -> Any:
     from google.cloud import storage
     from requests.adapters import HTTPAdapter
 
+    # google-cloud-storage (3.x) otherwise reads the metadata of every bucket it touches in a background thread,
+    # for OpenTelemetry trace attributes we do not export (google/cloud/storage/_bucket_metadata_cache.py):
+    # a storage.buckets.get that no identity here is granted, refused (and audit-logged) on each cold start.
+    os.environ.setdefault("DISABLE_GCS_PYTHON_CLIENT_OTEL_BUCKET_METADATA", "true")
     if os.environ.get("STORAGE_EMULATOR_HOST"):
         from google.auth.credentials import AnonymousCredentials
 

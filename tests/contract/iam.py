@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -45,8 +46,9 @@ class Deployment:
     """terraform/ for one set of variable values."""
 
     def __init__(self, **variables: Any):
-        self.module = Module(TERRAFORM, {"project_id": "proj", **variables})
-        self.variables = variables
+        self.variables = {"project_id": "proj", **variables}
+        self.module = Module(TERRAFORM, self.variables)
+        self.project = self.variables["project_id"]
 
     def bucket(self, name: str) -> str:
         return self.module._resource("google_storage_bucket", name).get("name")
@@ -66,7 +68,7 @@ class Deployment:
             return SERVICE_ACCOUNTS[sa.group(1)], None
         if m := re.fullmatch(
             r"principal://iam\.googleapis\.com/projects/\$\{data\.google_project\.this\.number\}/locations/global/"
-            r"workloadIdentityPools/proj\.svc\.id\.goog/subject/ns/([a-z0-9-]+)/sa/default",
+            rf"workloadIdentityPools/{re.escape(self.project)}\.svc\.id\.goog/subject/ns/([a-z0-9-]+)/sa/default",
             text,
         ):
             return p.TRAINER, m.group(1)
@@ -95,7 +97,7 @@ class Deployment:
     def resources(self, kind: str, instance: Any) -> list[tuple[str, str | None]]:
         """(resource, name) an IAM member instance grants on."""
         if kind == "google_project_iam_member":
-            assert instance.get("project") == "proj"
+            assert instance.get("project") == self.project
             return [("project", None)]
         if kind == "google_storage_bucket_iam_member":
             name = instance.get("bucket")
@@ -154,3 +156,19 @@ class Deployment:
         if resource == "service:functions":
             return [f.get("name") for f in self.module.instances("google_cloudfunctions2_function")]
         return [None]
+
+    def storage_permissions(self, identity: str, subject: str | None = None) -> Callable[[str, str], bool]:
+        """What this identity may do in a bucket: its grants there and on the project, through their roles."""
+        roles, grants = self.roles(), [g for g in self.grants() if g.identity == identity and g.subject == subject]
+
+        def allowed(bucket: str, permission: str) -> bool:
+            return any(
+                permission in roles[g.role]
+                for g in grants
+                if g.resource == "project" or (g.resource.startswith("bucket:") and g.name == bucket)
+            )
+
+        return allowed
+
+    def resource_of(self, bucket: str) -> list[str]:
+        return self.buckets(bucket)

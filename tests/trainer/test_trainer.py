@@ -5,11 +5,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import shutil
-import subprocess
-import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -17,6 +12,7 @@ import psutil
 import pytest
 
 from functions.core.config import RunConfig
+from tests.trainer.jobs import finish, start_job
 from trainer.codehash import code_files, code_sha256
 from trainer.train import check_code
 
@@ -45,36 +41,6 @@ def tiny_config(storage: Path, **training) -> RunConfig:
             "storage_path": str(storage),
         }
     )
-
-
-def start_job(cfg: RunConfig, run_id: str, log: Path) -> subprocess.Popen:
-    """The RayJob entrypoint as KubeRay runs it, on a private local Ray instance."""
-    ray_tmp = tempfile.mkdtemp(prefix="rt-", dir="/tmp")  # short: Ray's socket paths are length-limited
-    env = {
-        **os.environ,
-        "RAY_TMPDIR": ray_tmp,
-        "RAYTUNE_CODE_SHA256": code_sha256(code_files()),
-        "PYTHONPATH": str(ROOT),
-    }
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "trainer.train", "--run-id", run_id, "--config-json", cfg.model_dump_json()],
-            cwd=ROOT,
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    proc.ray_tmp = ray_tmp
-    return proc
-
-
-def finish(proc: subprocess.Popen, log: Path, timeout: float = 480) -> None:
-    try:
-        rc = proc.wait(timeout=timeout)
-    finally:
-        shutil.rmtree(proc.ray_tmp, ignore_errors=True)
-    assert rc == 0, log.read_text()[-6000:]
 
 
 def test_ray_train_qlora_run_writes_checkpoints_result_and_adapter(tmp_path):

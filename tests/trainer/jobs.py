@@ -1,0 +1,46 @@
+"""The RayJob entrypoint (python -m trainer.train) as KubeRay runs it, on a private local Ray instance."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from functions.core.config import RunConfig
+from trainer.codehash import code_files, code_sha256
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def start_job(cfg: RunConfig, run_id: str, log: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
+    """The RayJob entrypoint as KubeRay runs it, on a private local Ray instance."""
+    ray_tmp = tempfile.mkdtemp(prefix="rt-", dir="/tmp")  # short: Ray's socket paths are length-limited
+    env = {
+        **os.environ,
+        "RAY_TMPDIR": ray_tmp,
+        "RAYTUNE_CODE_SHA256": code_sha256(code_files()),
+        "PYTHONPATH": str(ROOT),
+        **(env or {}),
+    }
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "trainer.train", "--run-id", run_id, "--config-json", cfg.model_dump_json()],
+            cwd=ROOT,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    proc.ray_tmp = ray_tmp
+    return proc
+
+
+def finish(proc: subprocess.Popen, log: Path, timeout: float = 480) -> None:
+    try:
+        rc = proc.wait(timeout=timeout)
+    finally:
+        shutil.rmtree(proc.ray_tmp, ignore_errors=True)
+    assert rc == 0, log.read_text()[-6000:]
