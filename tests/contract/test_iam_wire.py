@@ -84,7 +84,7 @@ def test_ray_train_storage_needs_the_bucket_read_terraform_now_grants(gcs_emulat
     after = IamGcs(gcs_emulator.url, principal(d, p.TRAINER, "default"), d.storage_permissions(p.TRAINER, "default"))
     with serving(before) as url, emulator(url):
         fs, path = filesystem(f"gs://{runs}/checkpoints")
-        with pytest.raises(OSError, match="storage.buckets.get"):
+        with pytest.raises(OSError, match=r"storage\.buckets\.get"):
             StorageContext(path, "run-1", storage_filesystem=fs)
     assert [a.denied.permission for a in before.refused()] == ["storage.buckets.get"]
     with serving(after) as url, emulator(url):
