@@ -43,5 +43,8 @@ output "cli_config" {
     configs_bucket = "${google_storage_bucket.configs.name}"
     launch_topic = "${google_pubsub_topic.launch.id}"
     watch_topic = "${google_pubsub_topic.watch.id}"
+    repository = "${google_artifact_registry_repository.trainer.repository_id}"
+    build_bucket = "${google_storage_bucket.build.name}"
+    image_build_service_account = "${google_service_account.image_build.email}"
   EOT
 }

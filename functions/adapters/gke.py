@@ -22,13 +22,27 @@ BROKEN = {"ERROR", "STOPPING"}
 JOB_ENDED = {"SUCCEEDED", "FAILED", "STOPPED"}
 
 
+# What Terraform's google provider (resource_container_cluster.go: expandNodeConfig, defaultOauthScopes) and
+# gcloud (GKE_DEFAULT_SCOPES, "gke-default") send for nodes when none are given: devstorage.read_only is what
+# pulls from Artifact Registry need, the rest Cloud Logging, Monitoring and Trace.
+GKE_DEFAULT_SCOPES = (
+    "https://www.googleapis.com/auth/devstorage.read_only",
+    "https://www.googleapis.com/auth/logging.write",
+    "https://www.googleapis.com/auth/monitoring",
+    "https://www.googleapis.com/auth/service.management.readonly",
+    "https://www.googleapis.com/auth/servicecontrol",
+    "https://www.googleapis.com/auth/trace.append",
+)
+
+
 def autopilot_cluster(spec: ClusterSpec, network: str = "default") -> dict:
     """The cluster Terraform creates (terraform/gke.tf): Autopilot, VPC-native, private nodes (egress through
-    the network's Cloud NAT), the Ray operator with logging and monitoring."""
+    the network's Cloud NAT), the Ray operator with logging and monitoring, the default node scopes."""
     return {
         "name": spec.gke_cluster,
         "network": network,
         "autopilot": {"enabled": True},
+        "node_config": {"oauth_scopes": list(GKE_DEFAULT_SCOPES)},
         "release_channel": {"channel": "REGULAR"},
         "addons_config": {"ray_operator_config": RAY_OPERATOR},
         "ip_allocation_policy": {"use_ip_aliases": True},

@@ -124,9 +124,28 @@ def cmd_image(args: argparse.Namespace) -> int:
     if args.write_requirements:
         print(f"wrote {image.write_requirements()}")
         return 0
-    if not args.project:
-        raise FileError("--project is required (or set GOOGLE_CLOUD_PROJECT)")
-    ref, command = image.build(args.project, args.region, args.repository, args.dry_run)
+    from functions.cli import settings
+
+    given = settings.load(
+        {
+            "project": args.project,
+            "region": args.region,
+            "repository": args.repository,
+            "build_bucket": args.build_bucket,
+            "image_build_service_account": args.service_account,
+        }
+    )
+    if not given.project:
+        raise FileError("--project is required (or GOOGLE_CLOUD_PROJECT, RAYTUNE_PROJECT, project in raytune.toml)")
+    target = image.Target(
+        project=given.project,
+        region=given.region or "us-central1",
+        name=args.name,
+        repository=given.repository,
+        build_bucket=given.build_bucket,
+        service_account=given.image_build_service_account,
+    )
+    ref, command = image.build(target, args.dry_run)
     print(("would run: " if args.dry_run else "built: ") + (command if args.dry_run else ref))
     print(
         f"use it in a run config:\n  cluster:\n    dependencies: image\n    worker_image: {ref}\n    head_image: {ref}"
@@ -190,8 +209,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     img = sub.add_parser("image", help="build the trainer image with Cloud Build into Artifact Registry")
     img.add_argument("--project", default=os.environ.get("GOOGLE_CLOUD_PROJECT"))
-    img.add_argument("--region", default="us-central1")
-    img.add_argument("--repository", default="raytune", help="the Artifact Registry repository (Terraform: var.name)")
+    img.add_argument("--region", help="default: region in raytune.toml, else us-central1")
+    img.add_argument("--name", default="raytune", help="Terraform's var.name: the default for the next three")
+    img.add_argument("--repository", help="the Artifact Registry repository (Terraform: var.name)")
+    img.add_argument("--build-bucket", help="where gcloud stages the source (Terraform: <name>-build-<project>)")
+    img.add_argument(
+        "--service-account",
+        help="the build's identity (Terraform: <name>-image-build@<project>.iam.gserviceaccount.com)",
+    )
     img.add_argument("--dry-run", action="store_true", help="print the gcloud command instead of running it")
     img.add_argument(
         "--write-requirements", action="store_true", help="rewrite image/requirements.txt from TRAINER_PIP"

@@ -19,6 +19,9 @@ ENV = {
     "launch_topic": "RAYTUNE_LAUNCH_TOPIC",
     "watch_topic": "RAYTUNE_WATCH_TOPIC",
     "operator_key": "RAYTUNE_OPERATOR_KEY",
+    "repository": "RAYTUNE_REPOSITORY",
+    "build_bucket": "RAYTUNE_BUILD_BUCKET",
+    "image_build_service_account": "RAYTUNE_IMAGE_BUILD_SERVICE_ACCOUNT",
 }
 
 
@@ -31,6 +34,9 @@ class CliSettings:
     launch_topic: str | None = None  # full topic path
     watch_topic: str | None = None  # full topic path (cancels)
     operator_key: str | None = None  # lets `cancel` stop runs of other sources
+    repository: str | None = None  # `raytune image`: the Artifact Registry repository
+    build_bucket: str | None = None  # `raytune image`: where gcloud stages the source
+    image_build_service_account: str | None = None  # `raytune image`: the build's identity (an email)
     source: str = "defaults"  # where they came from, for error messages
 
     @property

@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import yaml
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
@@ -67,12 +68,31 @@ def test_requirements_resolve_together(tmp_path):
         )
 
 
-def test_raytune_image_builds_into_the_terraform_repository(capsys):
+def test_raytune_image_builds_into_the_terraform_repository_as_its_own_identity(capsys, monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)  # no raytune.toml: Terraform's names for the default var.name
+    monkeypatch.setenv("RAYTUNE_CLI_CONFIG", str(tmp_path / "none.toml"))
     assert cli(["image", "--project", "proj", "--region", "europe-west4", "--dry-run"]) == 0
     out = capsys.readouterr().out
     ref = f"europe-west4-docker.pkg.dev/proj/raytune/trainer:{RAY_VERSION}"
     assert "gcloud builds submit" in out and f"_IMAGE={ref}" in out and "image/cloudbuild.yaml" in out
+    assert "--service-account=projects/proj/serviceAccounts/raytune-image-build@proj.iam.gserviceaccount.com" in out
+    assert "--gcs-source-staging-dir=gs://raytune-build-proj/image-source" in out
     assert f"worker_image: {ref}" in out
+    # The names Terraform gives them, and what it writes for the CLI.
+    from tests.contract.iam import Deployment
+
+    d = Deployment(project_id="proj", region="europe-west4")
+    assert d.bucket("build") == "raytune-build-proj"
+    sa = d.module._resource("google_service_account", "image_build").get("account_id")
+    assert f"{sa}@proj.iam.gserviceaccount.com" == "raytune-image-build@proj.iam.gserviceaccount.com"
+    cli_config = d.module.eval(
+        next(b for b in d.module.blocks if b.kind == "output" and b.labels == ("cli_config",)).body["value"], {}
+    )
+    assert "build_bucket = " in cli_config and "image_build_service_account = " in cli_config
+    # A build as a chosen identity must log to Cloud Logging only (Cloud Build refuses it otherwise).
+    assert (
+        yaml.safe_load((ROOT / "image" / "cloudbuild.yaml").read_text())["options"]["logging"] == "CLOUD_LOGGING_ONLY"
+    )
 
 
 def test_the_cloud_example_uses_the_image_and_marks_what_to_edit():

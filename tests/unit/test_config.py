@@ -229,6 +229,56 @@ def test_label_keys_follow_kubernetes_rules(key, ok):
             parse_config({"labels": {key: "v"}})
 
 
+# apimachinery's own cases (k8s.io/apimachinery/pkg/util/validation/validation_test.go, TestIsQualifiedName),
+# and prefixes that are not DNS-1123 subdomains (the API server answers 422 for each).
+APIMACHINERY_GOOD = [
+    "simple",
+    "now-with-dashes",
+    "1-starts-with-num",
+    "1234",
+    "simple/simple",
+    "now-with-dashes/simple",
+    "now-with-dashes/now-with-dashes",
+    "now.with.dots/simple",
+    "now-with.dashes-and.dots/simple",
+    "1-num.2-num/3-num",
+    "1234/5678",
+    "1.2.3.4/5678",
+    "Uppercase_Is_OK_123",
+    "example.com/Uppercase_Is_OK_123",
+    "requests.storage-foo",
+    "a" * 63,
+    "a" * 253 + "/" + "b" * 63,
+]
+APIMACHINERY_BAD = [
+    "nospecialchars%^=@",
+    "cantendwithadash-",
+    "-cantstartwithadash-",
+    "only/one/slash",
+    "Example.com/abc",
+    "example_com/abc",
+    "example.com/",
+    "/simple",
+    "a" * 64,
+    "a" * 254 + "/abc",
+    "a..b/name",
+    "a.-b/name",
+    "a-.b/name",
+    ".a/name",
+]
+
+
+@pytest.mark.parametrize("key", APIMACHINERY_GOOD)
+def test_label_keys_kubernetes_accepts(key):
+    parse_config({"labels": {key: "v"}})
+
+
+@pytest.mark.parametrize("key", APIMACHINERY_BAD)
+def test_label_keys_kubernetes_refuses_are_rejected_at_validation(key):
+    with pytest.raises(ConfigError, match="labels"):
+        parse_config({"labels": {key: "v"}})
+
+
 @pytest.mark.parametrize("example", sorted((ROOT / "examples").glob("*.*")), ids=lambda p: p.name)
 def test_every_example_is_a_valid_config(example):
     parse_config(example.read_bytes(), config_format(example.name))
