@@ -1,6 +1,6 @@
 """After training, on rank 0: the new adapter (challenger) and the baseline (the champion's adapter loaded
 beside it, or the base model with the adapter switched off) on the same first N held-out samples: loss on
-the reference descriptions, greedy descriptions, and their ROUGE-L (rouge-score) and BLEU (sacrebleu)
+the reference descriptions, greedy descriptions, and their ROUGE-L (torchmetrics, equal to rouge-score) and BLEU (sacrebleu)
 against the references."""
 
 from __future__ import annotations
@@ -46,9 +46,17 @@ def _loss(model, collator, rows: list[dict]) -> float:
     return statistics.fmean(losses)
 
 
+def rouge_l(reference: str, output: str) -> float:
+    """ROUGE-L F-measure with Porter stemming, as Google's rouge-score computes it: torchmetrics' implementation
+    (a wheel; rouge-score ships only a source archive that every node would build for dependencies: pip),
+    held equal to rouge-score in tests/trainer/test_evaluation.py."""
+    from torchmetrics.functional.text.rouge import rouge_score
+
+    return float(rouge_score(output, reference, rouge_keys="rougeL", use_stemmer=True)["rougeL_fmeasure"])
+
+
 def _score(model, processor, collator, rows: list[dict], cfg: RunConfig) -> tuple[Scores, list[str], list[float]]:
     import sacrebleu
-    from rouge_score import rouge_scorer
 
     spec = cfg.dataset
     outputs = [
@@ -64,8 +72,7 @@ def _score(model, processor, collator, rows: list[dict], cfg: RunConfig) -> tupl
         for row in rows
     ]
     references = [row[spec.answer_field] for row in rows]
-    scorer = rouge_scorer.RougeScorer(["rougeL"], use_stemmer=True)
-    rouge = [scorer.score(ref, out)["rougeL"].fmeasure for ref, out in zip(references, outputs, strict=True)]
+    rouge = [rouge_l(ref, out) for ref, out in zip(references, outputs, strict=True)]
     bleu = sacrebleu.corpus_bleu(outputs, [references]).score
     scores = Scores(eval_loss=_loss(model, collator, rows), rougeL=statistics.fmean(rouge), bleu=bleu)
     return scores, outputs, rouge

@@ -86,7 +86,8 @@ TRAINER_PIP = (
     "pillow==13.0.0",
     "tensorboard==2.21.0",
     "google-cloud-pubsub==2.44.0",
-    "rouge-score==0.1.2",
+    "torchmetrics==1.9.0",
+    "nltk==3.10.4",
     "sacrebleu==2.6.0",
 )
 RAY_VERSION = "2.60.0"

@@ -5,6 +5,8 @@ loaded back as a plain model, the stable held-out split."""
 from __future__ import annotations
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from functions.core.config import DatasetSpec, RunConfig
 from tests.reports import ReportPage
@@ -133,3 +135,22 @@ def test_a_push_with_a_wrong_token_fails_and_says_so(tuned, tmp_path, monkeypatc
     finally:
         hub.shutdown()
     assert "401" in str(err.value) and "hf_read_only" not in str(err.value) and not hub.repos
+
+
+WORDS = st.sampled_from(
+    ["running", "runs", "ran", "dogs", "dog's", "the", "A", "fence", "fences", "jumping", "quick", "SEO", "2", "mobile"]
+)
+TEXT = st.lists(st.one_of(WORDS, st.text(max_size=6)), max_size=14).map(" ".join)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(reference=TEXT, output=TEXT)
+def test_rouge_l_is_google_rouge_score(reference, output):
+    """The reported ROUGE-L (torchmetrics, a wheel) equals Google's rouge-score with the stemmer on, on
+    stemmable words, punctuation, case and arbitrary text."""
+    from rouge_score import rouge_scorer
+
+    from trainer.evaluate import rouge_l
+
+    expected = rouge_scorer.RougeScorer(["rougeL"], use_stemmer=True).score(reference, output)["rougeL"].fmeasure
+    assert rouge_l(reference, output) == pytest.approx(expected, abs=1e-6)
