@@ -118,6 +118,19 @@ def cmd_package(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_permissions(args: argparse.Namespace) -> int:
+    from dataclasses import asdict
+
+    from functions.core import permissions
+
+    if args.json:
+        uses = [u for i in permissions.IDENTITIES for u in permissions.uses_of(i, args.create_clusters)]
+        print(json.dumps([asdict(u) for u in uses], indent=2))
+    else:
+        print(permissions.table(args.create_clusters))
+    return 0
+
+
 def cmd_image(args: argparse.Namespace) -> int:
     from functions.cli import image
 
@@ -206,6 +219,13 @@ def build_parser() -> argparse.ArgumentParser:
     pack = sub.add_parser("package", help="build the Cloud Functions source archive for Terraform")
     pack.add_argument("--output", "-o", default="build/raytune-functions.zip")
     pack.set_defaults(func=cmd_package)
+
+    perms = sub.add_parser(
+        "permissions", help="who calls which Google API with which IAM permission (what Terraform grants)"
+    )
+    perms.add_argument("--create-clusters", action="store_true", help="as with functions_create_clusters=true")
+    perms.add_argument("--json", action="store_true")
+    perms.set_defaults(func=cmd_permissions)
 
     img = sub.add_parser("image", help="build the trainer image with Cloud Build into Artifact Registry")
     img.add_argument("--project", default=os.environ.get("GOOGLE_CLOUD_PROJECT"))
