@@ -83,3 +83,79 @@ def test_gitignore_rules_apply_as_gcloud_reads_them(tmp_path):
     assert uploaded(tmp_path) == set()  # the old pattern: nothing under keep/ comes back
     (tmp_path / ".gcloudignore").write_text("/*\n!/keep/\n/keep/*\n!/keep/sub/\n/keep/sub/*\n!/keep/sub/a.py\n")
     assert uploaded(tmp_path) == {"keep/sub/a.py"}
+
+
+def test_raytune_image_through_gcloud_as_the_operator_and_what_the_build_identity_reads(
+    gcs_emulator, tmp_path, monkeypatch
+):
+    """`raytune image` for real: gcloud's own `builds submit` (its bucket check, its upload, its CreateBuild)
+    against a Cloud Build stand-in and a GCS that enforces an operator's Terraform grants; then the staged
+    archive read as the image build's identity, holding every file the Dockerfile copies."""
+    import io
+    import os
+    import tarfile
+
+    from functions.cli import main as cli
+    from functions.core import permissions as p
+    from tests.contract.iam import Deployment
+    from tests.contract.test_iam_wire import admin_client, assert_listed, serving
+    from tests.fakes.cloudbuild import FakeCloudBuild
+    from tests.fakes.gcs_iam import IamGcs
+
+    if shutil.which("gcloud") is None:
+        pytest.skip("gcloud is not installed: this runs gcloud's own builds submit")
+    operator = "user:ops@example.com"
+    d = Deployment(project_id=f"img{os.getpid()}", operators=[operator])
+    build_bucket = d.bucket("build")
+    admin_client(gcs_emulator).create_bucket(build_bucket)
+    token = tmp_path / "token"
+    token.write_text("ya29.fake-operator-token")
+    as_operator = IamGcs(gcs_emulator.url, operator.removeprefix("user:"), d.storage_permissions(p.OPERATOR, operator))
+    builds = FakeCloudBuild().start()
+    try:
+        with serving(as_operator) as url:
+            gcloud_env = {
+                "CLOUDSDK_CONFIG": str(tmp_path / "gcloud"),
+                "CLOUDSDK_CORE_PROJECT": d.project,
+                "CLOUDSDK_AUTH_ACCESS_TOKEN_FILE": str(token),
+                "CLOUDSDK_API_ENDPOINT_OVERRIDES_STORAGE": f"{url}/storage/v1/",
+                "CLOUDSDK_API_ENDPOINT_OVERRIDES_CLOUDBUILD": builds.url,
+                "CLOUDSDK_CORE_DISABLE_USAGE_REPORTING": "true",
+                "CLOUDSDK_COMPONENT_MANAGER_DISABLE_UPDATE_CHECK": "true",
+                "RAYTUNE_CLI_CONFIG": str(tmp_path / "none.toml"),
+            }
+            for name, value in gcloud_env.items():
+                monkeypatch.setenv(name, value)
+            assert cli(["image", "--project", d.project, "--region", "us-central1"]) == 0
+    finally:
+        builds.stop()
+    assert not builds.unknown, builds.unknown
+    [request] = builds.builds
+    assert (
+        request["serviceAccount"]
+        == f"projects/{d.project}/serviceAccounts/raytune-image-build@{d.project}.iam.gserviceaccount.com"
+    )
+    assert request["options"]["logging"] == "CLOUD_LOGGING_ONLY"
+    assert request["substitutions"]["_IMAGE"].startswith(f"us-central1-docker.pkg.dev/{d.project}/raytune/trainer:")
+    source = request["source"]["storageSource"]
+    assert source["bucket"] == build_bucket and source["object"].startswith("image-source/")
+    assert_listed(d, as_operator, p.OPERATOR)
+
+    # Cloud Build fetches the source as the build's identity; here google-cloud-storage does, without its
+    # background bucket reads (functions/adapters/gcs.py turns them off the same way).
+    monkeypatch.setenv("DISABLE_GCS_PYTHON_CLIENT_OTEL_BUCKET_METADATA", "true")
+    as_build = IamGcs(gcs_emulator.url, "raytune-image-build", d.storage_permissions(p.IMAGE_BUILD))
+    with serving(as_build) as url:
+        from google.auth.credentials import AnonymousCredentials
+        from google.cloud import storage
+
+        client = storage.Client(
+            project=d.project, credentials=AnonymousCredentials(), client_options={"api_endpoint": url}
+        )
+        archive = client.bucket(build_bucket).blob(source["object"]).download_as_bytes()
+    assert_listed(d, as_build, p.IMAGE_BUILD)
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        names = {m.name.removeprefix("./") for m in tar.getmembers() if m.isfile()}
+    sources = copy_sources(DOCKERFILE.read_text())
+    assert all(is_sent(s, names) for s in sources), sorted(names)
+    assert set(code_files()) <= names

@@ -1,0 +1,66 @@
+"""A Cloud Build API stand-in for gcloud itself (`api_endpoint_overrides/cloudbuild`): it keeps each
+CreateBuild request as gcloud sent it and answers as Cloud Build does, a long-running operation whose
+metadata carries the build, then the build SUCCESS when gcloud polls it."""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+from http.server import ThreadingHTTPServer
+
+from tests.fakes.http import JsonHandler
+
+
+class FakeCloudBuild(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self):
+        self.builds: list[dict] = []  # the request bodies, in order
+        self.unknown: list[str] = []
+        fake = self
+
+        class Handler(JsonHandler):
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
+                found = re.fullmatch(r"/v1/projects/([^/]+)/locations/([^/]+)/builds(\?.*)?", self.path)
+                if not found:
+                    fake.unknown.append(f"POST {self.path}")
+                    return self.reply(404, {"error": {"code": 404, "message": "not served"}})
+                project, region = found.group(1), found.group(2)
+                build_id = f"build-{len(fake.builds) + 1}"
+                fake.builds.append(body)
+                build = {**body, "id": build_id, "projectId": project, "status": "QUEUED"}
+                self.reply(
+                    200,
+                    {
+                        "name": f"projects/{project}/locations/{region}/operations/op-{build_id}",
+                        "metadata": {
+                            "@type": "type.googleapis.com/google.devtools.cloudbuild.v1.BuildOperationMetadata",
+                            "build": build,
+                        },
+                    },
+                )
+
+            def do_GET(self):
+                found = re.fullmatch(r"/v1/projects/([^/]+)/locations/([^/]+)/builds/([^/?]+)(\?.*)?", self.path)
+                if not found or not found.group(3).startswith("build-"):
+                    fake.unknown.append(f"GET {self.path}")
+                    return self.reply(404, {"error": {"code": 404, "message": "not served"}})
+                index = int(found.group(3).removeprefix("build-")) - 1
+                body = fake.builds[index]
+                self.reply(200, {**body, "id": found.group(3), "projectId": found.group(1), "status": "SUCCESS"})
+
+        super().__init__(("127.0.0.1", 0), Handler)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_port}/"
+
+    def start(self) -> FakeCloudBuild:
+        threading.Thread(target=self.serve_forever, daemon=True).start()
+        return self
+
+    def stop(self) -> None:
+        self.shutdown()
+        self.server_close()
