@@ -119,7 +119,7 @@ def test_raytune_image_through_gcloud_as_the_operator_and_what_the_build_identit
                 "CLOUDSDK_CORE_PROJECT": d.project,
                 "CLOUDSDK_AUTH_ACCESS_TOKEN_FILE": str(token),
                 "CLOUDSDK_API_ENDPOINT_OVERRIDES_STORAGE": f"{url}/storage/v1/",
-                "CLOUDSDK_API_ENDPOINT_OVERRIDES_CLOUDBUILD": builds.url,
+                "CLOUDSDK_API_ENDPOINT_OVERRIDES_CLOUDBUILD": builds.url + "/",
                 "CLOUDSDK_CORE_DISABLE_USAGE_REPORTING": "true",
                 "CLOUDSDK_COMPONENT_MANAGER_DISABLE_UPDATE_CHECK": "true",
                 "RAYTUNE_CLI_CONFIG": str(tmp_path / "none.toml"),

@@ -6,15 +6,11 @@ from __future__ import annotations
 
 import json
 import re
-import threading
-from http.server import ThreadingHTTPServer
 
-from tests.fakes.http import JsonHandler
+from tests.fakes.http import BackgroundServer, JsonHandler
 
 
-class FakeCloudBuild(ThreadingHTTPServer):
-    daemon_threads = True
-
+class FakeCloudBuild(BackgroundServer):
     def __init__(self):
         self.builds: list[dict] = []  # the request bodies, in order
         self.unknown: list[str] = []
@@ -51,16 +47,4 @@ class FakeCloudBuild(ThreadingHTTPServer):
                 body = fake.builds[index]
                 self.reply(200, {**body, "id": found.group(3), "projectId": found.group(1), "status": "SUCCESS"})
 
-        super().__init__(("127.0.0.1", 0), Handler)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server_port}/"
-
-    def start(self) -> FakeCloudBuild:
-        threading.Thread(target=self.serve_forever, daemon=True).start()
-        return self
-
-    def stop(self) -> None:
-        self.shutdown()
-        self.server_close()
+        super().__init__(Handler)

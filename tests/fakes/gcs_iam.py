@@ -15,8 +15,10 @@ import json
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from urllib.parse import parse_qs, unquote, urlsplit
+
+from tests.fakes.http import BackgroundServer
 
 # (bucket, permission) -> allowed?
 Authorizer = Callable[[str, str], bool]
@@ -65,10 +67,8 @@ class _Request:
         self.body = body
 
 
-class IamGcs(ThreadingHTTPServer):
+class IamGcs(BackgroundServer):
     """A principal's view of GCS: `allowed(bucket, permission)` is what its IAM grants say."""
-
-    daemon_threads = True
 
     def __init__(self, upstream: str, principal: str, allowed: Authorizer):
         self.upstream = urlsplit(upstream)
@@ -108,19 +108,7 @@ class IamGcs(ThreadingHTTPServer):
 
             do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = do_HEAD = _handle
 
-        super().__init__(("127.0.0.1", 0), Handler)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server_port}"
-
-    def start(self) -> IamGcs:
-        threading.Thread(target=self.serve_forever, daemon=True).start()
-        return self
-
-    def stop(self) -> None:
-        self.shutdown()
-        self.server_close()
+        super().__init__(Handler)
 
     # What each request needs ---------------------------------------------------------------------------------
 
