@@ -1,3 +1,8 @@
+# Pub/Sub targets publish as the Cloud Scheduler service agent, not as a service account of ours, so no topic
+# grant is needed (https://cloud.google.com/iam/docs/roles-permissions/cloudscheduler: "a Cloud Scheduler Admin
+# (or any custom role with the permission cloudscheduler.jobs.create) can create jobs that publish to any
+# Pub/Sub topics within the project"). Whoever may create scheduler jobs may therefore publish to launch and
+# watch: keep cloudscheduler.jobs.create to operators (the nightly slot still needs the nightly key).
 resource "google_cloud_scheduler_job" "watch_tick" {
   name      = "${var.name}-watch-tick"
   region    = var.region

@@ -10,6 +10,10 @@ Resources are where a grant is made: `project`, `bucket:runs`, `bucket:configs`,
 Terraform's dataset_buckets), `bucket:policy` (each of policy_buckets), `bucket:build` (Cloud Build's
 source staging), `topic:<name>`, `subscription:push`, `secret:hf-token`, `repository:trainer`,
 `service:functions` (the functions' Cloud Run services), `service-account:<name>`.
+
+Not here, because they call no Google API: `datasets` and `huggingface_hub` (the Hugging Face Hub, with
+HF_TOKEN), and Cloud Scheduler's jobs (they publish as Cloud Scheduler's own service agent). google-cloud-storage's
+background bucket-metadata reads are switched off (functions/adapters/gcs.py), so they need nothing either.
 """
 
 from __future__ import annotations
