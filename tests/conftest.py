@@ -102,12 +102,11 @@ class Harness:
         return [m for m, attributes in self.all_events() if attributes.get("event") == kind]
 
 
-@pytest.fixture
-def controller(bucket, pubsub, kube_api):
-    """A controller context on the emulators: GKE behind FakeClusterManager, kube behind the HTTP fake."""
+def build_controller(bucket: str, pubsub, kube_for, kube=None, **settings) -> Harness:
+    """A controller context on the emulators, GKE behind FakeClusterManager and Kubernetes behind `kube_for`
+    (cluster -> Kube); in use (functions.handlers.context) until `context.use(None)`."""
     from functions.adapters.gcs import Bucket
     from functions.adapters.gke import GkeClusters, GkePlatform
-    from functions.adapters.kube import Kube, api_client
     from functions.adapters.pubsub import Publisher
     from functions.adapters.store import RunStore
     from functions.core.secrets import add_secret
@@ -116,7 +115,7 @@ def controller(bucket, pubsub, kube_api):
     from functions.handlers.settings import Settings
 
     events_topic = pubsub.topic("run-events")
-    settings = Settings(
+    values = dict(
         project=PROJECT,
         bucket=bucket,
         watch_topic=f"projects/{PROJECT}/topics/raytune-watch",
@@ -127,28 +126,39 @@ def controller(bucket, pubsub, kube_api):
     add_secret(HF_TOKEN)
     manager = FakeClusterManager()
     manager.add_running(CLUSTER_PATH)
-    refreshes: list[float] = []
     platform = GkePlatform(
-        PROJECT,
-        HF_TOKEN,
-        clusters=GkeClusters(PROJECT, client=manager, create=True),
-        # Short timeouts: the hung-API tests wait for them.
-        kube_factory=lambda cluster: Kube(
-            api_client(kube_api.url), on_unauthorized=lambda: refreshes.append(1), timeout_s=(1.0, 2.0)
-        ),
+        PROJECT, HF_TOKEN, clusters=GkeClusters(PROJECT, client=manager, create=True), kube_factory=kube_for
     )
     clock = FakeClock()
     ctx = Context(
-        settings=settings,
+        settings=Settings(**{**values, **settings}),
         store=RunStore(Bucket(bucket)),
         platform=platform,
         publisher=Publisher(),
         clock=clock,
         sleep=lambda s: None,
     )
-    harness = Harness(ctx, pubsub.subscribe(events_topic), manager, kube_api, clock, pubsub)
-    harness.refreshes = refreshes
     context.use(ctx)
+    return Harness(ctx, pubsub.subscribe(events_topic), manager, kube, clock, pubsub)
+
+
+@pytest.fixture
+def controller(bucket, pubsub, kube_api):
+    """A controller context on the emulators: GKE behind FakeClusterManager, kube behind the HTTP fake."""
+    from functions.adapters.kube import Kube, api_client
+    from functions.handlers import context
+
+    refreshes: list[float] = []
+    harness = build_controller(
+        bucket,
+        pubsub,
+        # Short timeouts: the hung-API tests wait for them.
+        lambda cluster: Kube(
+            api_client(kube_api.url), on_unauthorized=lambda: refreshes.append(1), timeout_s=(1.0, 2.0)
+        ),
+        kube=kube_api,
+    )
+    harness.refreshes = refreshes
     yield harness
     context.use(None)
 

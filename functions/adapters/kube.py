@@ -9,6 +9,7 @@ module as functions.core.errors, with the API's own message.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -77,6 +78,11 @@ URLLIB3_TRANSIENT = frozenset(
 )
 
 
+# A server-side apply of a field the installed CRD does not declare: the API server answers 500 (not 400,
+# whatever fieldValidation says), and the same apply fails the same way every time (tests/contract/test_realkube.py).
+UNDECLARED = re.compile(r"failed to create typed patch object \(([^)]*)\): (\S+): field not declared in schema")
+
+
 def translate(exc: Exception) -> Exception:
     """kubernetes ApiException (status and a Status body) and urllib3 errors as functions.core.errors."""
     from kubernetes.client.exceptions import ApiException
@@ -86,6 +92,13 @@ def translate(exc: Exception) -> Exception:
             message = json.loads(getattr(exc, "body", None) or "{}").get("message")
         except (TypeError, ValueError, AttributeError):
             message = None
+        if message and (undeclared := UNDECLARED.search(message)):
+            what, field = undeclared.groups()
+            return errors.PermanentError(
+                f"the cluster's KubeRay does not know {field} ({what}): its CRD is older than the one raytune renders "
+                "for (upgrade the Ray operator add-on, or the cluster's GKE version); the API said: " + message,
+                _status(exc),
+            )
         return errors.from_status(_status(exc), message or getattr(exc, "reason", None) or str(exc))
     if type(exc).__name__ in URLLIB3_TRANSIENT:
         return errors.TransientError(f"{type(exc).__name__}: {exc}")
@@ -332,6 +345,8 @@ class Kube:
     ) -> bool:
         """Set replicas and minReplicas (KubeRay clamps replicas up to minReplicas) and the allocation stamp if
         the RayCluster is still at `current.resource_version`; False when it changed meanwhile (HTTP 409)."""
+        if replicas < 0:  # the RayCluster CRD accepts -1 (KubeRay 1.5.2 on a real API server): the guard is ours
+            raise ValueError(f"replicas must be at least 0, got {replicas}")
         base = f"/spec/workerGroupSpecs/{current.index}"
         stamped = (
             {"op": "add", "path": "/metadata/annotations/" + STAMP.replace("/", "~1"), "value": str(stamp)}

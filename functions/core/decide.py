@@ -273,10 +273,21 @@ def job_outcome(
     waited = (now - (record.entered(State.SUBMITTED) or record.created_at)).total_seconds()
     if job in WAITING and waited > pending:
         return State.FAILED, (
-            f"still {deployment or job or 'pending'} after {int(waited)}s (deadlines.pending_seconds {pending})"
+            f"{_waiting_for(deployment)} after {int(waited)}s (deadlines.pending_seconds {pending})"
             + (f": {stuck}" if stuck else "")
         )
     return record.state, stuck if job in WAITING else None
+
+
+def _waiting_for(deployment: str | None) -> str:
+    """What a RayJob that has not started waits for, in words: KubeRay says deployment `Running` as soon as it
+    has submitted to a RayCluster named by clusterSelector, while the Ray job itself is still PENDING."""
+    if deployment == "Running":
+        return (
+            "the Ray job never started (jobStatus PENDING while KubeRay's deployment is Running: the head's "
+            "dashboard or its worker pods were not ready)"
+        )
+    return f"still {deployment or 'pending'}"
 
 
 def job_summary(status: dict[str, Any] | None) -> dict[str, Any] | None:

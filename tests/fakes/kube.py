@@ -54,6 +54,11 @@ class FakeKube:
         self.faults: list[list] = []  # [method, path part, status, times left]
         self.delays: list[list] = []  # [method, path part, seconds, times left]
         self.logs: dict[tuple[str, str], str] = {}  # (namespace, pod) -> its log
+        self.namespaces: set[str] = {"default"}  # writes elsewhere answer 404, as a real API server does
+        # KubeRay writes a new RayCluster's status several times in its first seconds (seen on the real one):
+        # with status_churn = N, each of the first N writes to a new RayCluster finds its resourceVersion moved.
+        self.status_churn = 0
+        self._churn: dict[tuple[str, str, str], int] = {}
         self._version = 0
         self._lock = threading.Lock()
         self.server = _Server(("127.0.0.1", 0), self._handler())
@@ -117,19 +122,9 @@ class FakeKube:
         fake = self
 
         class Handler(JsonHandler):
-            def _status(self, code: int, reason: str, message: str) -> None:
-                self.reply(
-                    code,
-                    {
-                        "kind": "Status",
-                        "apiVersion": "v1",
-                        "metadata": {},
-                        "status": "Failure",
-                        "message": message,
-                        "reason": reason,
-                        "code": code,
-                    },
-                )
+            def _status(self, code: int, reason: str | None, message: str) -> None:
+                body = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "message": message}
+                self.reply(code, {**body, **({"reason": reason} if reason else {}), "code": code})
 
             def _route(self, method: str) -> None:
                 url = urlparse(self.path)
@@ -169,6 +164,8 @@ class FakeKube:
                     self.end_headers()
                     self.wfile.write(data)
                     return None
+                if method in ("POST", "PATCH") and match["ns"] not in fake.namespaces:
+                    return self._status(404, "NotFound", f'namespaces "{match["ns"]}" not found')
                 if match["name"] is None and method == "GET":
                     method = "LIST"
                 elif (match["name"] is None) != (method == "POST"):
@@ -220,7 +217,12 @@ class FakeKube:
         if key in self.objects:
             return 409, ("AlreadyExists", f'{key[0]} "{key[2]}" already exists')
         if match["group"] == "ray.io" and query.get("fieldValidation") == "Strict" and (bad := unknown_fields(obj)):
-            return 400, ("BadRequest", f"strict decoding error: unknown field {', '.join(bad)}")
+            kind = obj.get("kind", "object")
+            unknown = ", ".join(f'unknown field "{b}"' for b in bad)
+            return 400, (
+                "BadRequest",
+                f'{kind} in version "v1" cannot be handled as a {kind}: strict decoding error: {unknown}',
+            )
         if obj["metadata"].get("resourceVersion"):
             return 422, ("Invalid", "metadata.resourceVersion: Invalid value: must be empty on create")
         new = copy.deepcopy(obj)
@@ -228,9 +230,19 @@ class FakeKube:
             namespace=key[1], uid=str(uuid.uuid4()), generation=1, resourceVersion=self._next_version()
         )
         self.objects[key] = new
+        if key[0] == "rayclusters":
+            self._churn[key] = self.status_churn
         return 201, copy.deepcopy(new)
 
+    def _kuberay_writes_status(self, key) -> None:
+        if self._churn.get(key, 0) > 0 and key in self.objects:
+            self._churn[key] -= 1
+            current = self.objects[key]
+            current["status"] = {**current.get("status", {}), "state": "ready"}
+            current["metadata"]["resourceVersion"] = self._next_version()
+
     def _delete(self, key, match, query, content_type, body):
+        self._kuberay_writes_status(key)
         options = json.loads(body) if body else {}
         wanted = (options.get("preconditions") or {}).get("resourceVersion")
         current = self.objects.get(key)
@@ -245,6 +257,7 @@ class FakeKube:
         return 200, {"kind": "Status", "apiVersion": "v1", "status": "Success", "details": {"name": key[2]}}
 
     def _patch(self, key, match, query, content_type, body):
+        self._kuberay_writes_status(key)
         if content_type == APPLY:
             return self._apply(key, match, query, body)
         if content_type == JSON_PATCH:
@@ -267,8 +280,13 @@ class FakeKube:
             )
         if meta.get("name") != key[2] or meta.get("namespace", key[1]) != key[1]:
             return 400, ("BadRequest", "the name or namespace of the object does not match the path")
-        if match["group"] == "ray.io" and query.get("fieldValidation") == "Strict" and (bad := unknown_fields(obj)):
-            return 400, ("BadRequest", f"strict decoding error: unknown field {', '.join(bad)}")
+        if match["group"] == "ray.io" and (bad := unknown_fields(obj)):
+            # As the real server: a field the schema does not declare fails to type the patch, a 500 whatever
+            # fieldValidation says, with no reason (tests/contract/test_realkube.py shows it on both).
+            return 500, (
+                None,
+                f"failed to create typed patch object ({key[1]}/{key[2]}; {api_version}, Kind={kind}): .{bad[0]}: field not declared in schema",
+            )
         current = self.objects.get(key)
         precondition = meta.get("resourceVersion")
         if precondition and (current is None or current["metadata"]["resourceVersion"] != precondition):

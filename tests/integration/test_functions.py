@@ -461,3 +461,40 @@ def test_cancel_records_who_asked(controller, functions_server, bucket):
     record = h.ctx.store.get(run_id)
     assert record.state == State.CANCELLED and record.reason == "interrupted (SIGINT)"
     assert h.kube.names("rayjobs") == []
+
+
+def test_a_field_the_clusters_kuberay_does_not_know_fails_the_run_naming_it(controller, functions_server, bucket):
+    """The fake answers an undeclared field's apply as the real API server does (500, "field not declared in
+    schema"; tests/contract/test_realkube.py holds the same on the real one): FAILED at once, naming it."""
+    from tests.fakes import kuberay_fields
+
+    h = controller
+    known = kuberay_fields.RAYJOB_SPEC
+    kuberay_fields.RAYJOB_SPEC = known - {"activeDeadlineSeconds"}  # an older KubeRay's RayJob
+    try:
+        assert launch_upload(functions_server, bucket, "configs/old.json", QUICK).status_code == 200
+    finally:
+        kuberay_fields.RAYJOB_SPEC = known
+    record = only_record(h)
+    assert (
+        record.state == State.FAILED
+        and "the cluster's KubeRay does not know .spec.activeDeadlineSeconds" in record.reason
+    )
+    assert h.kube.names("rayjobs") == [] and h.kube.calls("PATCH", "/rayjobs/") == 1  # not retried
+    assert workers(h)["replicas"] == 0
+
+
+def test_a_missing_namespace_fails_the_run_naming_it(controller, functions_server, bucket):
+    """The fake answers writes into a namespace that does not exist as the real API server does (404
+    `namespaces "X" not found`; tests/contract/test_realkube.py holds the same on the real one)."""
+    import dataclasses
+
+    from functions.core.policy import Policy
+
+    h = controller
+    h.ctx.settings = dataclasses.replace(h.ctx.settings, policy=Policy(namespaces=("team-*",)))
+    quick = {**QUICK, "cluster": {"namespace": "team-x"}}
+    assert launch_upload(functions_server, bucket, "configs/nons.json", quick).status_code == 200
+    record = only_record(h)
+    assert record.state == State.FAILED and 'namespaces "team-x" not found' in record.reason, record.reason
+    assert h.kube.names("rayjobs") == []

@@ -375,3 +375,23 @@ def test_an_idle_teardown_that_cannot_land_is_tried_again_next_tick(controller, 
     assert h.kube.names("rayclusters") == ["gemma3-tuning"] and not h.ctx.allocations.all()[0].deleted
     tick(h)
     assert h.kube.names("rayclusters") == []
+
+
+def test_kuberays_first_status_writes_do_not_undersize_or_strand_a_new_raycluster(controller, bucket):
+    """The fake plays what the real operator does to a new RayCluster (tests/contract/test_realkube.py): its
+    first writes find the resourceVersion moved by status writes. Conditional sizing and the idle delete
+    still land, on a fresh read, and the group is never wrong."""
+    h = controller
+    h.kube.status_churn = 3
+    quick = {**QUICK, "cluster": {"idle_delete_seconds": 60}}
+    first = launch(h, bucket, "churn-a", {**quick, "scaling": {"nodes": 1}})
+    second = launch(h, bucket, "churn-b", {**quick, "scaling": {"nodes": 2}})
+    assert {first.state, second.state} == {State.SUBMITTED} and workers(h)["replicas"] == 3
+    assert h.kube.get("rayclusters", "gemma3-tuning")["status"]["state"] == "ready"
+    h.kube.set_status("rayjobs", first.run_id, DONE)
+    h.kube.set_status("rayjobs", second.run_id, DONE)
+    tick(h)
+    assert workers(h)["replicas"] == 0
+    h.clock.advance(61)
+    tick(h)
+    assert h.kube.names("rayclusters") == []

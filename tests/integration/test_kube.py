@@ -73,10 +73,12 @@ def test_persistent_server_errors_and_bad_requests_raise(fake, kube):
     assert isinstance(err.value.__cause__, ApiException)
     job = objects()[2]
     job["spec"]["deletionStrategy"] = {"onSuccess": {"policy": "DeleteCluster"}}  # feature-gated: off on GKE
-    with pytest.raises(PermanentError) as err:
+    calls = fake.calls("PATCH", "/rayjobs/")
+    with pytest.raises(PermanentError) as err:  # a 500, as the real server answers, but never retried
         kube.apply(job)
-    assert err.value.status == 400 and "deletionStrategy" in err.value.__cause__.body
-    assert str(err.value).startswith("HTTP 400: ") and "deletionStrategy" in str(err.value)
+    assert err.value.status == 500 and fake.calls("PATCH", "/rayjobs/") == calls + 1
+    assert str(err.value).startswith("the cluster's KubeRay does not know .spec.deletionStrategy (default/")
+    assert "field not declared in schema" in str(err.value)
 
 
 def test_missing_objects(kube):

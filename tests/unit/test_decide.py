@@ -472,7 +472,7 @@ AFTER_SUBMISSION = [
         dict(job_seen=True, job={"jobStatus": "PENDING", "jobDeploymentStatus": "Running"}, job_stopped=True),
         A.MOVE,
         S.FAILED,
-        "still Running",
+        "the Ray job never started (jobStatus PENDING while KubeRay's deployment is Running",
     ),
     ("controller error while running", record(S.RUNNING, submitted=5), dict(error="boom"), A.MOVE, S.FAILED, "boom"),
 ]

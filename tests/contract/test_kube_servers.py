@@ -1,0 +1,69 @@
+"""Where tests/fakes/kube.py and the real kube-apiserver 1.36 with KubeRay 1.5.2's CRDs could differ, held on
+both: every test here runs against the fake and against the real control plane (tests/realkube/; skipped with
+one line without it), through the same adapter (functions/adapters/kube.py)."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from functions.core import errors, manifests
+from functions.core.config import RunConfig
+
+CFG = RunConfig.model_validate({"name": "servers", "scaling": {"nodes": 1}, "storage_path": "gs://bucket-a/c"})
+
+
+@pytest.fixture(params=["fake", "real"])
+def server(request):
+    """(Kube adapter, namespace that exists) on the fake or on the real API server."""
+    from functions.adapters.kube import Kube, api_client
+
+    if request.param == "fake":
+        from tests.fakes.kube import FakeKube
+
+        fake = FakeKube().start()
+        yield Kube(api_client(fake.url)), "default", fake
+        fake.stop()
+    else:
+        plane = request.getfixturevalue("control_plane")
+        namespace = f"rk-{uuid.uuid4().hex[:8]}"
+        plane.kubectl("create", "namespace", namespace)
+        yield Kube(api_client(plane.api, token=lambda: plane.token, ca_file=plane.ca)), namespace, None
+        plane.kubectl("delete", "namespace", namespace, "--wait=false")
+
+
+def in_namespace(cfg: RunConfig, namespace: str) -> RunConfig:
+    return cfg.model_copy(update={"cluster": cfg.cluster.model_copy(update={"namespace": namespace})})
+
+
+def test_an_undeclared_field_is_a_500_the_adapter_makes_permanent(server):
+    kube, namespace, _ = server
+    job = manifests.ray_job(in_namespace(CFG, namespace), "field-1", "h" * 64, {})
+    job["spec"]["deletionStrategy"] = {"onSuccess": {"policy": "DeleteCluster"}}  # feature-gated: off on GKE
+    job["spec"]["notAFieldAnywhere"] = 1
+    with pytest.raises(errors.PermanentError) as err:
+        kube.apply(job)
+    assert err.value.status == 500 and "field not declared in schema" in str(err.value)
+    assert str(err.value).startswith("the cluster's KubeRay does not know .spec.")
+
+
+def test_a_write_into_a_missing_namespace_is_a_404_naming_it(server):
+    kube, _, _ = server
+    missing = f"nope-{uuid.uuid4().hex[:6]}"
+    with pytest.raises(errors.NotFound) as err:
+        kube.apply(manifests.code_configmap(in_namespace(CFG, missing), {"trainer/x.py": b""}, "h" * 64))
+    assert f'namespaces "{missing}" not found' in str(err.value)
+
+
+def test_the_crd_accepts_negative_replicas_so_the_adapter_refuses_them(server):
+    kube, namespace, _ = server
+    cfg = in_namespace(CFG, namespace)
+    cluster = manifests.ray_cluster(cfg, [], "h" * 64, 1)
+    cluster["spec"]["workerGroupSpecs"][0]["replicas"] = -1
+    assert kube.create(cluster)  # the server takes it: nothing stops a buggy writer but us
+    group = kube.worker_group(namespace, cfg.cluster.ray_cluster, manifests.GPU_GROUP)
+    assert group.replicas == -1
+    with pytest.raises(ValueError, match="at least 0"):
+        kube.scale_worker_group(namespace, cfg.cluster.ray_cluster, manifests.GPU_GROUP, group, -1, 1)
+    assert kube.scale_worker_group(namespace, cfg.cluster.ray_cluster, manifests.GPU_GROUP, group, 0, 1)

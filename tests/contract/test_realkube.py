@@ -1,0 +1,378 @@
+"""The controller against a real kube-apiserver 1.36 and the real KubeRay 1.5.2 operator (tests/realkube/):
+the same scenarios as the integration tests that touch Kubernetes, through the real launch and watch handlers
+over HTTP. Pods are played by kubelet.py and Ray heads by fake_dashboard.py; jobs end only through the
+dashboard player's control API, so what the operator does in between is the operator's own doing."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+
+import pytest
+
+from functions.core.policy import Policy
+from functions.core.runs import State
+from tests.fakes.http_events import post, pubsub_event, storage_event
+
+RAYCLUSTER = "gemma3-tuning"
+HEAD_SERVICE = f"{RAYCLUSTER}-head-svc"
+
+
+def eventually(condition, what: str, timeout_s: float = 60, every_s: float = 0.25):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if found := condition():
+            return found
+        time.sleep(every_s)
+    raise AssertionError(f"not {what} after {timeout_s}s")
+
+
+class Real:
+    """One test's view: its own namespace on the shared control plane, the controller over HTTP."""
+
+    def __init__(self, plane, harness, servers, bucket, namespace):
+        from kubernetes import client
+
+        from functions.adapters.kube import api_client
+
+        self.plane, self.h, self.servers, self.bucket, self.namespace = plane, harness, servers, bucket, namespace
+        api = api_client(plane.api, token=lambda: plane.token, ca_file=plane.ca)
+        self.core, self.custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
+
+    def config(self, name: str, nodes: int = 1, **sections) -> dict:
+        cluster = {"namespace": self.namespace, **sections.pop("cluster", {})}
+        return {"name": name, "scaling": {"nodes": nodes}, "cluster": cluster, **sections}
+
+    def launch(self, name: str, body: dict) -> str:
+        from functions.adapters.gcs import storage_client
+
+        blob = storage_client().bucket(self.bucket).blob(f"configs/{name}.json")
+        blob.upload_from_string(json.dumps(body))
+        event = storage_event(self.bucket, f"configs/{name}.json", blob.generation)
+        assert post(self.servers["launch"], event).status_code == 200
+        ref = f"gs://{self.bucket}/configs/{name}.json#{blob.generation}"
+        names = [n.removeprefix("runs/").removesuffix(".json") for n in self.h.ctx.store.blobs.list("runs/")]
+        found = [r for r in map(self.h.ctx.store.get, names) if r is not None and r.source.get("ref") == ref]
+        return found[0].run_id
+
+    def tick(self, body: dict | None = None) -> None:
+        assert post(self.servers["watch"], pubsub_event(body or {"kind": "tick"})).status_code == 200
+
+    def state(self, run_id: str) -> State:
+        return self.h.ctx.store.get(run_id).state
+
+    def until_state(self, run_id: str, *states: State, timeout_s: float = 90) -> State:
+        """Ticks until the run is in one of `states` (the operator moves on its own time)."""
+
+        def reached():
+            self.tick()
+            return self.state(run_id) in states
+
+        eventually(reached, f"{run_id} in {[s.value for s in states]} (is {self.state(run_id).value})", timeout_s, 0.5)
+        return self.state(run_id)
+
+    def raycluster(self) -> dict | None:
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            return self.custom.get_namespaced_custom_object("ray.io", "v1", self.namespace, "rayclusters", RAYCLUSTER)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def replicas(self) -> int:
+        cluster = self.raycluster()
+        return cluster["spec"]["workerGroupSpecs"][0]["replicas"] if cluster else 0
+
+    def rayjobs(self) -> list[str]:
+        found = self.custom.list_namespaced_custom_object("ray.io", "v1", self.namespace, "rayjobs")["items"]
+        return sorted(j["metadata"]["name"] for j in found)
+
+    def pods(self, selector: str = "") -> list:
+        return self.core.list_namespaced_pod(self.namespace, label_selector=selector).items
+
+    def submitted(self, run_id: str) -> str:
+        """The job's submission id once KubeRay's submitter reached the head's dashboard."""
+
+        def found():
+            jobs = self.plane.jobs().get(f"{self.namespace}/{HEAD_SERVICE}", {})
+            return next((sid for sid in jobs if sid.startswith(run_id)), None)
+
+        return eventually(found, f"{run_id} submitted to the dashboard", 90)
+
+    def end_job(self, run_id: str, status: str) -> None:
+        self.plane.set_job(self.namespace, HEAD_SERVICE, self.submitted(run_id), status)
+
+    def write_result(self, run_id: str) -> None:
+        from functions.adapters.gcs import storage_client
+
+        record = self.h.ctx.store.get(run_id)
+        bucket, _, prefix = record.config["storage_path"].removeprefix("gs://").partition("/")
+        result = {"metrics": {"train_loss": 1.0}, "final_checkpoint": f"gs://{bucket}/{prefix}/{run_id}/c/checkpoint"}
+        storage_client().bucket(bucket).blob(f"{prefix}/{run_id}/result.json").upload_from_string(json.dumps(result))
+
+
+@pytest.fixture
+def real(control_plane, bucket, pubsub):
+    import threading
+
+    import functions_framework
+    from werkzeug.serving import make_server
+
+    from functions.adapters.kube import Kube, api_client
+    from functions.handlers import context
+    from tests.conftest import ROOT, build_controller
+
+    namespace = f"rk-{uuid.uuid4().hex[:8]}"
+    control_plane.kubectl("create", "namespace", namespace)
+    harness = build_controller(
+        bucket,
+        pubsub,
+        lambda cluster: Kube(
+            api_client(control_plane.api, token=lambda: control_plane.token, ca_file=control_plane.ca)
+        ),
+        policy=Policy(namespaces=("rk-*",)),
+    )
+    servers = {}
+    for target in ("launch", "watch"):
+        app = functions_framework.create_app(target=target, source=str(ROOT / "main.py"), signature_type="cloudevent")
+        servers[target] = make_server("127.0.0.1", 0, app, threaded=True)
+        threading.Thread(target=servers[target].serve_forever, daemon=True).start()
+    try:
+        yield Real(
+            control_plane,
+            harness,
+            {k: f"http://127.0.0.1:{s.server_port}" for k, s in servers.items()},
+            bucket,
+            namespace,
+        )
+    finally:
+        for server in servers.values():
+            server.shutdown()
+        context.use(None)
+        control_plane.kubectl("delete", "namespace", namespace, "--wait=false")
+
+
+def test_launch_to_succeeded_with_scale_down(real):
+    run_id = real.launch("ok", real.config("ok", nodes=2))
+    assert real.state(run_id) == State.SUBMITTED and real.rayjobs() == [run_id]
+    assert real.replicas() == 2
+    # The operator makes the head and two workers; the node player schedules and runs them.
+    eventually(
+        lambda: len([p for p in real.pods("ray.io/node-type=worker") if p.status.phase == "Running"]) == 2,
+        "2 workers running",
+        90,
+    )
+    real.end_job(run_id, "RUNNING")
+    assert real.until_state(run_id, State.RUNNING) == State.RUNNING
+    real.write_result(run_id)
+    real.end_job(run_id, "SUCCEEDED")
+    assert real.until_state(run_id, State.SUCCEEDED, State.FAILED) == State.SUCCEEDED
+    record = real.h.ctx.store.get(run_id)
+    assert record.settled and record.result.metrics.train_loss == 1.0
+    assert real.replicas() == 0
+    eventually(lambda: not real.pods("ray.io/node-type=worker"), "the workers gone", 60)
+
+
+def running_workers(real, count: int) -> None:
+    eventually(
+        lambda: len([p for p in real.pods("ray.io/node-type=worker") if p.status.phase == "Running"]) == count,
+        f"{count} workers running",
+        90,
+    )
+
+
+def test_cancel_while_running_stops_the_job_and_releases_the_workers(real):
+    run_id = real.launch("cancel", real.config("cancel"))
+    running_workers(real, 1)
+    real.end_job(run_id, "RUNNING")
+    real.until_state(run_id, State.RUNNING)
+    real.tick({"kind": "cancel", "run_id": run_id})
+    assert real.state(run_id) == State.CANCELLED
+    # KubeRay calls the dashboard's stop and removes its finalizer: the RayJob goes for good.
+    eventually(lambda: real.rayjobs() == [], "the RayJob deleted", 60)
+    jobs = real.plane.jobs()[f"{real.namespace}/{HEAD_SERVICE}"]
+    assert jobs[real.submitted(run_id)]["status"] == "STOPPED"
+    assert real.replicas() == 0
+
+
+def test_two_concurrent_launches_size_one_raycluster_for_both(real):
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(2) as pool:
+        ids = list(pool.map(lambda a: real.launch(a[0], real.config(a[0], nodes=a[1])), [("a", 2), ("b", 1)]))
+    assert {real.state(i) for i in ids} == {State.SUBMITTED}
+    assert real.replicas() == 3 and real.rayjobs() == sorted(ids)
+    running_workers(real, 3)
+    for run_id in ids:
+        real.write_result(run_id)
+        real.end_job(run_id, "SUCCEEDED")
+    for run_id in ids:
+        assert real.until_state(run_id, State.SUCCEEDED, State.FAILED) == State.SUCCEEDED
+    assert real.replicas() == 0
+
+
+def test_a_queued_run_is_admitted_when_the_run_ahead_ends(real):
+    cap = {"max_worker_nodes": 2}
+    first = real.launch("first", real.config("first", nodes=2, cluster=cap))
+    second = real.launch("second", real.config("second", nodes=1, cluster=cap))
+    assert real.state(first) == State.SUBMITTED and real.state(second) == State.QUEUED
+    assert real.rayjobs() == [first] and real.replicas() == 2
+    running_workers(real, 2)
+    real.write_result(first)
+    real.end_job(first, "SUCCEEDED")
+    real.until_state(first, State.SUCCEEDED)
+    assert real.state(second) == State.SUBMITTED and second in real.rayjobs()
+    # The freed nodes serve the queue: no partial shrink under a live run (KubeRay would remove random pods).
+    assert real.replicas() == 2
+    real.submitted(second)  # the admitted run's job reached the head
+
+
+def test_stuck_workers_fail_at_the_deadline_with_the_schedulers_reason(real):
+    from tests.contract.conftest import NO_CAPACITY
+
+    run_id = real.launch(
+        "stuck",
+        real.config("stuck", scaling={"nodes": 1, "reservation": "a4-sold-out"}, deadlines={"pending_seconds": 300}),
+    )
+    eventually(
+        lambda: any(e.reason == "FailedScheduling" for e in real.core.list_namespaced_event(real.namespace).items),
+        "a FailedScheduling event",
+        60,
+    )
+    real.tick()
+    assert "FailedScheduling" in (real.h.ctx.store.get(run_id).reason or "")
+    assert NO_CAPACITY in real.pods("ray.io/node-type=worker")[0].spec.node_selector
+    real.h.clock.advance(301)
+    assert real.until_state(run_id, State.FAILED) == State.FAILED
+    reason = real.h.ctx.store.get(run_id).reason
+    assert "FailedScheduling" in reason and "didn't match Pod's node affinity/selector" in reason, reason
+    assert real.replicas() == 0
+
+
+def test_leaked_objects_are_swept_on_the_real_server(real):
+    from functions.core import manifests
+    from functions.core.config import RunConfig
+
+    live = real.launch("live", real.config("live"))
+    cfg = RunConfig.model_validate(real.h.ctx.store.get(live).config)
+    ghost = manifests.ray_job(cfg, "ghost-0123456789", "h" * 64, {})
+    real.custom.create_namespaced_custom_object("ray.io", "v1", real.namespace, "rayjobs", ghost)
+    other = cfg.model_copy(update={"cluster": cfg.cluster.model_copy(update={"ray_cluster": "forgotten"})})
+    real.custom.create_namespaced_custom_object(
+        "ray.io", "v1", real.namespace, "rayclusters", manifests.ray_cluster(other, [], "h" * 64, 1)
+    )
+    real.tick()
+    eventually(lambda: real.rayjobs() == [live], "the ghost RayJob gone", 60)
+    names = {
+        c["metadata"]["name"]
+        for c in real.custom.list_namespaced_custom_object("ray.io", "v1", real.namespace, "rayclusters")["items"]
+    }
+    assert names == {RAYCLUSTER}
+    leaks = {e["reason"].split(":")[0] for e in real.h.events_of("leak")}
+    assert leaks == {
+        f"RayJob {real.namespace}/ghost-0123456789 stopped",
+        f"RayCluster {real.namespace}/forgotten deleted",
+    }
+
+
+def test_an_idle_teardown_loses_to_a_launch_and_later_deletes_the_cluster(real):
+    idle = {"idle_delete_seconds": 60}
+    first = real.launch("idle", real.config("idle", cluster=idle))
+    running_workers(real, 1)
+    real.write_result(first)
+    real.end_job(first, "SUCCEEDED")
+    real.until_state(first, State.SUCCEEDED)
+    real.h.clock.advance(61)
+    delete = real.h.ctx.platform.delete_cluster
+    landed = {}
+
+    def launch_then_delete(spec, workers):
+        landed.setdefault("run", real.launch("sneaks-in", real.config("sneaks-in", cluster=idle)))
+        return delete(spec, workers)
+
+    real.h.ctx.platform.delete_cluster = launch_then_delete
+    real.tick()
+    real.h.ctx.platform.delete_cluster = delete
+    assert real.state(landed["run"]) == State.SUBMITTED and real.raycluster() is not None and real.replicas() == 1
+    real.write_result(landed["run"])
+    real.end_job(landed["run"], "SUCCEEDED")
+    real.until_state(landed["run"], State.SUCCEEDED)
+    real.h.clock.advance(61)
+    real.tick()
+    eventually(lambda: real.raycluster() is None, "the idle RayCluster deleted", 60)
+    eventually(lambda: not real.pods(), "its pods removed by the garbage collector", 60)
+
+
+def test_a_field_the_clusters_kuberay_does_not_know_fails_the_run_naming_it(real):
+    """What a cluster whose Ray operator add-on runs an older KubeRay does: its CRD lacks a field we render
+    (played by removing activeDeadlineSeconds from the installed RayJob schema). The API server answers the
+    apply 500; the run is FAILED at once naming the field and the cause, not retried until its deadline."""
+    path = "/spec/versions/0/schema/openAPIV3Schema/properties/spec/properties/activeDeadlineSeconds"
+    crd = json.loads(real.plane.kubectl("get", "crd", "rayjobs.ray.io", "-o", "json"))
+    kept = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"][
+        "activeDeadlineSeconds"
+    ]
+    real.plane.kubectl(
+        "patch", "crd", "rayjobs.ray.io", "--type=json", "-p", json.dumps([{"op": "remove", "path": path}])
+    )
+    try:
+        # The API server's typed-patch cache follows the CRD within moments.
+        eventually(
+            lambda: (
+                "activeDeadlineSeconds" not in real.plane.kubectl("explain", "rayjob.spec", "--api-version=ray.io/v1")
+            ),
+            "the older schema served",
+            30,
+        )
+        run_id = real.launch("old-crd", real.config("old-crd"))
+        record = real.h.ctx.store.get(run_id)
+        assert record.state == State.FAILED, (record.state, record.reason)
+        assert "the cluster's KubeRay does not know .spec.activeDeadlineSeconds" in record.reason
+        assert real.rayjobs() == [] and real.replicas() == 0
+    finally:
+        real.plane.kubectl(
+            "patch",
+            "crd",
+            "rayjobs.ray.io",
+            "--type=json",
+            "-p",
+            json.dumps([{"op": "add", "path": path, "value": kept}]),
+        )
+
+
+def test_a_missing_namespace_fails_the_run_naming_it(real):
+    missing = f"rk-missing-{uuid.uuid4().hex[:6]}"
+    run_id = real.launch("nons", real.config("nons", cluster={"namespace": missing}))
+    record = real.h.ctx.store.get(run_id)
+    assert record.state == State.FAILED and f'namespaces "{missing}" not found' in record.reason, record.reason
+
+
+def test_a_job_that_never_starts_says_what_it_waited_for(real):
+    """With clusterSelector KubeRay reports the deployment Running while the Ray job is still PENDING: the
+    reason says the job never started, not "still Running"."""
+    run_id = real.launch("pending", real.config("pending", deadlines={"pending_seconds": 300}))
+    real.submitted(run_id)  # on the dashboard, and left PENDING there
+    eventually(
+        lambda: (
+            (
+                real.custom.get_namespaced_custom_object("ray.io", "v1", real.namespace, "rayjobs", run_id).get(
+                    "status"
+                )
+                or {}
+            ).get("jobDeploymentStatus")
+            == "Running"
+        ),
+        "KubeRay's deployment Running",
+        60,
+    )
+    real.tick()
+    assert real.state(run_id) == State.SUBMITTED
+    real.h.clock.advance(301)
+    assert real.until_state(run_id, State.FAILED) == State.FAILED
+    reason = real.h.ctx.store.get(run_id).reason
+    assert reason.startswith("the Ray job never started (jobStatus PENDING while KubeRay's deployment is Running"), (
+        reason
+    )

@@ -1,0 +1,287 @@
+"""A real Kubernetes control plane and the real KubeRay operator on loopback, for the contract tier: etcd,
+kube-apiserver (RBAC, static tokens, a throwaway CA), kube-controller-manager (job, garbage collector,
+namespace, service account, endpoints and replicaset controllers; no scheduler, no node lifecycle), the
+KubeRay CRDs and ClusterRole, the operator, and two players that are test infrastructure: kubelet.py (binds
+pods, makes Nodes as Autopilot would, runs KubeRay's submitter) and fake_dashboard.py (every Ray head's Jobs
+API, reached by the operator through HTTP_PROXY).
+
+The binaries come from a directory named by RAYTUNE_REALKUBE (bin/etcd, bin/kube-apiserver,
+bin/kube-controller-manager, bin/kuberay-operator, kuberay/crds/, kuberay/role.yaml): the prebuilt set that
+CI unpacks, since nothing can be built from the Go module proxy here. Every port is chosen free; every
+process is started in its own session and stopped by its pid, nothing else."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from functions.local.emulators import free_ports
+
+HERE = Path(__file__).resolve().parent
+ENV = "RAYTUNE_REALKUBE"
+CONTROLLERS = ",".join(
+    f"{name}-controller"
+    for name in (
+        "job",
+        "garbage-collector",
+        "namespace",
+        "serviceaccount",
+        "endpoints",
+        "endpointslice",
+        "root-ca-certificate-publisher",
+        "replicaset",
+    )
+)
+
+
+def binaries() -> Path | None:
+    folder = os.environ.get(ENV)
+    return Path(folder) if folder and (Path(folder) / "bin" / "kube-apiserver").exists() else None
+
+
+def _run(args: list[str], **kw) -> subprocess.CompletedProcess:
+    return subprocess.run(args, check=True, capture_output=True, text=True, **kw)
+
+
+def _pki(folder: Path) -> None:
+    """A CA, the API server's certificate for 127.0.0.1, the service-account key, and three bearer tokens."""
+    folder.mkdir(parents=True)
+    ssl = ["openssl"]
+    _run([*ssl, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.crt", "-days", "2",
+          "-subj", "/CN=realkube-ca"], cwd=folder)  # fmt: skip
+    _run([*ssl, "req", "-newkey", "rsa:2048", "-nodes", "-keyout", "apiserver.key", "-out", "apiserver.csr",
+          "-subj", "/CN=kube-apiserver"], cwd=folder)  # fmt: skip
+    (folder / "apiserver.ext").write_text(
+        "subjectAltName=IP:127.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,"
+        "DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local\nextendedKeyUsage=serverAuth\n"
+    )
+    _run([*ssl, "x509", "-req", "-in", "apiserver.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial",
+          "-out", "apiserver.crt", "-days", "2", "-extfile", "apiserver.ext"], cwd=folder)  # fmt: skip
+    _run([*ssl, "genrsa", "-out", "sa.key", "2048"], cwd=folder)
+    _run([*ssl, "rsa", "-in", "sa.key", "-pubout", "-out", "sa.pub"], cwd=folder)
+    lines = []
+    for who, groups in (("admin", "system:masters"), ("kcm", "system:masters"), ("kuberay", "")):
+        token = os.urandom(24).hex()
+        (folder / f"{who}.token").write_text(token)
+        name = {"kcm": "system:kube-controller-manager", "kuberay": "kuberay-operator"}.get(who, who)
+        lines.append(f"{token},{name},uid-{who}" + (f",{groups}" if groups else ""))
+    (folder / "tokens.csv").write_text("\n".join(lines) + "\n")
+
+
+@dataclass
+class ControlPlane:
+    """One started control plane; `api` is its https URL, `token` the admin's bearer token."""
+
+    bin: Path
+    root: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="rk-")))
+    procs: dict[str, subprocess.Popen] = field(default_factory=dict)
+    timings: dict[str, float] = field(default_factory=dict)
+
+    def __post_init__(self):
+        self.api_port, self.etcd_port, self.peer_port, self.dashboard_port, self.logs_port = free_ports(5)
+        self.pki = self.root / "pki"
+        self.logs = self.root / "logs"
+
+    @property
+    def api(self) -> str:
+        return f"https://127.0.0.1:{self.api_port}"
+
+    @property
+    def ca(self) -> str:
+        return str(self.pki / "ca.crt")
+
+    @property
+    def token(self) -> str:
+        return (self.pki / "admin.token").read_text().strip()
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.root / "admin.kubeconfig"
+
+    @property
+    def dashboard(self) -> str:
+        return f"http://127.0.0.1:{self.dashboard_port}/-/"
+
+    def _kubeconfig(self, who: str) -> Path:
+        path = self.root / f"{who}.kubeconfig"
+        token = (self.pki / f"{who}.token").read_text().strip()
+        path.write_text(
+            json.dumps(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Config",
+                    "clusters": [{"name": "rk", "cluster": {"server": self.api, "certificate-authority": self.ca}}],
+                    "users": [{"name": who, "user": {"token": token}}],
+                    "contexts": [{"name": "rk", "context": {"cluster": "rk", "user": who}}],
+                    "current-context": "rk",
+                }
+            )
+        )
+        path.chmod(0o600)
+        return path
+
+    def _start(self, name: str, args: list[str], env: dict[str, str] | None = None) -> None:
+        self.logs.mkdir(parents=True, exist_ok=True)
+        with open(self.logs / f"{name}.log", "wb") as log:
+            self.procs[name] = subprocess.Popen(
+                args,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+                env={**os.environ, **(env or {})},
+            )
+
+    def _wait(self, what: str, ready, timeout_s: float = 120) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            for name, proc in self.procs.items():
+                if proc.poll() is not None:
+                    tail = (self.logs / f"{name}.log").read_text(errors="replace")[-3000:]
+                    raise RuntimeError(f"{name} exited with {proc.returncode} before {what}:\n{tail}")
+            try:
+                if ready():
+                    return
+            except Exception:
+                pass
+            time.sleep(0.25)
+        raise TimeoutError(f"{what} not ready after {timeout_s}s (logs in {self.logs})")
+
+    def kubectl(self, *args: str, stdin: str | None = None) -> str:
+        return _run(
+            ["kubectl", "--kubeconfig", str(self.kubeconfig), "--request-timeout=20s", *args], input=stdin
+        ).stdout
+
+    def _get(self, url: str) -> bool:
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        with opener.open(url, timeout=2) as response:
+            return response.status == 200
+
+    def start(self, kubelet_args: tuple[str, ...] = ()) -> ControlPlane:
+        began = time.monotonic()
+        _pki(self.pki)
+        for who in ("admin", "kcm", "kuberay"):
+            self._kubeconfig(who)
+        self._start(
+            "etcd",
+            [str(self.bin / "bin/etcd"), "--name", "rk", "--data-dir", str(self.root / "etcd"),
+             "--listen-client-urls", f"http://127.0.0.1:{self.etcd_port}",
+             "--advertise-client-urls", f"http://127.0.0.1:{self.etcd_port}",
+             "--listen-peer-urls", f"http://127.0.0.1:{self.peer_port}",
+             "--initial-advertise-peer-urls", f"http://127.0.0.1:{self.peer_port}",
+             "--initial-cluster", f"rk=http://127.0.0.1:{self.peer_port}"],
+        )  # fmt: skip
+        self._wait("etcd", lambda: self._get(f"http://127.0.0.1:{self.etcd_port}/health"), 30)
+        self._start(
+            "kube-apiserver",
+            [str(self.bin / "bin/kube-apiserver"), "--etcd-servers", f"http://127.0.0.1:{self.etcd_port}",
+             "--bind-address", "127.0.0.1", "--advertise-address", "127.0.0.1", "--secure-port", str(self.api_port),
+             "--tls-cert-file", str(self.pki / "apiserver.crt"), "--tls-private-key-file", str(self.pki / "apiserver.key"),
+             "--client-ca-file", self.ca, "--token-auth-file", str(self.pki / "tokens.csv"),
+             "--authorization-mode", "RBAC", "--anonymous-auth=false",
+             "--service-account-key-file", str(self.pki / "sa.pub"),
+             "--service-account-signing-key-file", str(self.pki / "sa.key"),
+             "--service-account-issuer", "https://kubernetes.default.svc.cluster.local",
+             "--service-cluster-ip-range", "10.96.0.0/16", "--endpoint-reconciler-type", "none",
+             "--kubelet-preferred-address-types", "InternalIP", "--kubelet-timeout", "5s",
+             "--allow-privileged=true", "--profiling=false", "--v=1"],
+        )  # fmt: skip
+        self._wait("kube-apiserver", lambda: self.kubectl("get", "--raw", "/readyz").strip() == "ok")
+        self.timings["api server"] = time.monotonic() - began
+        self._start(
+            "kube-controller-manager",
+            [str(self.bin / "bin/kube-controller-manager"), "--kubeconfig", str(self.root / "kcm.kubeconfig"),
+             "--leader-elect=false", "--secure-port", "0", "--controllers", CONTROLLERS,
+             "--root-ca-file", self.ca, "--service-account-private-key-file", str(self.pki / "sa.key"),
+             "--use-service-account-credentials=false", "--concurrent-gc-syncs", "2", "--v=1"],
+        )  # fmt: skip
+        self._wait("the default ServiceAccount", lambda: bool(self.kubectl("-n", "default", "get", "sa", "default")))
+        crds = self.bin / "kuberay" / "crds"
+        self._wait(
+            "the KubeRay CRDs",
+            lambda: self.kubectl("apply", "--server-side", "--force-conflicts", "--validate=false", "-f", str(crds)),
+        )
+        for crd in ("rayclusters.ray.io", "rayjobs.ray.io"):
+            self.kubectl("wait", "--for", "condition=Established", "--timeout=60s", f"crd/{crd}")
+        self.kubectl("apply", "--server-side", "--validate=false", "-f", str(self.bin / "kuberay" / "role.yaml"))
+        self.kubectl("create", "clusterrolebinding", "kuberay-operator", "--clusterrole", "kuberay-operator",
+                     "--user", "kuberay-operator")  # fmt: skip
+        python = sys.executable
+        self._start(
+            "fake-dashboard",
+            [python, str(HERE / "fake_dashboard.py"), "--port", str(self.dashboard_port),
+             "--state", str(self.root / "dashboard.json")],
+        )  # fmt: skip
+        self._wait("the fake dashboard", lambda: self._get(self.dashboard + "healthz"), 20)
+        proxy = f"http://127.0.0.1:{self.dashboard_port}"
+        self._start(
+            "kuberay-operator",
+            [str(self.bin / "bin/kuberay-operator"), "--kubeconfig", str(self.root / "kuberay.kubeconfig"),
+             "--metrics-addr", "0", "--health-probe-bind-address", "0", "--enable-leader-election=false",
+             "--log-stdout-encoder", "console"],
+            env={"HTTP_PROXY": proxy, "http_proxy": proxy, "NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost"},
+        )  # fmt: skip
+        self._wait(
+            "the KubeRay operator", lambda: "Starting workers" in (self.logs / "kuberay-operator.log").read_text(), 60
+        )
+        self.start_kubelet(kubelet_args)
+        self.timings["ready"] = time.monotonic() - began
+        return self
+
+    def start_kubelet(self, args: tuple[str, ...] = ()) -> None:
+        """(Re)start the node player, with `args` (e.g. --no-capacity-for LABEL) for the scenarios that need them."""
+        if (old := self.procs.pop("kubelet", None)) is not None:
+            self._stop(old)
+        self._start(
+            "kubelet",
+            [sys.executable, str(HERE / "kubelet.py"), "--kubeconfig", str(self.kubeconfig),
+             "--dashboard-port", str(self.dashboard_port), "--serve-logs-port", str(self.logs_port),
+             "--tls-cert", str(self.pki / "apiserver.crt"), "--tls-key", str(self.pki / "apiserver.key"),
+             "--provision-delay", "1", "--kill-delay", "0.5", "--poll", "0.25", *args],
+        )  # fmt: skip
+        self._wait("the node player", lambda: bool(self.kubectl("get", "node", "rk-node-cpu")), 30)
+
+    @staticmethod
+    def _stop(proc: subprocess.Popen, grace_s: float = 10) -> None:
+        if proc.poll() is not None:
+            return
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        except ProcessLookupError:
+            proc.wait()
+
+    def stop(self) -> None:
+        for name in reversed(list(self.procs)):
+            self._stop(self.procs.pop(name))
+
+    # -- the dashboard player's control API: how tests end jobs ------------------------------------------------
+
+    def _control(self, path: str, body: dict | None = None) -> dict:
+        request = urllib.request.Request(
+            self.dashboard + path,
+            data=None if body is None else json.dumps(body).encode(),
+            headers={"Content-Type": "application/json"},
+            method="GET" if body is None else "POST",
+        )
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        with opener.open(request, timeout=5) as response:
+            return json.loads(response.read() or b"{}")
+
+    def jobs(self) -> dict:
+        """Every submitted job: {"<ns>/<head svc>": {submission id: info}}."""
+        return self._control("state").get("jobs") or {}
+
+    def set_job(self, namespace: str, head_service: str, submission_id: str, status: str) -> None:
+        self._control(f"jobs/{namespace}/{head_service}/{submission_id}", {"status": status})
