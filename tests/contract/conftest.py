@@ -1,5 +1,6 @@
-"""The real control plane for the tier that needs it: started once for the whole session, on first use, from
-the binaries RAYTUNE_REALKUBE names (CI unpacks ../shared/realkube there); skipped with one line otherwise."""
+"""The real control plane for the tier that needs it: started once, on first use, from the binaries
+RAYTUNE_REALKUBE names (CI unpacks ../shared/realkube there), and stopped when tests/contract/ is done, so it
+burns no CPU under the rest of the suite; skipped with one line otherwise."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from tests.realkube.control_plane import ENV, ControlPlane, binaries
 NO_CAPACITY = "cloud.google.com/reservation-name"
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def control_plane():
     folder = binaries()
     if folder is None:

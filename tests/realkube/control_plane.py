@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -23,6 +22,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from functions.local import emulators
 from functions.local.emulators import free_ports
 
 HERE = Path(__file__).resolve().parent
@@ -82,7 +82,7 @@ class ControlPlane:
 
     bin: Path
     root: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="rk-")))
-    procs: dict[str, subprocess.Popen] = field(default_factory=dict)
+    procs: dict[str, emulators.Service] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
 
     def __post_init__(self):
@@ -129,24 +129,16 @@ class ControlPlane:
         return path
 
     def _start(self, name: str, args: list[str], env: dict[str, str] | None = None) -> None:
-        self.logs.mkdir(parents=True, exist_ok=True)
-        with open(self.logs / f"{name}.log", "wb") as log:
-            self.procs[name] = subprocess.Popen(
-                args,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
-                env={**os.environ, **(env or {})},
-            )
+        """Started in its own session (functions/local/emulators.py); readiness is each caller's `_wait`."""
+        self.procs[name] = emulators.start(args, 0, self.logs / f"{name}.log", env=env, ready=lambda: True)
 
     def _wait(self, what: str, ready, timeout_s: float = 120) -> None:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            for name, proc in self.procs.items():
-                if proc.poll() is not None:
+            for name, service in self.procs.items():
+                if service.proc.poll() is not None:
                     tail = (self.logs / f"{name}.log").read_text(errors="replace")[-3000:]
-                    raise RuntimeError(f"{name} exited with {proc.returncode} before {what}:\n{tail}")
+                    raise RuntimeError(f"{name} exited with {service.proc.returncode} before {what}:\n{tail}")
             try:
                 if ready():
                     return
@@ -239,7 +231,7 @@ class ControlPlane:
     def start_kubelet(self, args: tuple[str, ...] = ()) -> None:
         """(Re)start the node player, with `args` (e.g. --no-capacity-for LABEL) for the scenarios that need them."""
         if (old := self.procs.pop("kubelet", None)) is not None:
-            self._stop(old)
+            old.stop()
         self._start(
             "kubelet",
             [sys.executable, str(HERE / "kubelet.py"), "--kubeconfig", str(self.kubeconfig),
@@ -249,22 +241,9 @@ class ControlPlane:
         )  # fmt: skip
         self._wait("the node player", lambda: bool(self.kubectl("get", "node", "rk-node-cpu")), 30)
 
-    @staticmethod
-    def _stop(proc: subprocess.Popen, grace_s: float = 10) -> None:
-        if proc.poll() is not None:
-            return
-        try:
-            os.killpg(proc.pid, signal.SIGTERM)
-            proc.wait(timeout=grace_s)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-        except ProcessLookupError:
-            proc.wait()
-
     def stop(self) -> None:
         for name in reversed(list(self.procs)):
-            self._stop(self.procs.pop(name))
+            self.procs.pop(name).stop()
 
     # -- the dashboard player's control API: how tests end jobs ------------------------------------------------
 

@@ -214,6 +214,16 @@ class Kubelet:
             if e.status not in (404, 409):
                 raise
 
+    def failed_scheduling(self, pod, nodes: list) -> None:
+        """The event the real scheduler writes for a pod no node's labels satisfy."""
+        self.event(
+            pod,
+            "FailedScheduling",
+            f"0/{len(nodes)} nodes are available: {len(nodes)} node(s) didn't match "
+            "Pod's node affinity/selector. preemption: 0/0 nodes are available.",
+            "Warning",
+        )
+
     def schedule(self, pod, nodes: list) -> None:
         selector = pod.spec.node_selector or {}
         node = self.node_for(selector, nodes)
@@ -222,13 +232,7 @@ class Kubelet:
         if not self.args.autopilot or any(k in selector for k in self.args.no_capacity_for):
             if not getattr(pod, "_rk_told", False) and pod.metadata.uid not in self.told:
                 self.told.add(pod.metadata.uid)
-                self.event(
-                    pod,
-                    "FailedScheduling",
-                    f"0/{len(nodes)} nodes are available: {len(nodes)} node(s) didn't match "
-                    "Pod's node affinity/selector. preemption: 0/0 nodes are available.",
-                    "Warning",
-                )
+                self.failed_scheduling(pod, nodes)
                 self.event(
                     pod,
                     "NotTriggerScaleUp",
@@ -241,13 +245,7 @@ class Kubelet:
         due = self.pending_nodes.get(name)
         if due is None:
             self.pending_nodes[name] = time.time() + self.args.provision_delay
-            self.event(
-                pod,
-                "FailedScheduling",
-                f"0/{len(nodes)} nodes are available: {len(nodes)} node(s) didn't match "
-                "Pod's node affinity/selector. preemption: 0/0 nodes are available.",
-                "Warning",
-            )
+            self.failed_scheduling(pod, nodes)
             self.event(pod, "TriggeredScaleUp", "pod triggered scale-up (fake Autopilot)", source="cluster-autoscaler")
         elif time.time() >= due:
             self.create_node(name, selector)
