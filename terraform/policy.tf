@@ -15,7 +15,7 @@ variable "policy_ray_cluster_prefix" {
 }
 
 variable "policy_images" {
-  description = "fnmatch patterns of the head/worker images runs may use; empty: rayproject/* and this project's Artifact Registry."
+  description = "Patterns of the head/worker images runs may use, matched on the parsed reference (registry domain, then path; functions/core/images.py); empty: rayproject/* and this project's Artifact Registry (*-docker.pkg.dev/<project>/*)."
   type        = list(string)
   default     = []
 }

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 
 from pydantic import BaseModel, ConfigDict
 
+from functions.core import images
 from functions.core.config import TRAINER_PIP, RunConfig
 
 NIGHTLY_KEY_ATTRIBUTE = "raytune-nightly-key"
@@ -26,7 +27,7 @@ class Policy(BaseModel):
 
     namespaces: tuple[str, ...] = ("default",)  # fnmatch patterns
     ray_cluster_prefix: str = ""
-    images: tuple[str, ...] = ("rayproject/*", "docker.io/rayproject/*")  # fnmatch patterns
+    images: tuple[str, ...] = ("rayproject/*",)  # functions/core/images.py patterns: matched on the parsed reference
     allow_pip: bool = False  # configs may list packages beyond the trainer's pinned set
     reservation: str | None = None  # fixed by the operator: configs cannot choose another
     accelerator: str | None = None
@@ -64,7 +65,7 @@ class Policy(BaseModel):
             ("cluster.head_image", cluster.head_image_ref),
             ("cluster.worker_image", cluster.worker_image_ref),
         ):
-            if not any(fnmatch.fnmatchcase(image, pattern) for pattern in self.images):
+            if not any(images.allowed(image, pattern) for pattern in self.images):
                 found.append(f"policy images: {name} {image!r} is not from an allowed registry {list(self.images)}")
         extra = sorted(set(cluster.pip) - set(TRAINER_PIP))
         if cluster.dependencies == "pip" and extra and not self.allow_pip:
