@@ -4,6 +4,7 @@ themselves live in tests/fakes/."""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import threading
@@ -102,9 +103,10 @@ class Harness:
         return [m for m, attributes in self.all_events() if attributes.get("event") == kind]
 
 
-def build_controller(bucket: str, pubsub, kube_for, kube=None, **settings) -> Harness:
-    """A controller context on the emulators, GKE behind FakeClusterManager and Kubernetes behind `kube_for`
-    (cluster -> Kube); in use (functions.handlers.context) until `context.use(None)`."""
+def build_controller(bucket: str, pubsub, kube_for, kube=None, project: str = PROJECT, **settings) -> Harness:
+    """A controller context on the emulators, GKE behind FakeClusterManager (a running cluster `raytune` of
+    `project`) and Kubernetes behind `kube_for` (cluster -> Kube); `settings` override the defaults. In use
+    (functions.handlers.context) until `context.use(None)`."""
     from functions.adapters.gcs import Bucket
     from functions.adapters.gke import GkeClusters, GkePlatform
     from functions.adapters.pubsub import Publisher
@@ -116,18 +118,18 @@ def build_controller(bucket: str, pubsub, kube_for, kube=None, **settings) -> Ha
 
     events_topic = pubsub.topic("run-events")
     values = dict(
-        project=PROJECT,
+        project=project,
         bucket=bucket,
-        watch_topic=f"projects/{PROJECT}/topics/raytune-watch",
+        watch_topic=f"projects/{project}/topics/raytune-watch",
         events_topic=events_topic,
         max_event_age_s=3600,
         hf_token=HF_TOKEN,
     )
     add_secret(HF_TOKEN)
     manager = FakeClusterManager()
-    manager.add_running(CLUSTER_PATH)
+    manager.add_running(CLUSTER_PATH.replace(PROJECT, project, 1))
     platform = GkePlatform(
-        PROJECT, HF_TOKEN, clusters=GkeClusters(PROJECT, client=manager, create=True), kube_factory=kube_for
+        project, HF_TOKEN, clusters=GkeClusters(project, client=manager, create=True), kube_factory=kube_for
     )
     clock = FakeClock()
     ctx = Context(
@@ -163,9 +165,10 @@ def controller(bucket, pubsub, kube_api):
     context.use(None)
 
 
-@pytest.fixture
-def functions_server(controller):
-    """main.py's targets served over HTTP by functions-framework (in this process, so it shares the context)."""
+@contextlib.contextmanager
+def serve_functions():
+    """main.py's targets served over HTTP by functions-framework (in this process, so they share the context in
+    use): {"launch": url, "watch": url}."""
     import functions_framework
     from werkzeug.serving import make_server
 
@@ -175,6 +178,14 @@ def functions_server(controller):
         server = make_server("127.0.0.1", 0, app, threaded=True)
         threading.Thread(target=server.serve_forever, daemon=True).start()
         servers[target] = server
-    yield {name: f"http://127.0.0.1:{s.server_port}" for name, s in servers.items()}
-    for server in servers.values():
-        server.shutdown()
+    try:
+        yield {name: f"http://127.0.0.1:{s.server_port}" for name, s in servers.items()}
+    finally:
+        for server in servers.values():
+            server.shutdown()
+
+
+@pytest.fixture
+def functions_server(controller):
+    with serve_functions() as urls:
+        yield urls

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import json
+import operator
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -198,16 +199,16 @@ class Module:
             return self.eval(yes if test else no, scope)
         if kind == "binary_op":
             left, term = _children(node)
-            operator, right = _children(term)
+            sign, right = _children(term)
             return _binary(
-                str(operator.children[0]),
+                str(sign.children[0]),
                 self._value(self.eval(left, scope)),
                 lambda: self._value(self.eval(right, scope)),
             )
         if kind == "unary_op":
-            operator = str(node.children[0])
+            sign = str(node.children[0])
             value = self._value(self.eval(_children(node)[0], scope))
-            return (not value) if operator == "!" else -value
+            return (not value) if sign == "!" else -value
         if kind == "function_call":
             parts = _children(node)
             args = [self._value(self.eval(a, scope)) for a in (_children(parts[1]) if len(parts) > 1 else [])]
@@ -329,55 +330,61 @@ def _text(value: Any) -> str:
     return str(value)
 
 
-def _binary(operator: str, left: Any, right: Any) -> Any:
-    if operator == "&&":
+OPERATORS = {
+    "==": operator.eq,
+    "!=": operator.ne,
+    "<": operator.lt,
+    ">": operator.gt,
+    "<=": operator.le,
+    ">=": operator.ge,
+    "+": operator.add,
+    "-": operator.sub,
+    "*": operator.mul,
+    "/": operator.truediv,
+    "%": operator.mod,
+}
+
+
+def _binary(symbol: str, left: Any, right: Any) -> Any:
+    """`right` is a thunk: `&&` and `||` evaluate it only when needed, as Terraform does."""
+    if symbol == "&&":
         return left and right()
-    if operator == "||":
+    if symbol == "||":
         return left or right()
-    value = right()
-    operations = {
-        "==": lambda: left == value,
-        "!=": lambda: left != value,
-        "<": lambda: left < value,
-        ">": lambda: left > value,
-        "<=": lambda: left <= value,
-        ">=": lambda: left >= value,
-        "+": lambda: left + value,
-        "-": lambda: left - value,
-        "*": lambda: left * value,
-        "/": lambda: left / value,
-        "%": lambda: left % value,
-    }
-    return operations[operator]()
+    return OPERATORS[symbol](left, right())
+
+
+# The Terraform functions this repository uses, as Terraform computes them.
+FUNCTIONS: dict[str, Any] = {
+    "merge": lambda *maps: {k: v for m in maps for k, v in m.items()},
+    "concat": lambda *lists: [x for values in lists for x in values],
+    "setproduct": lambda *sets: [list(p) for p in product(*sets)],
+    "keys": lambda m: sorted(m),
+    "values": lambda m: [m[k] for k in sorted(m)],
+    "toset": lambda values: sorted(dict.fromkeys(values), key=str),
+    "tolist": list,
+    "distinct": lambda values: list(dict.fromkeys(values)),
+    "flatten": lambda values: [x for v in values for x in (v if isinstance(v, list) else [v])],
+    "length": len,
+    "tostring": _text,
+    "join": lambda sep, values: sep.join(_text(v) for v in values),
+    "replace": lambda s, old, new: s.replace(old, new),
+    "lower": str.lower,
+    "contains": lambda values, x: x in values,
+    "lookup": lambda m, k, default=None: m.get(k, default),
+    "jsonencode": lambda v: json.dumps(v, default=str, separators=(",", ":")),
+    "base64encode": lambda s: base64.b64encode(s.encode()).decode(),
+    "can": lambda v: True,
+    "regex": lambda pattern, s: re.search(pattern, s).group(0),
+    "substr": lambda s, offset, length: s[offset : offset + length] if length >= 0 else s[offset:],
+    "format": lambda spec, *values: spec.replace("%s", "{}").format(*values),
+}
 
 
 def _call(name: str, args: list[Any]) -> Any:
-    functions: dict[str, Any] = {
-        "merge": lambda *maps: {k: v for m in maps for k, v in m.items()},
-        "concat": lambda *lists: [x for values in lists for x in values],
-        "setproduct": lambda *sets: [list(p) for p in product(*sets)],
-        "keys": lambda m: sorted(m),
-        "values": lambda m: [m[k] for k in sorted(m)],
-        "toset": lambda values: sorted(dict.fromkeys(values), key=str),
-        "tolist": list,
-        "distinct": lambda values: list(dict.fromkeys(values)),
-        "flatten": lambda values: [x for v in values for x in (v if isinstance(v, list) else [v])],
-        "length": len,
-        "tostring": _text,
-        "join": lambda sep, values: sep.join(_text(v) for v in values),
-        "replace": lambda s, old, new: s.replace(old, new),
-        "lower": str.lower,
-        "contains": lambda values, x: x in values,
-        "lookup": lambda m, k, default=None: m.get(k, default),
-        "jsonencode": lambda v: json.dumps(v, default=str, separators=(",", ":")),
-        "base64encode": lambda s: base64.b64encode(s.encode()).decode(),
-        "can": lambda v: True,
-        "regex": lambda pattern, s: re.search(pattern, s).group(0),
-        "substr": lambda s, offset, length: s[offset : offset + length] if length >= 0 else s[offset:],
-        "format": lambda spec, *values: spec.replace("%s", "{}").format(*values),
-    }
-    if name not in functions:
+
+    if name not in FUNCTIONS:
         raise NotImplementedError(f"tests/tfeval.py does not know the function {name}()")
     if any(isinstance(a, Unknown) for a in args) and name not in ("merge", "concat", "jsonencode", "base64encode"):
         return Unknown(f"{name}(...)")
-    return functions[name](*args)
+    return FUNCTIONS[name](*args)

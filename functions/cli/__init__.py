@@ -124,8 +124,7 @@ def cmd_permissions(args: argparse.Namespace) -> int:
     from functions.core import permissions
 
     if args.json:
-        uses = [u for i in permissions.IDENTITIES for u in permissions.uses_of(i, args.create_clusters)]
-        print(json.dumps([asdict(u) for u in uses], indent=2))
+        print(json.dumps([asdict(u) for u in permissions.all_uses(args.create_clusters)], indent=2))
     else:
         print(permissions.table(args.create_clusters))
     return 0

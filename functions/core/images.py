@@ -29,11 +29,18 @@ class Reference:
     digest: str | None = None
 
 
+def _split_domain(text: str) -> tuple[str, str]:
+    """(domain, the rest): the first component is a domain only when it has a `.` or `:` or is `localhost`."""
+    first, _, rest = text.partition("/")
+    if rest and ("." in first or ":" in first or first == "localhost"):
+        return first, rest
+    return DEFAULT_DOMAIN, text
+
+
 def parse(text: str) -> Reference:
     """The reference's parts, as a container runtime resolves them; ValueError when it is not one."""
-    first, _, rest = text.partition("/")
-    is_domain = bool(rest) and ("." in first or ":" in first or first == "localhost")
-    match = REFERENCE.fullmatch(text if is_domain else f"{DEFAULT_DOMAIN}/{text}")
+    domain, rest = _split_domain(text)
+    match = REFERENCE.fullmatch(f"{domain}/{rest}")
     if match is None or match["domain"] is None:
         raise ValueError(f"{text!r} is not an image reference")
     domain, path = match["domain"], match["path"]
@@ -45,12 +52,7 @@ def parse(text: str) -> Reference:
 def _pattern_parts(pattern: str) -> tuple[str, list[str], bool]:
     """(domain pattern, path components, whether anything below is allowed)."""
     below = pattern.endswith("/*")
-    body = pattern[:-2] if below else pattern
-    first, _, rest = body.partition("/")
-    if rest and ("." in first or ":" in first or first == "localhost"):
-        domain, path = first, rest
-    else:
-        domain, path = DEFAULT_DOMAIN, body
+    domain, path = _split_domain(pattern[:-2] if below else pattern)
     components = path.split("/") if path else []
     if domain == DEFAULT_DOMAIN and len(components) == 1 and not below:
         components = ["library", *components]

@@ -310,10 +310,15 @@ def uses_of(identity: str, create_clusters: bool = False) -> list[Use]:
     ]
 
 
+def all_uses(create_clusters: bool = False) -> list[Use]:
+    """Every identity's uses, identity by identity."""
+    return [u for i in IDENTITIES for u in uses_of(i, create_clusters)]
+
+
 def table(create_clusters: bool = False) -> str:
     """The table as text: identity, resource, permission, and what needs it."""
     rows = [("who", "on", "permission", "for")]
-    rows += [(u.identity, u.resource, u.permission, u.why) for i in IDENTITIES for u in uses_of(i, create_clusters)]
+    rows += [(u.identity, u.resource, u.permission, u.why) for u in all_uses(create_clusters)]
     widths = [max(len(row[c]) for row in rows) for c in range(3)]
     return "\n".join(
         "  ".join(cell.ljust(w) for cell, w in zip(row[:3], widths, strict=True)) + "  " + row[3] for row in rows

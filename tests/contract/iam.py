@@ -1,19 +1,22 @@
 """What Terraform grants whom, as data: every *_iam_member of terraform/ for given variable values (tests/tfeval.py
 evaluates them), each turned into (identity, subject, resource, role) in the words of
 functions/core/permissions.py, and the permissions of each role from Google's published lists
-(tests/data/iam/roles.json) or from the custom role Terraform defines."""
+(tests/data/iam/roles.json) or from the custom role Terraform defines; and the helpers of the tests that run
+the real clients through tests/fakes/gcs_iam.py with those grants."""
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import Any
 
 from functions.core import permissions as p
+from tests.fakes.gcs_iam import IamGcs
 from tests.tfeval import Module, Unknown
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -170,5 +173,38 @@ class Deployment:
 
         return allowed
 
-    def resource_of(self, bucket: str) -> list[str]:
-        return self.buckets(bucket)
+
+# -- on the wire (tests/fakes/gcs_iam.py) ---------------------------------------------------------------------
+
+
+def client_at(url: str):
+    """A google-cloud-storage client of nobody in particular at `url`: the emulator itself (whoever set the
+    project up, no IAM in the way) or one identity's IAM-enforcing proxy."""
+    from google.auth.credentials import AnonymousCredentials
+    from google.cloud import storage
+
+    return storage.Client(project="proj", credentials=AnonymousCredentials(), client_options={"api_endpoint": url})
+
+
+@contextmanager
+def serving(proxy: IamGcs) -> Iterator[str]:
+    """The proxy's URL while it serves."""
+    proxy.start()
+    try:
+        yield proxy.url
+    finally:
+        proxy.stop()
+
+
+def uses_on_wire(d: Deployment, proxy: IamGcs) -> set[tuple[str, str]]:
+    """(resource, permission) of every request let through, in permissions.py's words."""
+    return {(resource, permission) for bucket, permission in proxy.used() for resource in d.buckets(bucket)}
+
+
+def assert_listed(d: Deployment, proxy: IamGcs, identity: str) -> None:
+    assert not proxy.refused(), "\n".join(
+        f"{a.method} {a.path} needs {[str(n) for n in a.needs]} denied {a.denied}" for a in proxy.refused()
+    )
+    listed = {(u.resource, u.permission) for u in p.uses_of(identity, create_clusters=True)}
+    unlisted = uses_on_wire(d, proxy) - listed
+    assert not unlisted, f"{identity} called what functions/core/permissions.py does not list: {sorted(unlisted)}"

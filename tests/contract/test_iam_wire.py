@@ -18,25 +18,15 @@ from functions.core import permissions as p
 from functions.core.config import RunConfig
 from functions.core.runs import State
 from tests.conftest import HF_TOKEN
-from tests.contract.iam import Deployment
+from tests.contract.iam import Deployment, assert_listed, client_at, serving, uses_on_wire
 from tests.fakes.gcs_iam import IamGcs
 from tests.fakes.http_events import post, pubsub_event, storage_event
-
-
-def admin_client(gcs_emulator):
-    """Whoever set the project up: straight to the emulator, no IAM in the way."""
-    from google.auth.credentials import AnonymousCredentials
-    from google.cloud import storage
-
-    return storage.Client(
-        project="proj", credentials=AnonymousCredentials(), client_options={"api_endpoint": gcs_emulator.url}
-    )
 
 
 def deployment(gcs_emulator, **variables) -> tuple[Deployment, object]:
     """terraform/ for a project of its own, its buckets made on the emulator under the names Terraform gives."""
     d = Deployment(project_id=f"p{uuid.uuid4().hex[:8]}", **variables)
-    admin = admin_client(gcs_emulator)
+    admin = client_at(gcs_emulator.url)
     for name in (
         d.bucket("runs"),
         d.bucket("configs"),
@@ -51,20 +41,6 @@ def principal(d: Deployment, identity: str, subject: str | None = None) -> str:
     if identity == p.TRAINER:
         return f"principal://iam.googleapis.com/projects/123/locations/global/workloadIdentityPools/{d.project}.svc.id.goog/subject/ns/{subject}/sa/default"
     return f"serviceAccount:raytune-{identity}@{d.project}.iam.gserviceaccount.com"
-
-
-def uses_on_wire(d: Deployment, proxy: IamGcs) -> set[tuple[str, str]]:
-    """(resource, permission) of every request let through, in permissions.py's words."""
-    return {(resource, permission) for bucket, permission in proxy.used() for resource in d.buckets(bucket)}
-
-
-def assert_listed(d: Deployment, proxy: IamGcs, identity: str) -> None:
-    assert not proxy.refused(), "\n".join(
-        f"{a.method} {a.path} needs {[str(n) for n in a.needs]} denied {a.denied}" for a in proxy.refused()
-    )
-    listed = {(u.resource, u.permission) for u in p.uses_of(identity, create_clusters=True)}
-    unlisted = uses_on_wire(d, proxy) - listed
-    assert not unlisted, f"{identity} called what functions/core/permissions.py does not list: {sorted(unlisted)}"
 
 
 # -- the trainer -----------------------------------------------------------------------------------------------
@@ -142,15 +118,6 @@ def test_a_training_run_needs_nothing_more_than_terraform_grants(gcs_emulator, t
 
 
 @contextmanager
-def serving(proxy: IamGcs) -> Iterator[str]:
-    proxy.start()
-    try:
-        yield proxy.url
-    finally:
-        proxy.stop()
-
-
-@contextmanager
 def emulator(url: str) -> Iterator[None]:
     """This process's storage clients (the functions', pyarrow's) go to `url` for the duration."""
     import os
@@ -200,74 +167,46 @@ GKE_PERMISSIONS = {
 def functions_on_terraform(gcs_emulator, pubsub, kube_api):
     """The controller with Terraform's environment (policy buckets, storage and dataset buckets, regions)
     and its storage calls through the functions' IAM: the handlers served by functions-framework."""
-    import threading
 
-    import functions_framework
-    from werkzeug.serving import make_server
+    import dataclasses
 
-    from functions.adapters.gcs import Bucket
-    from functions.adapters.gke import GkeClusters, GkePlatform
     from functions.adapters.kube import Kube, api_client
-    from functions.adapters.pubsub import Publisher
-    from functions.adapters.store import RunStore
-    from functions.core.secrets import add_secret
     from functions.handlers import context
-    from functions.handlers.context import Context
     from functions.handlers.settings import Settings
-    from tests.conftest import ROOT
-    from tests.fakes.clock import FakeClock
-    from tests.fakes.gke import FakeClusterManager
+    from tests.conftest import build_controller, serve_functions
 
     suffix = uuid.uuid4().hex[:6]
     d, admin = deployment(gcs_emulator, policy_buckets=[f"shared-{suffix}"], dataset_buckets=[f"datasets-{suffix}"])
-    env = {k: v for k, v in d.module.local("function_env").items() if isinstance(v, str)}
-    events_topic = pubsub.topic("run-events")
-    env.update(
-        RAYTUNE_EVENTS_TOPIC=events_topic,
-        RAYTUNE_WATCH_TOPIC=f"projects/{d.project}/topics/raytune-watch",
-        HF_TOKEN=HF_TOKEN,
-    )
-    settings = Settings.from_env(env)
-    add_secret(HF_TOKEN)
-    manager = FakeClusterManager()
-    manager.add_running(f"projects/{d.project}/locations/us-central1/clusters/raytune")
+    env = {k: v for k, v in d.module.local("function_env").items() if isinstance(v, str)}  # apply-time values left out
+    settings = Settings.from_env({**env, "HF_TOKEN": HF_TOKEN})
+    # Terraform's settings; the project, the runs bucket and the emulator's topics go to the harness itself.
+    terraform = {
+        f.name: getattr(settings, f.name)
+        for f in dataclasses.fields(settings)
+        if f.name not in ("project", "bucket", "watch_topic", "events_topic")
+    }
     proxy = IamGcs(gcs_emulator.url, principal(d, p.FUNCTIONS), d.storage_permissions(p.FUNCTIONS))
     with serving(proxy) as url, emulator(url):
-        platform = GkePlatform(
-            d.project,
-            HF_TOKEN,
-            clusters=GkeClusters(d.project, client=manager),
-            kube_factory=lambda cluster: Kube(api_client(kube_api.url)),
+        harness = build_controller(
+            settings.bucket,
+            pubsub,
+            lambda cluster: Kube(api_client(kube_api.url)),
+            kube=kube_api,
+            project=d.project,
+            **terraform,
         )
-        ctx = Context(
-            settings=settings,
-            store=RunStore(Bucket(settings.bucket)),
-            platform=platform,
-            publisher=Publisher(),
-            clock=FakeClock(),
-            sleep=lambda s: None,
-        )
-        context.use(ctx)
-        servers = {}
-        for target in ("launch", "watch"):
-            app = functions_framework.create_app(
-                target=target, source=str(ROOT / "main.py"), signature_type="cloudevent"
-            )
-            servers[target] = make_server("127.0.0.1", 0, app, threaded=True)
-            threading.Thread(target=servers[target].serve_forever, daemon=True).start()
         try:
-            yield {
-                "deployment": d,
-                "admin": admin,
-                "proxy": proxy,
-                "ctx": ctx,
-                "kube": kube_api,
-                "gke": manager,
-                "urls": {name: f"http://127.0.0.1:{s.server_port}" for name, s in servers.items()},
-            }
+            with serve_functions() as urls:
+                yield {
+                    "deployment": d,
+                    "admin": admin,
+                    "proxy": proxy,
+                    "ctx": harness.ctx,
+                    "kube": kube_api,
+                    "gke": harness.gke,
+                    "urls": urls,
+                }
         finally:
-            for server in servers.values():
-                server.shutdown()
             context.use(None)
 
 

@@ -97,8 +97,7 @@ def test_raytune_image_through_gcloud_as_the_operator_and_what_the_build_identit
 
     from functions.cli import main as cli
     from functions.core import permissions as p
-    from tests.contract.iam import Deployment
-    from tests.contract.test_iam_wire import admin_client, assert_listed, serving
+    from tests.contract.iam import Deployment, assert_listed, client_at, serving
     from tests.fakes.cloudbuild import FakeCloudBuild
     from tests.fakes.gcs_iam import IamGcs
 
@@ -107,7 +106,7 @@ def test_raytune_image_through_gcloud_as_the_operator_and_what_the_build_identit
     operator = "user:ops@example.com"
     d = Deployment(project_id=f"img{os.getpid()}", operators=[operator])
     build_bucket = d.bucket("build")
-    admin_client(gcs_emulator).create_bucket(build_bucket)
+    client_at(gcs_emulator.url).create_bucket(build_bucket)
     token = tmp_path / "token"
     token.write_text("ya29.fake-operator-token")
     as_operator = IamGcs(gcs_emulator.url, operator.removeprefix("user:"), d.storage_permissions(p.OPERATOR, operator))
@@ -146,13 +145,7 @@ def test_raytune_image_through_gcloud_as_the_operator_and_what_the_build_identit
     monkeypatch.setenv("DISABLE_GCS_PYTHON_CLIENT_OTEL_BUCKET_METADATA", "true")
     as_build = IamGcs(gcs_emulator.url, "raytune-image-build", d.storage_permissions(p.IMAGE_BUILD))
     with serving(as_build) as url:
-        from google.auth.credentials import AnonymousCredentials
-        from google.cloud import storage
-
-        client = storage.Client(
-            project=d.project, credentials=AnonymousCredentials(), client_options={"api_endpoint": url}
-        )
-        archive = client.bucket(build_bucket).blob(source["object"]).download_as_bytes()
+        archive = client_at(url).bucket(build_bucket).blob(source["object"]).download_as_bytes()
     assert_listed(d, as_build, p.IMAGE_BUILD)
     with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
         names = {m.name.removeprefix("./") for m in tar.getmembers() if m.isfile()}

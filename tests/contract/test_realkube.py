@@ -116,14 +116,9 @@ class Real:
 
 @pytest.fixture
 def real(control_plane, bucket, pubsub):
-    import threading
-
-    import functions_framework
-    from werkzeug.serving import make_server
-
     from functions.adapters.kube import Kube, api_client
     from functions.handlers import context
-    from tests.conftest import ROOT, build_controller
+    from tests.conftest import build_controller, serve_functions
 
     namespace = f"rk-{uuid.uuid4().hex[:8]}"
     control_plane.kubectl("create", "namespace", namespace)
@@ -135,24 +130,20 @@ def real(control_plane, bucket, pubsub):
         ),
         policy=Policy(namespaces=("rk-*",)),
     )
-    servers = {}
-    for target in ("launch", "watch"):
-        app = functions_framework.create_app(target=target, source=str(ROOT / "main.py"), signature_type="cloudevent")
-        servers[target] = make_server("127.0.0.1", 0, app, threaded=True)
-        threading.Thread(target=servers[target].serve_forever, daemon=True).start()
     try:
-        yield Real(
-            control_plane,
-            harness,
-            {k: f"http://127.0.0.1:{s.server_port}" for k, s in servers.items()},
-            bucket,
-            namespace,
-        )
+        with serve_functions() as urls:
+            yield Real(control_plane, harness, urls, bucket, namespace)
     finally:
-        for server in servers.values():
-            server.shutdown()
         context.use(None)
         control_plane.kubectl("delete", "namespace", namespace, "--wait=false")
+
+
+def running_workers(real, count: int) -> None:
+    eventually(
+        lambda: len([p for p in real.pods("ray.io/node-type=worker") if p.status.phase == "Running"]) == count,
+        f"{count} workers running",
+        90,
+    )
 
 
 def test_launch_to_succeeded_with_scale_down(real):
@@ -160,11 +151,7 @@ def test_launch_to_succeeded_with_scale_down(real):
     assert real.state(run_id) == State.SUBMITTED and real.rayjobs() == [run_id]
     assert real.replicas() == 2
     # The operator makes the head and two workers; the node player schedules and runs them.
-    eventually(
-        lambda: len([p for p in real.pods("ray.io/node-type=worker") if p.status.phase == "Running"]) == 2,
-        "2 workers running",
-        90,
-    )
+    running_workers(real, 2)
     real.end_job(run_id, "RUNNING")
     assert real.until_state(run_id, State.RUNNING) == State.RUNNING
     real.write_result(run_id)
@@ -174,14 +161,6 @@ def test_launch_to_succeeded_with_scale_down(real):
     assert record.settled and record.result.metrics.train_loss == 1.0
     assert real.replicas() == 0
     eventually(lambda: not real.pods("ray.io/node-type=worker"), "the workers gone", 60)
-
-
-def running_workers(real, count: int) -> None:
-    eventually(
-        lambda: len([p for p in real.pods("ray.io/node-type=worker") if p.status.phase == "Running"]) == count,
-        f"{count} workers running",
-        90,
-    )
 
 
 def test_cancel_while_running_stops_the_job_and_releases_the_workers(real):
