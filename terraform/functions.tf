@@ -22,6 +22,8 @@ locals {
     RAYTUNE_POLICY_STORAGE_BUCKETS    = join(",", values(local.storage_buckets))
     RAYTUNE_POLICY_DATASET_BUCKETS    = join(",", concat(values(local.storage_buckets), var.dataset_buckets))
     RAYTUNE_POLICY_REGIONS            = join(",", local.regions)
+    RAYTUNE_POLICY_GKE_CLUSTERS       = join(",", concat([var.gke_cluster_name], var.policy_gke_clusters))
+    RAYTUNE_POLICY_MAX_WORKER_NODES   = tostring(var.policy_max_worker_nodes)
     RAYTUNE_NIGHTLY_KEY               = random_password.nightly_key.result
     RAYTUNE_OPERATOR_KEY              = random_password.operator_key.result
   }

@@ -44,6 +44,22 @@ variable "policy_regions" {
   default     = []
 }
 
+variable "policy_gke_clusters" {
+  description = "GKE clusters besides var.gke_cluster_name that cluster.gke_cluster may name (runs and the HF token Secret go into them); a config naming another is rejected."
+  type        = list(string)
+  default     = []
+}
+
+variable "policy_max_worker_nodes" {
+  description = "GPU worker nodes one RayCluster may hold at once, whatever its runs ask; a config's cluster.max_worker_nodes may be lower, never higher."
+  type        = number
+  default     = 5
+  validation {
+    condition     = var.policy_max_worker_nodes >= 1 && var.policy_max_worker_nodes <= 64
+    error_message = "policy_max_worker_nodes must be between 1 and 64."
+  }
+}
+
 variable "policy_buckets" {
   description = "Buckets besides the runs and configs buckets that config_uri and storage_path may name: the functions may read them, the trainer may write checkpoints there (terraform/iam.tf)."
   type        = list(string)

@@ -3,7 +3,8 @@ group must have. One allocation object per RayCluster lives in the bucket (`clus
 only ever changed by compare-and-swap, so it is the single, linearizable truth about the group:
 
 - a run is *admitted* (holds `scaling.nodes` worker nodes) when it is first in the FIFO queue and its
-  nodes fit beside the holders' under `cluster.max_worker_nodes`; otherwise it waits, QUEUED;
+  nodes fit beside the holders' under `cluster.max_worker_nodes` and the operator's cap; otherwise it waits,
+  QUEUED;
 - a run that ended (or whose record is gone) holds nothing: `release` drops it;
 - the group grows to `wanted` (the holders' nodes) and goes to 0 when nobody holds any (never a partial
   shrink: KubeRay would pick the workers to remove at random), stamped with the allocation's `version` on the
@@ -79,11 +80,19 @@ def release(alloc: Allocation, live: Callable[[str], bool], now: dt.datetime) ->
 
 
 def admit(
-    alloc: Allocation, run_id: str, nodes: int, arrived: dt.datetime, cluster: ClusterSpec, idle_delete: int
+    alloc: Allocation,
+    run_id: str,
+    nodes: int,
+    arrived: dt.datetime,
+    cluster: ClusterSpec,
+    idle_delete: int,
+    operator_limit: int | None = None,
 ) -> tuple[Allocation | None, Admission]:
     """Admit the run if it is first in line and fits, else keep it queued in FIFO order. Returns the new
-    allocation (None: unchanged) and the outcome. Idempotent: an admitted run stays admitted."""
-    limit = cluster.max_worker_nodes
+    allocation (None: unchanged) and the outcome. Idempotent: an admitted run stays admitted. The limit is the
+    run's own `cluster.max_worker_nodes` under the operator's (policy max_worker_nodes): a run may ask for
+    less room beside it, never more than the operator allows any RayCluster."""
+    limit = min(cluster.max_worker_nodes, operator_limit or cluster.max_worker_nodes)
     if run_id in alloc.holders:
         return None, Admission(True, held=alloc.wanted - alloc.holders[run_id], limit=limit)
     queue = (

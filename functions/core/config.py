@@ -57,6 +57,7 @@ FieldName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9 _.-]+$", max_
 # Prompt text: free prose, but no control characters beyond newline and tab.
 Prose = Annotated[str, StringConstraints(pattern=r"^[^\x00-\x08\x0b-\x1f\x7f]*$", min_length=1, max_length=4000)]
 
+Accelerator = Literal["B200", "H200", "H100", "A100", "L4"]
 # GKE accelerator labels for the Ray accelerator types we schedule on.
 GKE_ACCELERATORS = {
     "B200": "nvidia-b200",
@@ -65,6 +66,31 @@ GKE_ACCELERATORS = {
     "A100": "nvidia-tesla-a100",
     "L4": "nvidia-l4",
 }
+ACCELERATOR_LABEL = "cloud.google.com/gke-accelerator"
+RESERVATION_LABELS = ("cloud.google.com/reservation-name", "cloud.google.com/reservation-affinity")
+# Node labels that choose where GPU capacity comes from (GKE's node selectors for accelerators, reservations,
+# Spot, flex-start and compute classes): scaling's own fields set them, and an operator policy fixes them.
+CAPACITY_LABELS = frozenset(
+    {
+        ACCELERATOR_LABEL,
+        *RESERVATION_LABELS,
+        "cloud.google.com/gke-accelerator-count",
+        "cloud.google.com/reservation-project",
+        "cloud.google.com/reservation-blocks",
+        "cloud.google.com/compute-class",
+        "cloud.google.com/gke-spot",
+        "cloud.google.com/gke-preemptible",
+        "cloud.google.com/gke-flex-start",
+        "cloud.google.com/gke-provisioning",
+        "cloud.google.com/machine-family",
+    }
+)
+
+
+def reservation_selector(reservation: str) -> dict[str, str]:
+    """The node labels that put workers on a specific reservation."""
+    return {RESERVATION_LABELS[0]: reservation, RESERVATION_LABELS[1]: "specific"}
+
 
 REFERENCE_SYSTEM_PROMPT = "You are an expert product description writer for Amazon."
 REFERENCE_USER_PROMPT = (
@@ -226,11 +252,29 @@ class TrainingSpec(Strict):
 class ScalingSpec(Strict):
     nodes: Annotated[int, Field(ge=1, le=64)] = 2
     gpus_per_node: Annotated[int, Field(ge=0, le=16)] = 8
-    accelerator: Literal["B200", "H200", "H100", "A100", "L4"] = "B200"
+    accelerator: Accelerator = "B200"
     reservation: Name | None = None
     node_selector: Annotated[dict[LabelKey, LabelValue], Field(max_length=16)] = {}
     cpus_per_worker: Annotated[int, Field(ge=1, le=256)] = 1
     max_failures: Annotated[int, Field(ge=0, le=100)] = 2
+
+    @model_validator(mode="after")
+    def selectors_do_not_contradict_fields(self) -> ScalingSpec:
+        derived = self.derived_selectors()
+        clashes = sorted(k for k, v in self.node_selector.items() if k in derived and derived[k] != v)
+        if clashes:
+            raise ValueError(
+                f"scaling.node_selector sets {', '.join(clashes)}, which scaling.accelerator / scaling.reservation "
+                "decide: set those fields instead"
+            )
+        return self
+
+    def derived_selectors(self) -> dict[str, str]:
+        """The worker node labels scaling's own fields decide (they win over node_selector)."""
+        selector = {ACCELERATOR_LABEL: GKE_ACCELERATORS[self.accelerator]} if self.use_gpu else {}
+        if self.reservation:
+            selector.update(reservation_selector(self.reservation))
+        return selector
 
     @property
     def num_workers(self) -> int:

@@ -11,7 +11,7 @@ from typing import Any
 
 import yaml
 
-from functions.core.config import GKE_ACCELERATORS, RunConfig
+from functions.core.config import RunConfig
 
 MANAGED_BY = {"app.kubernetes.io/managed-by": "raytune"}
 RUN_LABEL = "raytune.dev/run-id"
@@ -93,16 +93,14 @@ def _container(
 
 
 def _worker_node_selector(cfg: RunConfig) -> dict[str, Any]:
+    """The config's own selectors, then what its scaling fields decide, which win (an operator's fixed
+    reservation and accelerator are those fields: functions/core/policy.py)."""
     scaling = cfg.scaling
-    selector: dict[str, str] = {}
+    selector = dict(scaling.node_selector)
     if scaling.use_gpu:
-        selector["cloud.google.com/gke-accelerator"] = GKE_ACCELERATORS[scaling.accelerator]
         selector["cloud.google.com/gke-gpu-driver-version"] = "latest"
         selector.update(LOCAL_SSD)
-    if scaling.reservation:
-        selector["cloud.google.com/reservation-name"] = scaling.reservation
-        selector["cloud.google.com/reservation-affinity"] = "specific"
-    selector.update(scaling.node_selector)
+    selector.update(scaling.derived_selectors())
     return selector
 
 

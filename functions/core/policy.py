@@ -16,7 +16,15 @@ from collections.abc import Mapping
 from pydantic import BaseModel, ConfigDict
 
 from functions.core import images
-from functions.core.config import TRAINER_PIP, RunConfig
+from functions.core.config import (
+    ACCELERATOR_LABEL,
+    CAPACITY_LABELS,
+    GKE_ACCELERATORS,
+    TRAINER_PIP,
+    Accelerator,
+    RunConfig,
+    reservation_selector,
+)
 
 NIGHTLY_KEY_ATTRIBUTE = "raytune-nightly-key"
 OPERATOR_KEY_ATTRIBUTE = "raytune-operator-key"
@@ -30,13 +38,16 @@ class Policy(BaseModel):
     images: tuple[str, ...] = ("rayproject/*",)  # functions/core/images.py patterns: matched on the parsed reference
     allow_pip: bool = False  # configs may list packages beyond the trainer's pinned set
     reservation: str | None = None  # fixed by the operator: configs cannot choose another
-    accelerator: str | None = None
+    accelerator: Accelerator | None = None
     node_selector: dict[str, str] | None = None
     buckets: tuple[str, ...] = ()  # config_uri buckets; empty: the controller's own
     # storage_path (and a gs:// init_adapter) buckets: where the trainer may write; empty: the controller's own.
     storage_buckets: tuple[str, ...] = ()
     dataset_buckets: tuple[str, ...] | None = None  # gs:// dataset buckets the trainer may read; None: unchecked
     regions: tuple[str, ...] = ()  # cluster.region: where Cloud NAT gives private nodes egress; empty: any
+    gke_clusters: tuple[str, ...] = ()  # cluster.gke_cluster: the clusters runs (and the HF Secret) may go; empty: any
+    # GPU worker nodes one RayCluster may hold at once: a config's cluster.max_worker_nodes may ask for less.
+    max_worker_nodes: int = 64
     local_storage: bool = False  # storage_path may be a local path (one machine; never in the cloud)
     nightly_key: str | None = None  # nightly launches must carry it (the scheduler's attribute)
     operator_key: str | None = None  # cancels of other sources' runs must carry it
@@ -48,10 +59,21 @@ class Policy(BaseModel):
             namespaces=("*",), images=("*",), allow_pip=True, buckets=("*",), storage_buckets=("*",), local_storage=True
         )
 
-    def violations(self, cfg: RunConfig, buckets: tuple[str, ...]) -> list[str]:
-        """Every rule the config breaks, each naming the rule and what would satisfy it."""
+    @property
+    def fixed_selectors(self) -> dict[str, str]:
+        """The worker node labels the operator fixes: its reservation, accelerator and node selectors."""
+        fixed = dict(self.node_selector or {})
+        if self.reservation is not None:
+            fixed.update(reservation_selector(self.reservation))
+        if self.accelerator is not None:
+            fixed[ACCELERATOR_LABEL] = GKE_ACCELERATORS[self.accelerator]
+        return fixed
+
+    def violations(self, cfg: RunConfig, buckets: tuple[str, ...], confined: str | None = None) -> list[str]:
+        """Every rule the config breaks, each naming the rule and what would satisfy it. `confined`: the one
+        prefix of its bucket (the controller's runs bucket) the trainer may touch, e.g. gs://runs/checkpoints/."""
         found = []
-        cluster, scaling = cfg.cluster, cfg.scaling
+        cluster = cfg.cluster
         if not any(fnmatch.fnmatchcase(cluster.namespace, pattern) for pattern in self.namespaces):
             found.append(
                 f"policy namespaces: cluster.namespace {cluster.namespace!r} is not one of {list(self.namespaces)}"
@@ -72,6 +94,30 @@ class Policy(BaseModel):
             found.append(
                 f"policy allow_pip: cluster.pip adds {extra}; only the trainer's pinned packages may be installed"
             )
+        found += self._capacity_violations(cfg)
+        if self.gke_clusters and cluster.gke_cluster not in self.gke_clusters:
+            found.append(
+                f"policy gke_clusters: cluster.gke_cluster {cluster.gke_cluster!r} is not one of "
+                f"{list(self.gke_clusters)}"
+            )
+        if cluster.max_worker_nodes > self.max_worker_nodes:
+            found.append(
+                f"policy max_worker_nodes: cluster.max_worker_nodes {cluster.max_worker_nodes} is more than the "
+                f"{self.max_worker_nodes} GPU worker nodes the operator allows a RayCluster (a config may ask for less)"
+            )
+        if self.regions and cluster.region not in self.regions:
+            found.append(
+                f"policy regions: cluster.region {cluster.region!r} is not one of {list(self.regions)} "
+                "(the regions whose Cloud NAT gives the private nodes egress: Terraform's policy_regions)"
+            )
+        found += self._storage_violations(cfg, buckets, confined)
+        return found
+
+    def _capacity_violations(self, cfg: RunConfig) -> list[str]:
+        """The operator's reservation, accelerator and node selectors cannot be changed, neither through the
+        scaling fields nor through scaling.node_selector (applied to the same labels)."""
+        scaling = cfg.scaling
+        found = []
         for knob, fixed, given in (
             ("reservation", self.reservation, scaling.reservation),
             (
@@ -82,17 +128,22 @@ class Policy(BaseModel):
         ):
             if fixed is not None and given is not None and given != fixed:
                 found.append(f"policy {knob}: scaling.{knob} is fixed to {fixed!r} by the operator (got {given!r})")
-        if self.node_selector is not None and scaling.node_selector and scaling.node_selector != self.node_selector:
-            found.append("policy node_selector: scaling.node_selector is fixed by the operator")
-        if self.regions and cluster.region not in self.regions:
-            found.append(
-                f"policy regions: cluster.region {cluster.region!r} is not one of {list(self.regions)} "
-                "(the regions whose Cloud NAT gives the private nodes egress: Terraform's policy_regions)"
-            )
-        found += self._storage_violations(cfg, buckets)
+        fixed_labels = self.fixed_selectors
+        if fixed_labels:
+            for key, value in sorted(scaling.node_selector.items()):
+                if key in fixed_labels and value != fixed_labels[key]:
+                    found.append(
+                        f"policy node_selector: scaling.node_selector sets {key}={value!r}; the operator fixes it to "
+                        f"{fixed_labels[key]!r}"
+                    )
+                elif key not in fixed_labels and key in CAPACITY_LABELS:
+                    found.append(
+                        f"policy node_selector: scaling.node_selector sets {key}, which chooses capacity; the "
+                        "operator fixes where workers run"
+                    )
         return found
 
-    def _storage_violations(self, cfg: RunConfig, buckets: tuple[str, ...]) -> list[str]:
+    def _storage_violations(self, cfg: RunConfig, buckets: tuple[str, ...], confined: str | None) -> list[str]:
         """Every gs:// location the trainer touches must be a bucket its identity is granted (terraform/iam.tf):
         anything else fails at the trainer's first call with a 403, after the GPUs were paid for."""
         found = []
@@ -114,26 +165,34 @@ class Policy(BaseModel):
         ):
             if uri and allowed is not None and (why := _outside(uri, what, allowed, rule)):
                 found.append(why)
+            elif (
+                uri
+                and confined
+                and "*" not in storage
+                and _bucket(uri) == _bucket(confined)
+                and not f"{uri}/".startswith(confined)
+            ):
+                found.append(
+                    f"policy storage: {what} {uri!r} is in the controller's bucket outside {confined}: the trainer "
+                    "may touch only that prefix there (the run records beside it are the functions')"
+                )
         return found
 
     def bucket_violation(self, uri: str, what: str, buckets: tuple[str, ...]) -> str | None:
         return _outside(uri, what, self.buckets or buckets, "buckets")
 
     def fixed(self, cfg: RunConfig) -> RunConfig:
-        """The config with the operator's fixed reservation, accelerator and node selectors filled in."""
-        updates = {
-            k: v
-            for k, v in (
-                ("reservation", self.reservation),
-                ("accelerator", self.accelerator),
-                ("node_selector", self.node_selector),
-            )
-            if v is not None
+        """The config with the operator's fixed reservation, accelerator and node selectors filled in (a config's
+        own further selectors kept beside them)."""
+        updates: dict[str, object] = {
+            k: v for k, v in (("reservation", self.reservation), ("accelerator", self.accelerator)) if v is not None
         }
+        if self.node_selector is not None:
+            updates["node_selector"] = {**cfg.scaling.node_selector, **self.node_selector}
         if not updates:
             return cfg
-        scaling = type(cfg.scaling).model_validate({**cfg.scaling.model_dump(), **updates})
-        return cfg.model_copy(update={"scaling": scaling})
+        # Copied, not validated: a config that clashes with the operator is reported by violations(), by rule.
+        return cfg.model_copy(update={"scaling": cfg.scaling.model_copy(update=updates)})
 
     def nightly_violation(self, attributes: Mapping[str, str]) -> str | None:
         if self.nightly_key is None or _same(attributes.get(NIGHTLY_KEY_ATTRIBUTE), self.nightly_key):
@@ -152,8 +211,12 @@ class Policy(BaseModel):
         return claimed_source is not None and claimed_source == run_source.get("ref")
 
 
+def _bucket(uri: str) -> str | None:
+    return uri.removeprefix("gs://").split("/", 1)[0] if uri.startswith("gs://") else None
+
+
 def _outside(uri: str, what: str, allowed: tuple[str, ...], rule: str) -> str | None:
-    bucket = uri.removeprefix("gs://").split("/", 1)[0]
+    bucket = _bucket(uri)
     if not uri.startswith("gs://") or bucket in allowed or "*" in allowed:
         return None
     return f"policy {rule}: {what} names bucket {bucket!r}; allowed: {list(dict.fromkeys(allowed))}"

@@ -82,7 +82,7 @@ def receive(ctx: Context, request: events.LaunchRequest) -> tuple[RunRecord, boo
                 assert request.config_uri is not None
                 raw = ctx.read_uri(request.config_uri, limit=MAX_CONFIG_BYTES)
             cfg = policy.fixed(parse_config(raw, request.config_format).with_storage(ctx.settings.default_storage))
-            errors.extend(policy.violations(cfg, ctx.settings.own_buckets))
+            errors.extend(ctx.settings.violations(cfg))
         except NotFound:
             errors.append(f"{request.config_uri} does not exist")
         except TooLarge:

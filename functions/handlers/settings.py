@@ -7,6 +7,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from functions.core.config import RunConfig
 from functions.core.policy import Policy
 
 
@@ -33,6 +34,13 @@ class Settings:
         """The buckets runs may name when the policy lists none: the controller's and its checkpoints'."""
         checkpoints = self.default_storage.removeprefix("gs://").split("/", 1)[0]
         return tuple(dict.fromkeys([self.bucket, checkpoints]))
+
+    def violations(self, cfg: RunConfig) -> list[str]:
+        """The operator policy's verdict on a run's config in this deployment: its own buckets, and in the runs
+        bucket only the checkpoints prefix, which is all the trainer may touch there (terraform/iam.tf)."""
+        storage = self.default_storage.rstrip("/") + "/"
+        confined = storage if storage.removeprefix("gs://").split("/", 1)[0] == self.bucket else None
+        return self.policy.violations(cfg, self.own_buckets, confined)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] = os.environ) -> Settings:
@@ -76,6 +84,8 @@ def policy_from_env(env: Mapping[str, str]) -> Policy:
         "storage_buckets": _list(env.get("RAYTUNE_POLICY_STORAGE_BUCKETS")),
         "dataset_buckets": _list(env.get("RAYTUNE_POLICY_DATASET_BUCKETS")),
         "regions": _list(env.get("RAYTUNE_POLICY_REGIONS")),
+        "gke_clusters": _list(env.get("RAYTUNE_POLICY_GKE_CLUSTERS")),
+        "max_worker_nodes": env.get("RAYTUNE_POLICY_MAX_WORKER_NODES") or None,
         "nightly_key": env.get("RAYTUNE_NIGHTLY_KEY") or None,
         "operator_key": env.get("RAYTUNE_OPERATOR_KEY") or None,
     }

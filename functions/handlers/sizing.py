@@ -49,6 +49,7 @@ def admit(ctx: Context, record: RunRecord, cfg: RunConfig) -> Admission:
             record.created_at,
             cfg.cluster,
             cfg.cluster.idle_delete_seconds,
+            ctx.settings.policy.max_worker_nodes,
         )
         outcome.append(admission)
         return new or cleaned

@@ -48,6 +48,10 @@ def observe(ctx: Context, record: RunRecord, action: Action) -> dict[str, Any]:
         return {"inputs": lineage.inputs(ctx, record, cfg)}
     if action is Action.CONCLUDE:
         return {"promotion": lineage.conclude(ctx, record, cfg)}
+    if action in (Action.ADMIT, Action.ENSURE_CLUSTER, Action.SUBMIT) and (breaches := ctx.settings.violations(cfg)):
+        # Checked again before anything is applied: the record may have been rewritten in the bucket since its
+        # receipt, or the operator's policy tightened while it waited.
+        return {"submit_error": "the run's config breaks the operator policy now: " + "; ".join(breaches)}
     if action is Action.ADMIT:
         return {"admission": sizing.admit(ctx, record, cfg)}
     if action in (Action.ENSURE_CLUSTER, Action.SUBMIT):

@@ -43,6 +43,21 @@ class Grant:
     name: str | None  # the bucket, service or topic granted on, where it is one of several
     role: str
     address: str  # the Terraform resource instance
+    condition: str | None = None  # its IAM Condition's CEL expression
+
+    def applies_to(self, resource: str) -> bool:
+        """Whether the condition holds for an IAM resource name. Only the forms Terraform here uses are known
+        (terms `resource.name == "..."` and `resource.name.startsWith("...")` joined by ||): any other fails the
+        test rather than being guessed at."""
+        if self.condition is None:
+            return True
+        verdicts = []
+        for term in self.condition.split(" || "):
+            equal = re.fullmatch(r'resource\.name == "([^"\\]+)"', term)
+            prefix = re.fullmatch(r'resource\.name\.startsWith\("([^"\\]+)"\)', term)
+            assert equal or prefix, f"{self.address}: an IAM condition tests/contract/iam.py cannot evaluate: {term}"
+            verdicts.append(resource == equal.group(1) if equal else resource.startswith(prefix.group(1)))
+        return any(verdicts)
 
 
 class Deployment:
@@ -137,8 +152,12 @@ class Deployment:
             for instance in self.module.instances(kind):
                 identity, subject = self.member(instance.get("member"))
                 role = str(instance.get("role"))
+                conditions = [
+                    str(self.module.eval(c.body["expression"], dict(instance.scope)))
+                    for c in instance.blocks("condition")
+                ]
                 for resource, name in self.resources(kind, instance):
-                    found.append(Grant(identity, subject, resource, name, role, instance.address))
+                    found.append(Grant(identity, subject, resource, name, role, instance.address, *conditions))
         return found
 
     def subjects(self, identity: str) -> list[str | None]:
@@ -161,12 +180,14 @@ class Deployment:
         return [None]
 
     def storage_permissions(self, identity: str, subject: str | None = None) -> Callable[[str, str], bool]:
-        """What this identity may do in a bucket: its grants there and on the project, through their roles."""
+        """What this identity may do on a storage resource (projects/_/buckets/B[/objects/NAME]): its grants on
+        the bucket and on the project, through their roles, where their conditions hold."""
         roles, grants = self.roles(), [g for g in self.grants() if g.identity == identity and g.subject == subject]
 
-        def allowed(bucket: str, permission: str) -> bool:
+        def allowed(resource: str, permission: str) -> bool:
+            bucket = resource.removeprefix("projects/_/buckets/").split("/", 1)[0]
             return any(
-                permission in roles[g.role]
+                permission in roles[g.role] and g.applies_to(resource)
                 for g in grants
                 if g.resource == "project" or (g.resource.startswith("bucket:") and g.name == bucket)
             )

@@ -114,6 +114,31 @@ def test_a_training_run_needs_nothing_more_than_terraform_grants(gcs_emulator, t
     assert {("bucket:datasets", "storage.objects.list"), ("bucket:datasets", "storage.objects.get")} <= used
 
 
+def test_the_trainer_cannot_rewrite_the_functions_records(gcs_emulator):
+    """Issue 21: trainer pods had object write on the whole runs bucket, so a queued run's record (and the
+    allocations, champion and nightly pointers) could be rewritten from any pod. Terraform's IAM condition now
+    confines the trainer to checkpoints/ there; the real client is refused everything else, and still lists."""
+    from google.api_core.exceptions import Forbidden
+
+    d, admin = deployment(gcs_emulator)
+    runs = d.bucket("runs")
+    admin.bucket(runs).blob("runs/victim.json").upload_from_string("{}")
+    proxy = IamGcs(gcs_emulator.url, principal(d, p.TRAINER, "default"), d.storage_permissions(p.TRAINER, "default"))
+    with serving(proxy) as url:
+        bucket = client_at(url).bucket(runs)
+        bucket.blob("checkpoints/run-1/result.json").upload_from_string("{}")
+        assert bucket.blob("checkpoints/run-1/result.json").download_as_bytes() == b"{}"
+        for name in ("runs/victim.json", "runs/new.json", "clusters/x.json", "champions/shop.json", "nightly/a.json"):
+            with pytest.raises(Forbidden, match=r"storage\.objects\.create"):
+                bucket.blob(name).upload_from_string('{"state": "SUCCEEDED"}')
+        with pytest.raises(Forbidden, match=r"storage\.objects\.get"):
+            bucket.blob("runs/victim.json").download_as_bytes()
+        with pytest.raises(Forbidden, match=r"storage\.objects\.delete"):
+            bucket.blob("runs/victim.json").delete()
+        assert "checkpoints/run-1/result.json" in {b.name for b in bucket.list_blobs()}
+    assert admin.bucket(runs).blob("runs/victim.json").download_as_bytes() == b"{}"
+
+
 # -- the functions ---------------------------------------------------------------------------------------------
 
 

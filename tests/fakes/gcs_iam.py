@@ -20,7 +20,8 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 from tests.fakes.http import BackgroundServer
 
-# (bucket, permission) -> allowed?
+# (IAM resource name, permission) -> allowed? The resource name is the one IAM Conditions see:
+# projects/_/buckets/BUCKET for bucket-level checks (objects.list among them), .../objects/NAME for an object's.
 Authorizer = Callable[[str, str], bool]
 
 
@@ -29,9 +30,15 @@ class Need:
     bucket: str
     permission: str
     on: str  # "bucket" or "object": GCS names the resource in its 403
+    name: str | None = None  # the object checked (None: the check is on the bucket)
+
+    @property
+    def resource(self) -> str:
+        bucket = f"projects/_/buckets/{self.bucket}"
+        return bucket if self.name is None else f"{bucket}/objects/{self.name}"
 
     def __str__(self) -> str:
-        return f"{self.permission} on gs://{self.bucket}"
+        return f"{self.permission} on gs://{self.bucket}/{self.name or ''}"
 
 
 @dataclass(frozen=True)
@@ -68,7 +75,8 @@ class _Request:
 
 
 class IamGcs(BackgroundServer):
-    """A principal's view of GCS: `allowed(bucket, permission)` is what its IAM grants say."""
+    """A principal's view of GCS: `allowed(resource, permission)` is what its IAM grants (and their conditions)
+    say."""
 
     def __init__(self, upstream: str, principal: str, allowed: Authorizer):
         self.upstream = urlsplit(upstream)
@@ -121,9 +129,9 @@ class IamGcs(BackgroundServer):
     def _write(self, bucket: str, name: str | None, query: dict[str, str]) -> list[Need]:
         """Creating an object; replacing one needs delete as well (footnote 7 of Google's table), unless the
         request may only create (ifGenerationMatch=0)."""
-        needs = [Need(bucket, "storage.objects.create", "object")]
+        needs = [Need(bucket, "storage.objects.create", "object", name)]
         if name and query.get("ifGenerationMatch") != "0" and self._exists(bucket, name):
-            needs.append(Need(bucket, "storage.objects.delete", "object"))
+            needs.append(Need(bucket, "storage.objects.delete", "object", name))
         return needs
 
     def needs(self, request: _Request) -> list[Need] | None:
@@ -142,7 +150,7 @@ class IamGcs(BackgroundServer):
                 return self._write(s[4], name, q)
             return None
         if s[:3] == ["download", "storage", "v1"] and len(s) == 7 and s[3] == "b" and s[5] == "o":
-            return [Need(s[4], "storage.objects.get", "object")]
+            return [Need(s[4], "storage.objects.get", "object", s[6])]
         if s[:2] == ["storage", "v1"] and len(s) >= 3 and s[2] == "b":
             rest = s[3:]
             if not rest:
@@ -162,27 +170,29 @@ class IamGcs(BackgroundServer):
                 extra = [Need(bucket, "storage.objects.getIamPolicy", "object")] if acl else []
                 return [Need(bucket, "storage.objects.list", "object"), *extra]
             if rest[1] == "o" and len(rest) == 3:
+                name = rest[2]
                 if method == "GET":
-                    extra = [Need(bucket, "storage.objects.getIamPolicy", "object")] if acl else []
-                    return [Need(bucket, "storage.objects.get", "object"), *extra]
+                    extra = [Need(bucket, "storage.objects.getIamPolicy", "object", name)] if acl else []
+                    return [Need(bucket, "storage.objects.get", "object", name), *extra]
                 if method == "DELETE":
-                    return [Need(bucket, "storage.objects.delete", "object")]
+                    return [Need(bucket, "storage.objects.delete", "object", name)]
                 if method in ("PATCH", "PUT"):
-                    return [Need(bucket, "storage.objects.update", "object")]
+                    return [Need(bucket, "storage.objects.update", "object", name)]
             if rest[1] == "o" and len(rest) == 4 and rest[3] == "compose" and method == "POST":
-                return [Need(bucket, "storage.objects.get", "object"), *self._write(bucket, rest[2], q)]
+                # (the sources' names are in the body; their reads are checked like the destination's prefix)
+                return [Need(bucket, "storage.objects.get", "object", rest[2]), *self._write(bucket, rest[2], q)]
             if rest[1] == "o" and len(rest) == 7 and rest[3] in ("copyTo", "rewriteTo") and method == "POST":
-                return [Need(bucket, "storage.objects.get", "object"), *self._write(rest[5], rest[6], q)]
+                return [Need(bucket, "storage.objects.get", "object", rest[2]), *self._write(rest[5], rest[6], q)]
             return None
         # The XML API (https://storage.googleapis.com/BUCKET/OBJECT): object reads and writes.
         if len(s) >= 2 and s[0] and s[1]:
             bucket, name = s[0], "/".join(s[1:])
             if method in ("GET", "HEAD"):
-                return [Need(bucket, "storage.objects.get", "object")]
+                return [Need(bucket, "storage.objects.get", "object", name)]
             if method == "PUT":
                 return self._write(bucket, name, {})
             if method == "DELETE":
-                return [Need(bucket, "storage.objects.delete", "object")]
+                return [Need(bucket, "storage.objects.delete", "object", name)]
         return None
 
     # Answering ---------------------------------------------------------------------------------------------
@@ -217,7 +227,7 @@ class IamGcs(BackgroundServer):
             self._record(Access(method, path, (), None, unmapped=True))
             message = f"tests/fakes/gcs_iam.py does not know which permission {method} {path} needs"
             return 501, [("Content-Type", "text/plain")], message.encode()
-        denied = next((n for n in needs if not self.allowed(n.bucket, n.permission)), None)
+        denied = next((n for n in needs if not self.allowed(n.resource, n.permission)), None)
         self._record(Access(method, path, tuple(needs), denied))
         if denied is not None:
             return self.forbidden(denied, xml=not path.startswith(("/storage/", "/upload/", "/download/", "/batch/")))

@@ -10,7 +10,7 @@ import time
 from functions.core.policy import NIGHTLY_KEY_ATTRIBUTE, OPERATOR_KEY_ATTRIBUTE, Policy
 from functions.core.runs import State
 from tests.fakes.http_events import post, storage_event
-from tests.integration.test_functions import QUICK, only_record, upload, wait_for, workers
+from tests.integration.test_functions import QUICK, launch_upload, only_record, upload, wait_for, watch, workers
 
 KEY, OPERATOR = "n" * 40, "o" * 40
 
@@ -115,3 +115,29 @@ def test_another_teams_raycluster_is_never_changed(controller, functions_server,
     assert workers(h)["replicas"] == 3 and h.kube.get("rayclusters", "gemma3-tuning")["metadata"]["labels"] == {
         "team": "b"
     }
+
+
+def test_a_queued_record_rewritten_in_the_bucket_is_checked_again_before_it_is_applied(
+    controller, functions_server, bucket
+):
+    """Trainer pods could write the runs bucket, so a queued run's stored config could be rewritten (another
+    image, extra pip) before admission, and submission applied it as stored. The policy is checked again at
+    every step that applies something (and the trainer can no longer write records: terraform/iam.tf)."""
+    h = controller
+    with_policy(h)
+    launch_upload(functions_server, bucket, "configs/holder.json", {**QUICK, "scaling": {"nodes": 5}})
+    launch_upload(functions_server, bucket, "configs/waiter.json", QUICK)
+    by_state = {r.state: r for r in h.ctx.store.active()}
+    holder, waiter = by_state[State.SUBMITTED], by_state[State.QUEUED]
+
+    def tamper(record):
+        config = {**record.config, "cluster": {**record.config["cluster"], "worker_image": "evil.io/miner:1"}}
+        return record.model_copy(update={"config": config})
+
+    h.ctx.store.update(waiter.run_id, tamper)
+    h.kube.set_status("rayjobs", holder.run_id, {"jobStatus": "SUCCEEDED", "jobDeploymentStatus": "Complete"})
+    watch(functions_server)
+    record = h.ctx.store.get(waiter.run_id)
+    assert record.state == State.FAILED
+    assert "breaks the operator policy now: policy images: cluster.worker_image 'evil.io/miner:1'" in record.reason
+    assert h.kube.names("rayjobs") == [] and workers(h)["replicas"] == 0  # nothing of it was applied

@@ -52,6 +52,18 @@ def test_admission_is_idempotent_and_versions_only_move_on_change():
     assert release(alloc, lambda r: True, at(1)) is None
 
 
+def test_a_newcomer_cannot_raise_the_operators_cap_and_may_ask_for_less():
+    """The issue's escape: the limit came from the newcomer's own cluster.max_worker_nodes, so a run declaring
+    64 was admitted beside runs admitted under 5 and the group reached 14."""
+    alloc = Allocation(cluster=SPEC, holders={"a": 3, "b": 2})
+    greedy = ClusterSpec(max_worker_nodes=64)
+    new, outcome = admit(alloc, "greedy", 9, at(5), greedy, 1800, operator_limit=5)
+    assert not outcome.admitted and outcome.limit == 5 and (new or alloc).wanted == 5
+    modest = ClusterSpec(max_worker_nodes=2)
+    new, outcome = admit(Allocation(cluster=SPEC, holders={"a": 1}), "modest", 2, at(5), modest, 1800, 5)
+    assert not outcome.admitted and outcome.limit == 2  # it asked for at most 2 nodes in the group
+
+
 def test_an_early_arrival_that_queues_late_goes_first():
     alloc = Allocation(cluster=SPEC, holders={"x": 5})
     alloc, _, _ = admitted(alloc, "late", 1, 20)

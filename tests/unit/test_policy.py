@@ -46,15 +46,57 @@ def test_the_defaults_accept_the_default_config_and_the_projects_registry():
 
 def test_operator_fixed_selectors_win_and_a_config_cannot_choose_others():
     policy = Policy(reservation="a4-res", accelerator="H200", node_selector={"pool": "gpu"})
-    fixed = policy.fixed(cfg())
+    fixed = policy.fixed(cfg(scaling={"node_selector": {"team": "a"}}))
     assert (fixed.scaling.reservation, fixed.scaling.accelerator, fixed.scaling.node_selector) == (
         "a4-res",
         "H200",
-        {"pool": "gpu"},
+        {"team": "a", "pool": "gpu"},  # the config's own further selectors stay beside the operator's
     )
     breaking = cfg(scaling={"reservation": "other", "accelerator": "B200", "node_selector": {"pool": "cpu"}})
     rules = {v.split(":")[0] for v in policy.violations(breaking, OWN)}
     assert rules == {"policy reservation", "policy accelerator", "policy node_selector"}
+
+
+@pytest.mark.parametrize(
+    "selector",
+    [
+        {"cloud.google.com/reservation-name": "someone-elses"},
+        {"cloud.google.com/reservation-affinity": "any"},
+        {"cloud.google.com/gke-accelerator-count": "4"},
+        {"cloud.google.com/gke-spot": "true"},
+        {"cloud.google.com/compute-class": "Performance"},
+    ],
+)
+def test_node_selector_cannot_change_what_the_operator_fixes(selector):
+    """The issue's escape: a config's node_selector was applied after the operator's reservation and
+    accelerator, and checked only when the operator also set node selectors. Now each is a REJECTED rule, and
+    the manifest lets scaling's fields win even so."""
+    from functions.core.manifests import ray_cluster
+
+    policy = Policy(reservation="a4-res", accelerator="B200")
+    config = cfg(scaling={"node_selector": selector})
+    [found] = policy.violations(policy.fixed(config), OWN)
+    assert found.startswith(f"policy node_selector: scaling.node_selector sets {next(iter(selector))}")
+    workers = ray_cluster(policy.fixed(config), [], "h", 1)["spec"]["workerGroupSpecs"][0]["template"]["spec"]
+    assert workers["nodeSelector"]["cloud.google.com/reservation-name"] == "a4-res"
+    assert workers["nodeSelector"]["cloud.google.com/gke-accelerator"] == "nvidia-b200"
+
+
+def test_a_node_selector_that_contradicts_the_configs_own_fields_is_a_config_error():
+    with pytest.raises(ValueError, match=r"cloud\.google\.com/gke-accelerator, which scaling\.accelerator"):
+        cfg(scaling={"accelerator": "B200", "node_selector": {"cloud.google.com/gke-accelerator": "nvidia-l4"}})
+    # saying the same thing twice is fine
+    cfg(scaling={"accelerator": "L4", "node_selector": {"cloud.google.com/gke-accelerator": "nvidia-l4"}})
+
+
+def test_clusters_and_the_node_cap_are_the_operators():
+    policy = Policy(gke_clusters=("raytune",), max_worker_nodes=5)
+    assert policy.violations(cfg(), OWN) == []
+    [found] = policy.violations(cfg(cluster={"gke_cluster": "prod-serving"}), OWN)
+    assert found == "policy gke_clusters: cluster.gke_cluster 'prod-serving' is not one of ['raytune']"
+    [found] = policy.violations(cfg(cluster={"max_worker_nodes": 64}), OWN)
+    assert found.startswith("policy max_worker_nodes: cluster.max_worker_nodes 64 is more than the 5")
+    assert policy.violations(cfg(cluster={"max_worker_nodes": 3}, scaling={"nodes": 1}), OWN) == []  # less is fine
 
 
 def test_prefix_and_extra_buckets():
@@ -118,8 +160,31 @@ def test_the_environment_terraform_sets_reaches_the_policy():
             "RAYTUNE_POLICY_STORAGE_BUCKETS": "runs-bucket,shared",
             "RAYTUNE_POLICY_DATASET_BUCKETS": "runs-bucket,shared,data",
             "RAYTUNE_POLICY_REGIONS": "us-central1,europe-west4",
+            "RAYTUNE_POLICY_GKE_CLUSTERS": "raytune,shared",
+            "RAYTUNE_POLICY_MAX_WORKER_NODES": "5",
         }
     )
+    assert policy.gke_clusters == ("raytune", "shared")
+    assert policy.max_worker_nodes == 5
     assert policy.storage_buckets == ("runs-bucket", "shared")
     assert policy.dataset_buckets == ("runs-bucket", "shared", "data")
     assert policy.regions == ("us-central1", "europe-west4")
+
+
+def test_in_the_runs_bucket_the_trainer_may_touch_only_the_checkpoints_prefix():
+    """terraform/iam.tf grants the trainer objects under checkpoints/ of the runs bucket only (an IAM condition), so
+    the records beside them cannot be rewritten by a pod; a config pointing elsewhere there is REJECTED."""
+    from functions.handlers.settings import Settings
+
+    settings = Settings(
+        project="p", bucket="runs-bucket", watch_topic=None, events_topic=None, max_event_age_s=60, hf_token=None
+    )
+    assert settings.violations(cfg()) == []
+    assert settings.violations(cfg(storage_path="gs://runs-bucket/checkpoints/team-a")) == []
+    for config in (
+        cfg(storage_path="gs://runs-bucket/runs"),
+        cfg(storage_path="gs://runs-bucket/checkpointsX"),
+        cfg(training={"init_adapter": "gs://runs-bucket/champions/x"}),
+    ):
+        [found] = settings.violations(config)
+        assert found.startswith("policy storage: ") and "outside gs://runs-bucket/checkpoints/" in found
