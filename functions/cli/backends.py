@@ -15,7 +15,8 @@ from typing import Any, Protocol
 from functions.adapters.store import RunStore
 from functions.core import runids
 from functions.core.config import RunConfig, config_format, parse_config
-from functions.core.policy import OPERATOR_KEY_ATTRIBUTE
+from functions.cli import tokens
+from functions.core.policy import CANCEL_DIGEST_ATTRIBUTE, OPERATOR_KEY_ATTRIBUTE
 from functions.core.runs import RunRecord
 from functions.local import driver
 from functions.local.dirblobs import DirBlobs
@@ -27,7 +28,7 @@ class Backend(Protocol):
     where: str
 
     def submit(self, config: Path, name: str | None, via_topic: bool) -> str: ...
-    def cancel(self, record: RunRecord) -> None: ...
+    def cancel(self, record: RunRecord, token: str | None = None) -> None: ...
     def job(self, record: RunRecord) -> dict[str, Any] | None: ...
     def pods(self, record: RunRecord) -> list[str]: ...
     def log(self, record: RunRecord) -> str: ...
@@ -78,26 +79,35 @@ class CloudBackend:
     def submit(self, config: Path, name: str | None, via_topic: bool) -> str:
         raw = config.read_bytes()
         cfg = parse_config(raw, config_format(config.name))  # refused here, before anything is sent
+        token, digest = tokens.new()
         if via_topic:
             self.settings.need("launch_topic")
             body: dict[str, Any] = {"config": json.loads(cfg.model_dump_json(exclude_defaults=True))}
             if name:
                 body["run_name"] = name
-            message_id = self.publisher.publish(self.settings.launch_topic, body)
-            return runids.for_message(message_id, name)
-        from functions.adapters.gcs import storage_client
+            message_id = self.publisher.publish(
+                self.settings.launch_topic, body, **{CANCEL_DIGEST_ATTRIBUTE: digest}
+            )
+            run_id = runids.for_message(message_id, name)
+        else:
+            from functions.adapters.gcs import storage_client
 
-        self.settings.need("configs_bucket")
-        suffix = config.suffix.lower() if config.suffix.lower() in (".json", ".yaml", ".yml") else ".json"
-        object_name = f"configs/{name or cfg.name}{suffix}"
-        blob = storage_client().bucket(self.settings.configs_bucket).blob(object_name)
-        blob.upload_from_string(raw, timeout=60)
-        return runids.for_object(self.settings.configs_bucket, object_name, blob.generation)
+            self.settings.need("configs_bucket")
+            suffix = config.suffix.lower() if config.suffix.lower() in (".json", ".yaml", ".yml") else ".json"
+            object_name = f"configs/{name or cfg.name}{suffix}"
+            blob = storage_client().bucket(self.settings.configs_bucket).blob(object_name)
+            blob.metadata = {CANCEL_DIGEST_ATTRIBUTE: digest}  # in the finalize event's object metadata
+            blob.upload_from_string(raw, timeout=60)
+            run_id = runids.for_object(self.settings.configs_bucket, object_name, blob.generation)
+        tokens.keep(run_id, token)
+        return run_id
 
-    def cancel(self, record: RunRecord) -> None:
+    def cancel(self, record: RunRecord, token: str | None = None) -> None:
         self.settings.need("watch_topic")
         attributes = {OPERATOR_KEY_ATTRIBUTE: self.settings.operator_key} if self.settings.operator_key else {}
-        body = {"kind": "cancel", "run_id": record.run_id, "source": record.source.get("ref")}
+        body = {"kind": "cancel", "run_id": record.run_id}
+        if token := token or tokens.find(record.run_id):
+            body["token"] = token
         self.publisher.publish(self.settings.watch_topic, body, **attributes)
 
     def _cfg(self, record: RunRecord) -> RunConfig | None:
@@ -149,7 +159,7 @@ class LocalBackend:
     def submit(self, config: Path, name: str | None, via_topic: bool) -> str:
         raise RuntimeError(f"locally a run is started with: raytune local {config} --workdir {self.workdir}")
 
-    def cancel(self, record: RunRecord) -> None:
+    def cancel(self, record: RunRecord, token: str | None = None) -> None:
         lock = self.workdir / ".lock"
         pid = lock.read_text().strip() if lock.is_file() else ""
         if not pid.isdigit():

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from functions.cli import settings as cli_settings
+from functions.cli import tokens
 from functions.cli.backends import Backend, CloudBackend, LocalBackend, follow, records
 from functions.core import joblog
 from functions.core.runs import RunRecord, State
@@ -176,7 +177,7 @@ def cmd_cancel(args: argparse.Namespace) -> int:
     if record.state.terminal:
         print(f"{record.run_id} already ended: {record.state.value}")
         return 0 if record.state == State.CANCELLED else 1
-    backend.cancel(record)
+    backend.cancel(record, args.token)
     print(f"cancel requested for {record.run_id}; waiting up to {args.timeout}s")
     deadline = time.monotonic() + args.timeout
     while time.monotonic() < deadline:
@@ -235,6 +236,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
         return driver.run(str(config), backend.workdir)
     run_id = backend.submit(config, args.name, args.via_topic)
     print(run_id)
+    print(f"cancel token kept in {tokens.folder() / run_id} (raytune cancel {run_id} uses it)", file=sys.stderr)
     if not args.wait:
         return 0
     shown: tuple[str, str | None] | None = None
@@ -317,6 +319,10 @@ def add_parsers(sub: Any) -> None:
 
     cancel = common(sub.add_parser("cancel", help="cancel a run and wait until its record says so"))
     cancel.add_argument("run")
+    cancel.add_argument(
+        "--token",
+        help="the run's cancel token (default: the one `submit` kept on this machine); operators need none",
+    )
     cancel.add_argument("--timeout", type=float, default=WAIT_LIMIT_S)
     cancel.add_argument("--interval", type=float, default=3.0, help=argparse.SUPPRESS)
     cancel.set_defaults(func=cmd_cancel)

@@ -14,6 +14,7 @@ from typing import Any
 
 from functions.core import jsonsafe, runids
 from functions.core.config import BUCKET, MAX_CONFIG_BYTES, YAML_SUFFIXES, ConfigFormat, config_format
+from functions.core.policy import CANCEL_DIGEST_ATTRIBUTE, DIGEST
 
 STORAGE_FINALIZED = "google.cloud.storage.object.v1.finalized"
 PUBSUB_PUBLISHED = "google.cloud.pubsub.topic.v1.messagePublished"
@@ -38,7 +39,7 @@ class LaunchRequest:
 class WatchRequest:
     kind: str  # tick | finished | cancel
     run_id: str | None = None
-    source: str | None = None  # cancel: the run's source ref as the requester knows it
+    token: str | None = None  # cancel: the submitter's cancel token (functions/core/policy.py)
     attributes: dict[str, str] = field(default_factory=dict)
 
 
@@ -99,8 +100,11 @@ def _message(event: Any) -> tuple[dict[str, Any], dict[str, Any] | None, list[st
         or not str(message["messageId"])
     ):
         raise Ignored("Pub/Sub envelope without messageId")
+    data = message.get("data") or ""
+    if not isinstance(data, str):
+        return message, None, [f"message data is a JSON {type(data).__name__}, not base64 text"]
     try:
-        raw = base64.b64decode(message.get("data") or "", validate=True)
+        raw = base64.b64decode(data, validate=True)
     except (binascii.Error, ValueError):
         return message, None, ["message data is not base64"]
     if len(raw) > MAX_CONFIG_BYTES:
@@ -149,9 +153,11 @@ def _from_upload(event: Any) -> LaunchRequest:
         errors.append(f"object generation {generation!r} is not a number")
     elif why := config_uri_error(f"{uri}#{generation}"):
         errors.append(why)
+    metadata = data.get("metadata")
+    digest = metadata.get(CANCEL_DIGEST_ATTRIBUTE) if isinstance(metadata, dict) else None
     return LaunchRequest(
         run_id=runids.for_object(bucket, name, generation),
-        source={"kind": "upload", "ref": f"{uri}#{generation}"},
+        source=_with_digest({"kind": "upload", "ref": f"{uri}#{generation}"}, digest),
         event_time=_time(_attribute(event, "time") or data.get("timeCreated")),
         config_uri=None if errors else f"{uri}#{generation}",
         config_format=config_format(name),
@@ -180,7 +186,10 @@ def _from_message(event: Any) -> LaunchRequest:
         errors.append(why)
     return LaunchRequest(
         run_id=run_id,
-        source={"kind": "nightly" if nightly else "message", "ref": f"pubsub:{message_id}"},
+        source=_with_digest(
+            {"kind": "nightly" if nightly else "message", "ref": f"pubsub:{message_id}"},
+            _attributes(message).get(CANCEL_DIGEST_ATTRIBUTE),
+        ),
         event_time=published,
         config=None if errors else config,
         config_uri=None if errors else uri,
@@ -189,6 +198,11 @@ def _from_message(event: Any) -> LaunchRequest:
         attributes=_attributes(message),
         message_run_id=message_run_id,
     )
+
+
+def _with_digest(source: dict[str, str], digest: Any) -> dict[str, str]:
+    """The source, with the submitter's cancel digest when it sent a well-formed one."""
+    return {**source, "cancel_digest": digest} if isinstance(digest, str) and DIGEST.match(digest) else source
 
 
 def _attributes(message: dict[str, Any]) -> dict[str, str]:
@@ -210,5 +224,5 @@ def watch_request(event: Any) -> WatchRequest:
         raise Ignored(f"unknown watch message kind {kind!r}")
     if kind != "tick" and not (isinstance(run_id, str) and runids.is_valid_id(run_id)):
         raise Ignored(f"{kind} message without a valid run_id")
-    source = body.get("source") if isinstance(body.get("source"), str) else None
-    return WatchRequest(kind=kind, run_id=run_id, source=source, attributes=_attributes(message))
+    token = body.get("token") if isinstance(body.get("token"), str) else None
+    return WatchRequest(kind=kind, run_id=run_id, token=token and token[:256], attributes=_attributes(message))

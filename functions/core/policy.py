@@ -10,7 +10,9 @@ slot, and who can cancel.
 from __future__ import annotations
 
 import fnmatch
+import hashlib
 import hmac
+import re
 from collections.abc import Mapping
 
 from pydantic import BaseModel, ConfigDict
@@ -28,6 +30,14 @@ from functions.core.config import (
 
 NIGHTLY_KEY_ATTRIBUTE = "raytune-nightly-key"
 OPERATOR_KEY_ATTRIBUTE = "raytune-operator-key"
+# The submitter's proof for cancelling its own run: the launch message's attribute (or, for an upload, the config
+# object's custom metadata) is the SHA-256 of a random token only the submitter holds; a cancel carries the token.
+CANCEL_DIGEST_ATTRIBUTE = "raytune-cancel-digest"
+DIGEST = re.compile(r"^[0-9a-f]{64}$")
+
+
+def cancel_digest(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
 
 
 class Policy(BaseModel):
@@ -201,14 +211,17 @@ class Policy(BaseModel):
             f"policy nightly_key: nightly runs are accepted only from the scheduler (attribute {NIGHTLY_KEY_ATTRIBUTE})"
         )
 
-    def may_cancel(
-        self, run_source: Mapping[str, str], claimed_source: str | None, attributes: Mapping[str, str]
-    ) -> bool:
-        """Cancels come from the run's own source (its message id or config object, as `source`) or from an
-        operator (the operator key attribute); with no operator key set, from anyone who may publish."""
-        if self.operator_key is None or _same(attributes.get(OPERATOR_KEY_ATTRIBUTE), self.operator_key):
+    def may_cancel(self, run_source: Mapping[str, str], token: str | None, attributes: Mapping[str, str]) -> bool:
+        """Cancels come from an operator (the operator key attribute) or from the run's submitter: the token
+        whose digest its launch carried. A run launched without a digest is the operators' to cancel; with no
+        operator key set, anyone who may publish to the watch topic may cancel (the trainer pods can: set it).
+        Anything readable in the bucket or a listing (the source ref, the run id) proves nothing."""
+        if self.operator_key is not None and _same(attributes.get(OPERATOR_KEY_ATTRIBUTE), self.operator_key):
             return True
-        return claimed_source is not None and claimed_source == run_source.get("ref")
+        digest = run_source.get("cancel_digest")
+        if digest:
+            return token is not None and _same(cancel_digest(token), digest)
+        return self.operator_key is None
 
 
 def _bucket(uri: str) -> str | None:

@@ -37,7 +37,7 @@ def handle(event: Any, ctx: Context | None = None) -> RunRecord | None:
     try:
         request = events.launch_request(event)
     except events.Ignored as why:
-        log.info("ignored: %s", why)
+        log.info("ignored: %s", why, extra={"ignored": str(why)[:500]})
         return None
     record, created = receive(ctx, request)
     if not created:

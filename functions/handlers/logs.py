@@ -17,7 +17,7 @@ class JsonFormatter(logging.Formatter):
         entry = {"severity": record.levelname, "logger": record.name, "message": record.getMessage()}
         if record.exc_info:
             entry["exception"] = self.formatException(record.exc_info)
-        for key in ("run_id", "state"):
+        for key in ("run_id", "state", "ignored"):
             if hasattr(record, key):
                 entry[key] = getattr(record, key)
         return redact(json.dumps(entry))

@@ -29,14 +29,14 @@ def handle(event: Any, ctx: Context | None = None) -> list[RunRecord]:
     try:
         request = events.watch_request(event)
     except events.Ignored as why:
-        log.info("ignored: %s", why)
+        log.info("ignored: %s", why, extra={"ignored": str(why)[:500]})
         return []
     if request.kind == "cancel":
         assert request.run_id is not None
         record = ctx.store.get(request.run_id)
-        if record is not None and not ctx.settings.policy.may_cancel(record.source, request.source, request.attributes):
+        if record is not None and not ctx.settings.policy.may_cancel(record.source, request.token, request.attributes):
             log.warning(
-                "%s: cancel refused (policy operator_key): not from the run's source nor an operator",
+                "%s: cancel refused (policy): without the run's cancel token or the operator key",
                 request.run_id,
                 extra={"run_id": request.run_id},
             )

@@ -24,8 +24,10 @@ def storage_event(
     size: int = 100,
     when: dt.datetime | None = None,
     event_id: str | None = None,
+    metadata: dict[str, str] | None = None,
 ) -> tuple[dict, bytes]:
-    """Binary-mode CloudEvent of an object finalize; int64 fields as strings, as GCS sends them."""
+    """Binary-mode CloudEvent of an object finalize; int64 fields as strings, as GCS sends them; the object's
+    custom metadata as `metadata`."""
     data = {
         "bucket": bucket,
         "name": name,
@@ -36,7 +38,7 @@ def storage_event(
         "timeCreated": _iso(when),
         "updated": _iso(when),
         "md5Hash": "",
-        "metadata": {},
+        "metadata": metadata or {},
     }
     headers = {
         "ce-id": event_id or str(uuid.uuid4()),

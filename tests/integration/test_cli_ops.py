@@ -4,14 +4,17 @@ cancel -> compare, each as a user types it (`raytune ...`)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
 
+from functions.adapters.gcs import storage_client
 from functions.cli import main as cli
-from functions.cli import ops
+from functions.cli import ops, tokens
 from functions.cli.backends import CloudBackend
 from functions.cli.settings import CliSettings
+from functions.core.policy import Policy, cancel_digest
 from functions.core.runs import State
 from tests.fakes.http_events import post, storage_event
 from tests.integration.test_functions import QUICK, wait_for
@@ -31,13 +34,16 @@ def deployed(controller, functions_server, pubsub, bucket, tmp_path, monkeypatch
     )
     backend = CloudBackend(settings, platform=controller.ctx.platform, publisher=Publisher())
     monkeypatch.setattr(ops, "backend_for", lambda args: backend)
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))  # where submit keeps cancel tokens
+    # An operator key is set, as Terraform sets one: the CLI (without it) cancels with the run's own token.
+    controller.ctx.settings = dataclasses.replace(controller.ctx.settings, policy=Policy(operator_key="o" * 40))
     config = tmp_path / "shop.json"
     config.write_text(json.dumps(QUICK))
     return controller, config, backend
 
 
 def test_submit_status_logs_cancel_through_the_deployment(deployed, capsys, bucket, functions_server):
-    h, config, backend = deployed
+    h, config, _ = deployed
     assert cli(["submit", str(config), "--via-topic", "--name", "crm"]) == 0
     run_id = capsys.readouterr().out.strip()
     assert run_id.startswith("crm-")  # the controller's own run id for that message
@@ -47,9 +53,16 @@ def test_submit_status_logs_cancel_through_the_deployment(deployed, capsys, buck
     # An upload: the object lands in the configs bucket; Eventarc's event (posted here) launches the same id.
     assert cli(["submit", str(config), "--name", "shop-upload"]) == 0
     uploaded = capsys.readouterr().out.strip()
-    blob_generation = int(backend.store.blobs.read("configs/shop-upload.json")[1])
-    post(functions_server["launch"], storage_event(bucket, "configs/shop-upload.json", blob_generation))
+    blob = storage_client().bucket(bucket).get_blob("configs/shop-upload.json")
+    post(
+        functions_server["launch"],
+        storage_event(bucket, "configs/shop-upload.json", blob.generation, metadata=blob.metadata),
+    )
     assert h.ctx.store.get(uploaded).state == State.SUBMITTED
+    for run in (run_id, uploaded):  # each run's token stays on this machine, only its digest travelled
+        kept = tokens.folder() / run
+        assert kept.stat().st_mode & 0o777 == 0o600
+        assert h.ctx.store.get(run).source["cancel_digest"] == cancel_digest(kept.read_text())
 
     assert cli(["runs", "--json"]) == 0
     rows = {r["run_id"]: r for r in json.loads(capsys.readouterr().out)}

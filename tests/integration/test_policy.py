@@ -7,7 +7,13 @@ import dataclasses
 import json
 import time
 
-from functions.core.policy import NIGHTLY_KEY_ATTRIBUTE, OPERATOR_KEY_ATTRIBUTE, Policy
+from functions.core.policy import (
+    CANCEL_DIGEST_ATTRIBUTE,
+    NIGHTLY_KEY_ATTRIBUTE,
+    OPERATOR_KEY_ATTRIBUTE,
+    Policy,
+    cancel_digest,
+)
 from functions.core.runs import State
 from tests.fakes.http_events import post, storage_event
 from tests.integration.test_functions import QUICK, launch_upload, only_record, upload, wait_for, watch, workers
@@ -68,25 +74,51 @@ def test_nightly_slot_and_foreign_buckets_through_pubsub_push(controller, functi
     assert submitted.source["kind"] == "nightly" and submitted.run_id.startswith("nightly-")
 
 
-def test_cancel_only_from_the_runs_source_or_an_operator_through_pubsub_push(controller, functions_server, pubsub):
+def test_cancel_only_with_the_submitters_token_or_an_operators_key_through_pubsub_push(
+    controller, functions_server, pubsub, bucket
+):
+    """A cancel used to be accepted when its `source` equalled the run's source ref, which anyone reading the
+    record or listing the configs bucket knows. Now only the token whose digest the launch carried (message
+    attribute, or the config object's metadata for an upload) or the operator key cancels."""
     h = controller
     with_policy(h)
+    token = "s3cret-token-of-the-submitter"
     launch_topic = pushed(pubsub, functions_server["launch"], "launch")
     message_id = pubsub.publisher.publish(
-        launch_topic, json.dumps({"config": QUICK, "run_name": "victim"}).encode()
+        launch_topic,
+        json.dumps({"config": QUICK, "run_name": "victim"}).encode(),
+        **{CANCEL_DIGEST_ATTRIBUTE: cancel_digest(token)},
     ).result()
     [run_id] = wait_for(lambda: h.kube.names("rayjobs"))
     watch_topic = pushed(pubsub, functions_server["watch"], "watch")
     cancel = {"kind": "cancel", "run_id": run_id}
     pubsub.publisher.publish(watch_topic, json.dumps(cancel).encode()).result()  # a stranger
-    pubsub.publisher.publish(
-        watch_topic, json.dumps({**cancel, "source": "pubsub:someone-elses-message"}).encode()
-    ).result()
+    for guess in (f"pubsub:{message_id}", cancel_digest(token), run_id):  # what the bucket shows
+        pubsub.publisher.publish(watch_topic, json.dumps({**cancel, "token": guess, "source": guess}).encode()).result()
     time.sleep(3)
     assert h.ctx.store.get(run_id).state == State.SUBMITTED and not h.ctx.store.get(run_id).cancel_requested
-    pubsub.publisher.publish(watch_topic, json.dumps({**cancel, "source": f"pubsub:{message_id}"}).encode()).result()
+    assert token not in json.dumps(h.ctx.store.get(run_id).model_dump(mode="json"))
+    pubsub.publisher.publish(watch_topic, json.dumps({**cancel, "token": token}).encode()).result()
     wait_for(lambda: h.ctx.store.get(run_id).state == State.CANCELLED)
     assert h.kube.names("rayjobs") == [] and workers(h)["replicas"] == 0
+
+
+def test_an_uploaders_token_travels_in_the_objects_metadata(controller, functions_server, bucket):
+    from functions.adapters.gcs import storage_client
+
+    h = controller
+    with_policy(h)
+    blob = storage_client().bucket(bucket).blob("configs/mine.json")
+    blob.metadata = {CANCEL_DIGEST_ATTRIBUTE: cancel_digest("mine")}
+    blob.upload_from_string(json.dumps(QUICK))
+    # Eventarc's finalize data is the object resource, its custom metadata included
+    post(functions_server["launch"], storage_event(bucket, "configs/mine.json", blob.generation, metadata=blob.metadata))
+    record = only_record(h)
+    assert record.source["cancel_digest"] == cancel_digest("mine")
+    watch(functions_server, {"kind": "cancel", "run_id": record.run_id, "source": record.source["ref"]})
+    assert not h.ctx.store.get(record.run_id).cancel_requested
+    watch(functions_server, {"kind": "cancel", "run_id": record.run_id, "token": "mine"})
+    assert h.ctx.store.get(record.run_id).state == State.CANCELLED
 
 
 def test_an_operator_may_cancel_any_run(controller, functions_server, pubsub, bucket):

@@ -43,13 +43,18 @@ def storage(data: dict, **attributes) -> CloudEvent:
     )
 
 
-def published(body: bytes | dict, message_id: str = "message-id", publish_time: str = "2026-12-02T04:06:14.109Z"):
+def published(
+    body: bytes | dict,
+    message_id: str = "message-id",
+    publish_time: str = "2026-12-02T04:06:14.109Z",
+    attributes: dict[str, str] | None = None,
+):
     raw = body if isinstance(body, bytes) else json.dumps(body).encode()
     data = {
         "subscription": "projects/p/subscriptions/s",
         "message": {
             "@type": "type.googleapis.com/google.pubsub.v1.PubsubMessage",
-            "attributes": {"attr1": "attr1-value"},
+            "attributes": {"attr1": "attr1-value", **(attributes or {})},
             "data": base64.b64encode(raw).decode(),
             "messageId": message_id,
             "publishTime": publish_time,
@@ -132,16 +137,40 @@ def test_bad_messages_carry_their_reason(body, error):
     [
         ({"kind": "tick"}, "tick", None),
         ({}, "tick", None),
-        ({"kind": "cancel", "run_id": "shop-0123456789"}, "cancel", "shop-0123456789"),
+        ({"kind": "cancel", "run_id": "shop-0123456789", "source": "pubsub:1"}, "cancel", "shop-0123456789"),
         ({"kind": "finished", "run_id": "shop-0123456789", "outcome": "succeeded"}, "finished", "shop-0123456789"),
     ],
 )
 def test_watch_messages(body, kind, run_id):
     request = events.watch_request(published(body))
-    assert (request.kind, request.run_id, request.source) == (kind, run_id, None)
+    assert (request.kind, request.run_id, request.token) == (kind, run_id, None)
+
+
+def test_a_cancel_carries_its_token_and_a_launch_its_digest():
+    from functions.core.policy import CANCEL_DIGEST_ATTRIBUTE, cancel_digest
+
+    request = events.watch_request(published({"kind": "cancel", "run_id": "shop-0123456789", "token": "t0k"}))
+    assert request.token == "t0k"
+    digest = cancel_digest("t0k")
+    launch = events.launch_request(published({"config": {}}, attributes={CANCEL_DIGEST_ATTRIBUTE: digest}))
+    assert launch.source["cancel_digest"] == digest
+    bad = events.launch_request(published({"config": {}}, attributes={CANCEL_DIGEST_ATTRIBUTE: "not-a-digest"}))
+    assert "cancel_digest" not in bad.source
 
 
 @pytest.mark.parametrize("body", [{"kind": "reboot"}, {"kind": "cancel"}, {"kind": "cancel", "run_id": "../../x"}])
 def test_watch_messages_we_do_not_act_on(body):
     with pytest.raises(events.Ignored):
         events.watch_request(published(body))
+
+
+@pytest.mark.parametrize("data", [123, 1.5, True, ["x"], {"a": 1}])
+def test_message_data_that_is_not_base64_text_is_a_reason_not_a_500(data):
+    """Issue 21: `data` as a number raised TypeError in b64decode, so every delivery answered 500 (a retry storm).
+    A launch message with a message id is a REJECTED record naming why; a watch message is ignored with it."""
+    event = published({})
+    event.data["message"]["data"] = data
+    request = events.launch_request(event)
+    assert request.errors == [f"message data is a JSON {type(data).__name__}, not base64 text"]
+    with pytest.raises(events.Ignored, match="not base64 text"):
+        events.watch_request(event)

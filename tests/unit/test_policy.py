@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from functions.core.config import RunConfig
-from functions.core.policy import NIGHTLY_KEY_ATTRIBUTE, OPERATOR_KEY_ATTRIBUTE, Policy
+from functions.core.policy import NIGHTLY_KEY_ATTRIBUTE, OPERATOR_KEY_ATTRIBUTE, Policy, cancel_digest
 from functions.handlers.settings import policy_from_env
 
 pytestmark = pytest.mark.unit
@@ -110,12 +110,16 @@ def test_nightly_needs_the_schedulers_key_and_cancel_the_source_or_an_operator()
     policy = Policy(nightly_key="k" * 40, operator_key="o" * 40)
     assert policy.nightly_violation({}) and policy.nightly_violation({NIGHTLY_KEY_ATTRIBUTE: "wrong"})
     assert policy.nightly_violation({NIGHTLY_KEY_ATTRIBUTE: "k" * 40}) is None
-    source = {"kind": "message", "ref": "pubsub:42"}
+    token = "t" * 43
+    source = {"kind": "message", "ref": "pubsub:42", "cancel_digest": cancel_digest(token)}
     assert not policy.may_cancel(source, None, {})
-    assert not policy.may_cancel(source, "pubsub:43", {})
-    assert policy.may_cancel(source, "pubsub:42", {})
+    assert not policy.may_cancel(source, "pubsub:42", {})  # what anyone reading the record knows proves nothing
+    assert not policy.may_cancel(source, cancel_digest(token), {})  # nor does the digest itself
+    assert policy.may_cancel(source, token, {})
     assert policy.may_cancel(source, None, {OPERATOR_KEY_ATTRIBUTE: "o" * 40})
-    assert Policy().may_cancel(source, None, {})  # no operator key set: whoever may publish
+    assert not policy.may_cancel({"kind": "upload", "ref": "gs://c/configs/x.json#1"}, "gs://c/configs/x.json#1", {})
+    assert Policy().may_cancel({"kind": "message", "ref": "pubsub:42"}, None, {})  # no operator key: whoever may publish
+    assert not Policy().may_cancel(source, "wrong", {})  # a run with a digest needs its token all the same
 
 
 def test_the_local_default_is_unrestricted():
