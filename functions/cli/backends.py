@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from functions.adapters.store import RunStore
+from functions.cli import tokens
 from functions.core import runids
 from functions.core.config import RunConfig, config_format, parse_config
-from functions.cli import tokens
 from functions.core.policy import CANCEL_DIGEST_ATTRIBUTE, OPERATOR_KEY_ATTRIBUTE
 from functions.core.runs import RunRecord
 from functions.local import driver
@@ -85,9 +85,7 @@ class CloudBackend:
             body: dict[str, Any] = {"config": json.loads(cfg.model_dump_json(exclude_defaults=True))}
             if name:
                 body["run_name"] = name
-            message_id = self.publisher.publish(
-                self.settings.launch_topic, body, **{CANCEL_DIGEST_ATTRIBUTE: digest}
-            )
+            message_id = self.publisher.publish(self.settings.launch_topic, body, **{CANCEL_DIGEST_ATTRIBUTE: digest})
             run_id = runids.for_message(message_id, name)
         else:
             from functions.adapters.gcs import storage_client

@@ -112,7 +112,9 @@ def test_an_uploaders_token_travels_in_the_objects_metadata(controller, function
     blob.metadata = {CANCEL_DIGEST_ATTRIBUTE: cancel_digest("mine")}
     blob.upload_from_string(json.dumps(QUICK))
     # Eventarc's finalize data is the object resource, its custom metadata included
-    post(functions_server["launch"], storage_event(bucket, "configs/mine.json", blob.generation, metadata=blob.metadata))
+    post(
+        functions_server["launch"], storage_event(bucket, "configs/mine.json", blob.generation, metadata=blob.metadata)
+    )
     record = only_record(h)
     assert record.source["cancel_digest"] == cancel_digest("mine")
     watch(functions_server, {"kind": "cancel", "run_id": record.run_id, "source": record.source["ref"]})

@@ -118,7 +118,9 @@ def test_nightly_needs_the_schedulers_key_and_cancel_the_source_or_an_operator()
     assert policy.may_cancel(source, token, {})
     assert policy.may_cancel(source, None, {OPERATOR_KEY_ATTRIBUTE: "o" * 40})
     assert not policy.may_cancel({"kind": "upload", "ref": "gs://c/configs/x.json#1"}, "gs://c/configs/x.json#1", {})
-    assert Policy().may_cancel({"kind": "message", "ref": "pubsub:42"}, None, {})  # no operator key: whoever may publish
+    assert Policy().may_cancel(
+        {"kind": "message", "ref": "pubsub:42"}, None, {}
+    )  # no operator key: whoever may publish
     assert not Policy().may_cancel(source, "wrong", {})  # a run with a digest needs its token all the same
 
 
