@@ -127,7 +127,7 @@ locals {
     for namespace in var.policy_namespaces :
     namespace => "principal://iam.googleapis.com/projects/${data.google_project.this.number}/locations/global/workloadIdentityPools/${var.project_id}.svc.id.goog/subject/ns/${namespace}/sa/default"
   }
-  # Object access in the runs bucket is trainer_checkpoints' alone (below).
+  # Object access in the runs bucket is trainer_runs_bucket's alone (below).
   trainer_storage = {
     for triple in setproduct(keys(local.trainer_principals), keys(local.storage_buckets), local.storage_path_roles) :
     join(" ", triple) => { member = local.trainer_principals[triple[0]], bucket = local.storage_buckets[triple[1]], role = triple[2] }
@@ -142,25 +142,39 @@ resource "google_storage_bucket_iam_member" "trainer_storage" {
   member   = each.value.member
 }
 
-# In the runs bucket the trainer reads and writes objects under checkpoints/ only: the run records, allocations,
-# champion and nightly pointers beside them are the functions' (a pod that could rewrite a queued run's record
-# could change what the next submission applies). IAM Conditions on Cloud Storage match the object's name
+# In the runs bucket the trainer reads and writes objects under checkpoints/ only, and reads datasets/: the run
+# records, allocations, champion and nightly pointers beside them are the functions' (a pod that could rewrite a
+# queued run's record could change what the next submission applies). IAM Conditions on Cloud Storage match the object's name
 # (resource.name "projects/_/buckets/BUCKET/objects/NAME"; the bucket uses uniform bucket-level access, which
 # conditions need): https://cloud.google.com/storage/docs/access-control/iam#conditions. A prefix per run is not
 # possible: every run's pods share the namespace's Kubernetes service account, so they share one principal.
 # objects.list is checked on the bucket (legacyBucketReader above grants it), so listing stays possible.
-resource "google_storage_bucket_iam_member" "trainer_checkpoints" {
-  for_each = local.trainer_principals
+locals {
+  runs_objects = "projects/_/buckets/${google_storage_bucket.runs.name}/objects"
+  # The trainer's conditional grants in the runs bucket: read and write checkpoints/, read datasets/ (datasets
+  # staged there). The folder's own name too: pyarrow's GcsFileSystem reads the object "checkpoints" to tell a file
+  # from a folder. functions/handlers/settings.py rejects configs pointing elsewhere in the bucket.
+  trainer_runs_bucket = {
+    "roles/storage.objectUser"   = "checkpoints"
+    "roles/storage.objectViewer" = "datasets"
+  }
+  trainer_runs_grants = {
+    for pair in setproduct(keys(local.trainer_principals), keys(local.trainer_runs_bucket)) :
+    join(" ", pair) => { member = local.trainer_principals[pair[0]], role = pair[1], prefix = local.trainer_runs_bucket[pair[1]] }
+  }
+}
+
+resource "google_storage_bucket_iam_member" "trainer_runs_bucket" {
+  for_each = local.trainer_runs_grants
   bucket   = google_storage_bucket.runs.name
-  role     = "roles/storage.objectUser"
-  member   = each.value
+  role     = each.value.role
+  member   = each.value.member
   condition {
-    title       = "raytune-checkpoints-only"
-    description = "the trainer's checkpoints, results and adapters; never the functions' run records"
-    # The folder's own name too: pyarrow's GcsFileSystem reads the object "checkpoints" to tell a file from a folder.
+    title       = "raytune-${each.value.prefix}-only"
+    description = "the trainer's ${each.value.prefix}/ in the runs bucket; never the functions' run records"
     expression = join(" || ", [
-      "resource.name == \"projects/_/buckets/${google_storage_bucket.runs.name}/objects/checkpoints\"",
-      "resource.name.startsWith(\"projects/_/buckets/${google_storage_bucket.runs.name}/objects/checkpoints/\")",
+      "resource.name == \"${local.runs_objects}/${each.value.prefix}\"",
+      "resource.name.startsWith(\"${local.runs_objects}/${each.value.prefix}/\")",
     ])
   }
 }

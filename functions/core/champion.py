@@ -1,11 +1,18 @@
-"""Champion and challenger: per config name, `champions/<name>.json` points at the adapter in use. A run
-that evaluated its new adapter against that champion (or the base model, when there was none) takes its
+"""Champion and challenger: per *line* (a config name, evaluated the same way: the same dataset, held-out
+split and samples, on the same metric), `champions/<name>/<evaluation key>.json` points at the adapter in use.
+A run that evaluated its new adapter against that champion (or the base model, when there was none) takes its
 place only when it wins on the configured metric by more than the configured margin, on the same
-samples. The decision is `judge`; the handler writes its outcome with compare-and-swap."""
+samples. The decision is `judge`; the handler writes its outcome with compare-and-swap.
+
+Keyed by name alone (the previous release's `champions/<name>.json`), any config reusing the name with a dataset
+of its own and margin 0 took over the champion by winning on its own samples; now such a config starts a line
+of its own, and the two never meet."""
 
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
+import json
 
 from pydantic import BaseModel, Field
 
@@ -18,6 +25,7 @@ LOWER_WINS = frozenset({"eval_loss"})
 
 class Champion(BaseModel):
     name: str  # the config name
+    evaluation_key: str | None = None  # line_key's evaluation part (None: a pointer of the previous release)
     run_id: str
     adapter_path: str
     scores: Scores  # as measured when it won
@@ -41,8 +49,27 @@ class Promotion(BaseModel):
         return f"{'promoted to champion' if self.promoted else 'not promoted'}: {self.reason}"
 
 
-def path(name: str) -> str:
-    return f"{CHAMPIONS_PREFIX}{name}.json"
+def path(line: str) -> str:
+    return f"{CHAMPIONS_PREFIX}{line}.json"
+
+
+def evaluation_key(cfg: RunConfig) -> str:
+    """What makes two runs' evaluations comparable: the dataset and its held-out split (which samples, chosen
+    how), the fields read, how many are described, and the metric judged."""
+    data, evaluation = cfg.dataset, cfg.evaluation
+    identity = {
+        "dataset": data.model_dump(mode="json"),
+        "samples": evaluation.samples,
+        "metric": evaluation.metric,
+    }
+    if data.id.startswith("tiny://"):
+        identity["seed"] = cfg.training.seed  # the built-in dataset is generated from it
+    return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def line(cfg: RunConfig) -> str:
+    """The champion pointer's key for this config: `<name>/<evaluation key>`."""
+    return f"{cfg.name}/{evaluation_key(cfg)}"
 
 
 def judge(run_id: str, result: RunResult | None, spec: EvaluationSpec, current: Champion | None) -> Promotion:
@@ -84,6 +111,7 @@ def crowned(
     """The pointer to a promoted run's adapter."""
     return Champion(
         name=cfg.name,
+        evaluation_key=evaluation_key(cfg),
         run_id=run_id,
         adapter_path=adapter_path,
         scores=evaluation.challenger,

@@ -155,8 +155,8 @@ USES: tuple[Use, ...] = tuple(
         "bucket:runs",
         "pyarrow GcsFileSystem under Ray Train's StorageContext, checkpoint upload and prune; result.json, "
         "report.html, adapter, merged model; the champion's adapter",
-        "storage_path under the runs bucket (the default); objects under checkpoints/ only (an IAM condition: "
-        "the run records beside them are the functions')",
+        "storage_path under the runs bucket (the default); objects under checkpoints/ only, and datasets/ to read "
+        "(IAM conditions: the run records beside them are the functions')",
         *_STORAGE_PATH,
     )
     + _uses(TRAINER, "bucket:policy", "as for bucket:runs", "a storage_path in a policy bucket", *_STORAGE_PATH)

@@ -14,6 +14,7 @@ import hashlib
 import hmac
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict
 
@@ -38,6 +39,16 @@ DIGEST = re.compile(r"^[0-9a-f]{64}$")
 
 def cancel_digest(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class Confined:
+    """The bucket where the trainer's grants have IAM conditions (terraform/iam.tf): the prefixes it may read
+    and write there, and those it may only read."""
+
+    bucket: str
+    writes: tuple[str, ...]  # e.g. ("checkpoints/",)
+    reads: tuple[str, ...] = ()  # e.g. ("datasets/",)
 
 
 class Policy(BaseModel):
@@ -79,9 +90,9 @@ class Policy(BaseModel):
             fixed[ACCELERATOR_LABEL] = GKE_ACCELERATORS[self.accelerator]
         return fixed
 
-    def violations(self, cfg: RunConfig, buckets: tuple[str, ...], confined: str | None = None) -> list[str]:
+    def violations(self, cfg: RunConfig, buckets: tuple[str, ...], confined: Confined | None = None) -> list[str]:
         """Every rule the config breaks, each naming the rule and what would satisfy it. `confined`: the one
-        prefix of its bucket (the controller's runs bucket) the trainer may touch, e.g. gs://runs/checkpoints/."""
+        bucket (the controller's runs bucket) where the trainer may touch only some prefixes, and which."""
         found = []
         cluster = cfg.cluster
         if not any(fnmatch.fnmatchcase(cluster.namespace, pattern) for pattern in self.namespaces):
@@ -153,7 +164,7 @@ class Policy(BaseModel):
                     )
         return found
 
-    def _storage_violations(self, cfg: RunConfig, buckets: tuple[str, ...], confined: str | None) -> list[str]:
+    def _storage_violations(self, cfg: RunConfig, buckets: tuple[str, ...], confined: Confined | None) -> list[str]:
         """Every gs:// location the trainer touches must be a bucket its identity is granted (terraform/iam.tf):
         anything else fails at the trainer's first call with a 403, after the GPUs were paid for."""
         found = []
@@ -163,29 +174,33 @@ class Policy(BaseModel):
                 f"policy storage: storage_path {cfg.storage_path!r} is a local path; in the cloud checkpoints must "
                 "go to a gs:// bucket (the pods' disks and the functions' are not shared)"
             )
-        for what, uri, allowed, rule in (
-            ("storage_path", cfg.storage_path, storage, "storage_buckets"),
-            ("training.init_adapter", cfg.training.init_adapter, (*storage, *(self.dataset_buckets or ())), "buckets"),
+        for what, uri, allowed, rule, writes in (
+            ("storage_path", cfg.storage_path, storage, "storage_buckets", True),
+            (
+                "training.init_adapter",
+                cfg.training.init_adapter,
+                (*storage, *(self.dataset_buckets or ())),
+                "buckets",
+                False,
+            ),
             (
                 "dataset.id",
                 cfg.dataset.id,
                 None if self.dataset_buckets is None else (*self.dataset_buckets, *storage),
                 "dataset_buckets",
+                False,
             ),
         ):
             if uri and allowed is not None and (why := _outside(uri, what, allowed, rule)):
                 found.append(why)
-            elif (
-                uri
-                and confined
-                and "*" not in storage
-                and _bucket(uri) == _bucket(confined)
-                and not f"{uri}/".startswith(confined)
-            ):
-                found.append(
-                    f"policy storage: {what} {uri!r} is in the controller's bucket outside {confined}: the trainer "
-                    "may touch only that prefix there (the run records beside it are the functions')"
-                )
+            elif uri and confined and "*" not in storage and _bucket(uri) == confined.bucket:
+                prefixes = confined.writes if writes else (*confined.writes, *confined.reads)
+                if not any(f"{uri}/".startswith(f"gs://{confined.bucket}/{p}") for p in prefixes):
+                    found.append(
+                        f"policy storage: {what} {uri!r} is in the controller's bucket outside "
+                        f"{[f'gs://{confined.bucket}/{p}' for p in prefixes]}: the trainer may "
+                        f"{'write' if writes else 'read'} only there (the run records beside them are the functions')"
+                    )
         return found
 
     def bucket_violation(self, uri: str, what: str, buckets: tuple[str, ...]) -> str | None:

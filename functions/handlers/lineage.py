@@ -46,6 +46,7 @@ def conclude(ctx: Context, record: RunRecord, cfg: RunConfig) -> Promotion:
     verdict: list[Promotion] = []
 
     def change(current: Champion | None) -> Champion | None:
+        current = current or _adopted(ctx, cfg)
         verdict[:] = [champion.judge(record.run_id, record.result, cfg.evaluation, current)]
         if not verdict[0].promoted or (current is not None and current.run_id == record.run_id):
             return None
@@ -54,7 +55,7 @@ def conclude(ctx: Context, record: RunRecord, cfg: RunConfig) -> Promotion:
         return champion.crowned(cfg, record.run_id, result.adapter_path or "", result.evaluation, ctx.clock(), current)
 
     if cfg.evaluation.samples:
-        ctx.champions.swap(cfg.name, change)
+        ctx.champions.swap(champion.line(cfg), change)
     else:
         verdict.append(champion.judge(record.run_id, record.result, cfg.evaluation, None))
     log.info(
@@ -82,7 +83,25 @@ def trainer_env(ctx: Context, cfg: RunConfig) -> dict[str, str]:
     """The champion at submission, for the trainer to evaluate against and warm-start from."""
     if not cfg.evaluation.samples and cfg.training.init_adapter != "champion":
         return {}
-    current = ctx.champions.get(cfg.name)
+    current = ctx.champions.get(champion.line(cfg)) or _adopted(ctx, cfg)
     if current is None:
         return {}
     return {CHAMPION_ENV: json.dumps({"run_id": current.run_id, "adapter_path": current.adapter_path})}
+
+
+def _adopted(ctx: Context, cfg: RunConfig) -> Champion | None:
+    """The previous release's pointer (`champions/<name>.json`, keyed by name alone), taken over by this line
+    only when the run it names was evaluated the same way (its record's config says so); otherwise this
+    line starts from the base model and the old pointer stays for whoever it belongs to."""
+    legacy = ctx.champions.get(cfg.name)
+    if legacy is None or legacy.evaluation_key is not None:
+        return None
+    crowned = ctx.store.get(legacy.run_id)
+    try:
+        same = crowned is not None and champion.line(RunConfig.model_validate(crowned.config)) == champion.line(cfg)
+    except ValueError:
+        same = False
+    if not same:
+        log.info("champions/%s.json: not this line's champion (evaluated another way); not adopted", cfg.name)
+        return None
+    return legacy.model_copy(update={"evaluation_key": champion.evaluation_key(cfg), "generation": 0})

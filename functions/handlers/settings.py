@@ -8,7 +8,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from functions.core.config import RunConfig
-from functions.core.policy import Policy
+from functions.core.policy import Confined, Policy
+
+RUNS_BUCKET_DATASETS = "datasets/"  # where datasets staged in the runs bucket go: the trainer reads them
 
 
 @dataclass(frozen=True)
@@ -37,9 +39,12 @@ class Settings:
 
     def violations(self, cfg: RunConfig) -> list[str]:
         """The operator policy's verdict on a run's config in this deployment: its own buckets, and in the runs
-        bucket only the checkpoints prefix, which is all the trainer may touch there (terraform/iam.tf)."""
-        storage = self.default_storage.rstrip("/") + "/"
-        confined = storage if storage.removeprefix("gs://").split("/", 1)[0] == self.bucket else None
+        bucket only what the trainer's conditional grants there reach (terraform/iam.tf): the checkpoints prefix
+        (read and write) and datasets/ (read)."""
+        bucket, _, prefix = self.default_storage.removeprefix("gs://").partition("/")
+        confined = None
+        if bucket == self.bucket:
+            confined = Confined(bucket, writes=(prefix.rstrip("/") + "/",), reads=(RUNS_BUCKET_DATASETS,))
         return self.policy.violations(cfg, self.own_buckets, confined)
 
     @classmethod

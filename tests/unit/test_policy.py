@@ -187,10 +187,17 @@ def test_in_the_runs_bucket_the_trainer_may_touch_only_the_checkpoints_prefix():
     )
     assert settings.violations(cfg()) == []
     assert settings.violations(cfg(storage_path="gs://runs-bucket/checkpoints/team-a")) == []
+    assert settings.violations(cfg(dataset={"id": "gs://runs-bucket/datasets/products/"})) == []  # read only
     for config in (
         cfg(storage_path="gs://runs-bucket/runs"),
         cfg(storage_path="gs://runs-bucket/checkpointsX"),
-        cfg(training={"init_adapter": "gs://runs-bucket/champions/x"}),
+        cfg(storage_path="gs://runs-bucket/datasets/x"),  # readable, not writable
     ):
         [found] = settings.violations(config)
-        assert found.startswith("policy storage: ") and "outside gs://runs-bucket/checkpoints/" in found
+        assert found.startswith("policy storage: storage_path ") and "outside ['gs://runs-bucket/checkpoints/']" in found
+    for config in (
+        cfg(training={"init_adapter": "gs://runs-bucket/champions/x"}),
+        cfg(dataset={"id": "gs://runs-bucket/runs/"}),
+    ):
+        [found] = settings.violations(config)
+        assert "outside ['gs://runs-bucket/checkpoints/', 'gs://runs-bucket/datasets/']: the trainer may read" in found
