@@ -194,7 +194,9 @@ def test_in_the_runs_bucket_the_trainer_may_touch_only_the_checkpoints_prefix():
         cfg(storage_path="gs://runs-bucket/datasets/x"),  # readable, not writable
     ):
         [found] = settings.violations(config)
-        assert found.startswith("policy storage: storage_path ") and "outside ['gs://runs-bucket/checkpoints/']" in found
+        assert (
+            found.startswith("policy storage: storage_path ") and "outside ['gs://runs-bucket/checkpoints/']" in found
+        )
     for config in (
         cfg(training={"init_adapter": "gs://runs-bucket/champions/x"}),
         cfg(dataset={"id": "gs://runs-bucket/runs/"}),
