@@ -111,6 +111,7 @@ def build_controller(bucket: str, pubsub, kube_for, kube=None, project: str = PR
     from functions.adapters.gke import GkeClusters, GkePlatform
     from functions.adapters.pubsub import Publisher
     from functions.adapters.store import RunStore
+    from functions.core.manifests import owner_id
     from functions.core.secrets import add_secret
     from functions.handlers import context
     from functions.handlers.context import Context
@@ -129,7 +130,11 @@ def build_controller(bucket: str, pubsub, kube_for, kube=None, project: str = PR
     manager = FakeClusterManager()
     manager.add_running(CLUSTER_PATH.replace(PROJECT, project, 1))
     platform = GkePlatform(
-        project, HF_TOKEN, clusters=GkeClusters(project, client=manager, create=True), kube_factory=kube_for
+        project,
+        HF_TOKEN,
+        clusters=GkeClusters(project, client=manager, create=True),
+        kube_factory=kube_for,
+        owner=owner_id(bucket),
     )
     clock = FakeClock()
     ctx = Context(
@@ -140,6 +145,8 @@ def build_controller(bucket: str, pubsub, kube_for, kube=None, project: str = PR
         clock=clock,
         sleep=lambda s: None,
     )
+    if kube is not None:
+        kube.clock = clock  # the API server's creationTimestamps on the controller's clock
     context.use(ctx)
     return Harness(ctx, pubsub.subscribe(events_topic), manager, kube, clock, pubsub)
 

@@ -4,6 +4,7 @@ Platform interface on top of it, through the Kubernetes API of that cluster (fun
 from __future__ import annotations
 
 import base64
+import datetime as dt
 import functools
 import tempfile
 import threading
@@ -163,7 +164,17 @@ class _Credentials:
 class GkePlatform:
     """Platform on GKE: RayCluster and RayJob objects applied to the run's Autopilot cluster."""
 
-    def __init__(self, project: str, hf_token: str | None, clusters: GkeClusters | None = None, kube_factory=None):
+    def __init__(
+        self,
+        project: str,
+        hf_token: str | None,
+        clusters: GkeClusters | None = None,
+        kube_factory=None,
+        owner: str | None = None,
+    ):
+        """`owner`: the deployment's label value (manifests.owner_id of its runs bucket); only objects carrying
+        it are swept. None (the CLI): reads only."""
+        self.owner = owner
         self.clusters = clusters or GkeClusters(project)
         self.hf_token = hf_token
         self._kube_factory = kube_factory or self._kube_for
@@ -217,7 +228,12 @@ class GkePlatform:
         if kube is None:
             return None  # no GKE cluster, no RayCluster
         group = kube.worker_group(spec.namespace, spec.ray_cluster, manifests.GPU_GROUP)
-        return None if group is None else Workers(group.replicas, group.stamp, group, group.managed)
+        if group is None:
+            return None
+        # Another deployment's (its label names another runs bucket) is not ours; one made before the label
+        # existed (managed-by only) is, and the next apply labels it.
+        ours = group.managed and group.owner in (None, self.owner)
+        return Workers(group.replicas, group.stamp, group, ours)
 
     @functools.cached_property
     def code(self) -> tuple[dict[str, bytes], str]:
@@ -236,7 +252,7 @@ class GkePlatform:
             kube.apply(manifests.secret(cfg, self.hf_token))
         files, code_hash = self.code
         kube.apply(manifests.code_configmap(cfg, files, code_hash))
-        cluster = manifests.ray_cluster(cfg, list(files), code_hash, replicas, stamp)
+        cluster = manifests.ray_cluster(cfg, list(files), code_hash, replicas, stamp, owner=self.owner)
         if workers is None:
             return kube.create(cluster)
         assert isinstance(workers.handle, WorkerGroup)
@@ -253,7 +269,7 @@ class GkePlatform:
         return self._kube(spec).delete_raycluster(spec.namespace, spec.ray_cluster, workers.handle.resource_version)
 
     def submit(self, cfg: RunConfig, run_id: str, env: dict[str, str]) -> None:
-        self._kube(cfg.cluster).apply(manifests.ray_job(cfg, run_id, self.code[1], env))
+        self._kube(cfg.cluster).apply(manifests.ray_job(cfg, run_id, self.code[1], env, owner=self.owner))
 
     def job_status(self, cfg: RunConfig, run_id: str) -> dict | None:
         job = self._kube(cfg.cluster).get_rayjob(cfg.cluster.namespace, run_id)
@@ -271,13 +287,31 @@ class GkePlatform:
 
     def leftovers(self, spec: ClusterSpec) -> list[Leftover]:
         kube = self.reachable(spec)
-        if kube is None:
+        if kube is None or self.owner is None:
             return []
+        labels = manifests.ownership(self.owner)
         found = [
-            Leftover("RayJob", job["metadata"]["name"], job.get("status", {}).get("jobStatus") not in JOB_ENDED)
-            for job in kube.owned(spec.namespace, "RayJob")
+            Leftover(
+                "RayJob",
+                job["metadata"]["name"],
+                job.get("status", {}).get("jobStatus") not in JOB_ENDED,
+                _created(job),
+            )
+            for job in kube.owned(spec.namespace, "RayJob", labels)
         ]
-        for cluster in kube.owned(spec.namespace, "RayCluster"):
+        for cluster in kube.owned(spec.namespace, "RayCluster", labels):
             groups = cluster.get("spec", {}).get("workerGroupSpecs", [])
-            found.append(Leftover("RayCluster", cluster["metadata"]["name"], any(g.get("replicas") for g in groups)))
+            found.append(
+                Leftover(
+                    "RayCluster", cluster["metadata"]["name"], any(g.get("replicas") for g in groups), _created(cluster)
+                )
+            )
         return found
+
+
+def _created(obj: dict) -> dt.datetime | None:
+    stamp = obj["metadata"].get("creationTimestamp")
+    try:
+        return dt.datetime.fromisoformat(str(stamp).replace("Z", "+00:00")) if stamp else None
+    except ValueError:
+        return None

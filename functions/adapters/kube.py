@@ -16,7 +16,7 @@ from typing import Any
 
 from functions.adapters.retry import with_retries
 from functions.core import errors
-from functions.core.manifests import ALLOCATION_ANNOTATION, MANAGED_BY
+from functions.core.manifests import ALLOCATION_ANNOTATION, MANAGED_BY, OWNER_LABEL
 
 FIELD_MANAGER = "raytune"
 APPLY = "application/apply-patch+yaml"
@@ -26,7 +26,6 @@ PLURALS = {"RayCluster": "rayclusters", "RayJob": "rayjobs"}
 
 
 STAMP = ALLOCATION_ANNOTATION
-MANAGED = ",".join(f"{k}={v}" for k, v in MANAGED_BY.items())
 
 
 @dataclass(frozen=True)
@@ -37,6 +36,7 @@ class WorkerGroup:
     stamp: int
     annotated: bool  # the RayCluster has metadata.annotations (a JSON patch can add the stamp to it)
     managed: bool  # it carries the controller's label: never change another team's RayCluster
+    owner: str | None = None  # the deployment label's value (manifests.OWNER_LABEL), None when unlabelled
 
 
 def stamp_of(obj: dict[str, Any]) -> int:
@@ -265,8 +265,8 @@ class Kube:
             f"delete RayCluster {namespace}/{name}",
         )
 
-    def owned(self, namespace: str, kind: str) -> list[dict[str, Any]]:
-        """The ray.io objects of `kind` carrying the controller's label."""
+    def owned(self, namespace: str, kind: str, labels: dict[str, str]) -> list[dict[str, Any]]:
+        """The ray.io objects of `kind` carrying all of these labels."""
         found = with_retries(
             lambda: self._send(
                 self.custom.list_namespaced_custom_object,
@@ -274,7 +274,7 @@ class Kube:
                 RAY_VERSION,
                 namespace,
                 PLURALS[kind],
-                label_selector=MANAGED,
+                label_selector=",".join(f"{k}={v}" for k, v in sorted(labels.items())),
             ),
             f"list {kind} in {namespace}",
             translate=translate,
@@ -337,6 +337,7 @@ class Kube:
                     stamp_of(found),
                     "annotations" in found["metadata"],
                     MANAGED_BY.items() <= (found["metadata"].get("labels") or {}).items(),
+                    (found["metadata"].get("labels") or {}).get(OWNER_LABEL),
                 )
         return None
 

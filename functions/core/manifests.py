@@ -6,6 +6,8 @@ cluster; the same inputs always give the same objects, so applying them twice ch
 
 from __future__ import annotations
 
+import hashlib
+import re
 import shlex
 from typing import Any
 
@@ -15,6 +17,9 @@ from functions.core.config import RunConfig
 
 MANAGED_BY = {"app.kubernetes.io/managed-by": "raytune"}
 RUN_LABEL = "raytune.dev/run-id"
+# Which raytune deployment (its runs bucket) made a RayCluster or RayJob: two deployments may share a namespace,
+# and each sweeps only its own.
+OWNER_LABEL = "raytune.dev/deployment"
 CODE_HASH_ANNOTATION = "raytune.dev/code-sha256"
 ALLOCATION_ANNOTATION = "raytune.dev/allocation"  # the allocation version the worker group is sized for
 HF_SECRET = "hf-secret"
@@ -28,6 +33,19 @@ CACHE_ENV = {"HF_HOME": f"{SCRATCH}hf", "HF_DATASETS_CACHE": f"{SCRATCH}hf/datas
 LOCAL_SSD = {"cloud.google.com/gke-ephemeral-storage-local-ssd": "true"}
 GPU_GROUP = "gpu-group"
 RAY_PORTS = (("gcs", 6379), ("dashboard", 8265), ("client", 10001))
+
+
+def owner_id(runs_bucket: str) -> str:
+    """The deployment's label value: its runs bucket's name, or a digest of it when the name is not a valid
+    label value (dotted names may be longer than 63 characters)."""
+    if len(runs_bucket) <= 63 and re.fullmatch(r"[a-z0-9]([-_.a-z0-9]*[a-z0-9])?", runs_bucket):
+        return runs_bucket
+    return "b-" + hashlib.sha256(runs_bucket.encode()).hexdigest()[:40]
+
+
+def ownership(owner: str | None) -> dict[str, str]:
+    """The labels of the objects a deployment owns (and sweeps); None: rendered for no deployment."""
+    return {**MANAGED_BY, OWNER_LABEL: owner} if owner else dict(MANAGED_BY)
 
 
 def secret(cfg: RunConfig, hf_token: str) -> dict[str, Any]:
@@ -116,7 +134,12 @@ def _worker_resources(cfg: RunConfig) -> dict[str, Any]:
 
 
 def ray_cluster(
-    cfg: RunConfig, code_paths: list[str], code_hash: str, worker_replicas: int, stamp: int = 0
+    cfg: RunConfig,
+    code_paths: list[str],
+    code_hash: str,
+    worker_replicas: int,
+    stamp: int = 0,
+    owner: str | None = None,
 ) -> dict[str, Any]:
     """The shared RayCluster. Worker replicas and minReplicas move together: KubeRay clamps
     replicas up to minReplicas, so scaling to zero needs both at 0. `stamp` is the allocation version
@@ -137,7 +160,7 @@ def ray_cluster(
         "metadata": {
             "name": cluster.ray_cluster,
             "namespace": cluster.namespace,
-            "labels": dict(MANAGED_BY),
+            "labels": ownership(owner),
             "annotations": {ALLOCATION_ANNOTATION: str(stamp)},
         },
         "spec": {
@@ -196,7 +219,9 @@ def runtime_env(cfg: RunConfig, code_hash: str, env: dict[str, str]) -> dict[str
     return runtime
 
 
-def ray_job(cfg: RunConfig, run_id: str, code_hash: str, env: dict[str, str]) -> dict[str, Any]:
+def ray_job(
+    cfg: RunConfig, run_id: str, code_hash: str, env: dict[str, str], owner: str | None = None
+) -> dict[str, Any]:
     """The RayJob for one run, submitted to the shared cluster through clusterSelector
     (so KubeRay deletes nothing afterwards: the watcher scales the workers down)."""
     return {
@@ -205,7 +230,7 @@ def ray_job(cfg: RunConfig, run_id: str, code_hash: str, env: dict[str, str]) ->
         "metadata": {
             "name": run_id,
             "namespace": cfg.cluster.namespace,
-            "labels": {**cfg.labels, **MANAGED_BY, RUN_LABEL: run_id},  # ours win over the user's
+            "labels": {**cfg.labels, **ownership(owner), RUN_LABEL: run_id},  # ours win over the user's
             "annotations": {CODE_HASH_ANNOTATION: code_hash},
         },
         "spec": {

@@ -3,6 +3,7 @@ local default (functions/local/platform.py). Handlers only speak this interface.
 
 from __future__ import annotations
 
+import datetime as dt
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
@@ -30,6 +31,7 @@ class Leftover:
     kind: Literal["RayJob", "RayCluster"]
     name: str
     active: bool  # a job not ended / a cluster with worker nodes
+    created: dt.datetime | None = None  # its creationTimestamp: young objects get a grace period
 
 
 class Platform(Protocol):
@@ -65,4 +67,4 @@ class Platform(Protocol):
     def stop(self, spec: ClusterSpec, run_id: str) -> None: ...
 
     def leftovers(self, spec: ClusterSpec) -> list[Leftover]:
-        """The RayJobs and RayClusters with the controller's labels in the cluster's namespace."""
+        """The RayJobs and RayClusters with this deployment's labels in the cluster's namespace."""

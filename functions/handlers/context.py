@@ -54,6 +54,7 @@ _current: Context | None = None
 def from_env() -> Context:
     from functions.adapters.gke import GkeClusters, GkePlatform
     from functions.adapters.pubsub import Publisher as PubSubPublisher
+    from functions.core.manifests import owner_id
 
     settings = Settings.from_env()
     for secret in (settings.hf_token, settings.policy.nightly_key, settings.policy.operator_key):
@@ -65,6 +66,7 @@ def from_env() -> Context:
             settings.project,
             settings.hf_token,
             clusters=GkeClusters(settings.project, create=settings.create_clusters, network=settings.network),
+            owner=owner_id(settings.bucket),
         ),
         publisher=PubSubPublisher(),
     )

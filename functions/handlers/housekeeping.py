@@ -11,6 +11,7 @@ from functions.core import allocation
 from functions.core.allocation import Allocation
 from functions.core.config import ClusterSpec
 from functions.core.errors import describe
+from functions.core.platform import Leftover
 from functions.core.runs import RunRecord
 from functions.handlers.context import Context
 
@@ -75,7 +76,16 @@ def teardown(ctx: Context, alloc: Allocation, attempts: int = 3) -> None:
 
 def sweep(ctx: Context, spec: ClusterSpec, sized: set[str], live: set[str]) -> None:
     """Stop RayJobs whose run is not live (a finished run's RayJob is removed quietly; a running one with no
-    live run is a leak) and delete labelled RayClusters the controller has no allocation for."""
+    live run is a leak) and delete RayClusters of this deployment it has no allocation for. Only objects
+    labelled with this deployment (its runs bucket) are looked at, and each is checked against fresh state
+    right before it goes: what the tick listed at its start may be stale (a launch can admit a run and create
+    its RayCluster meanwhile). What no record accounts for is left alone for a grace period after its creation
+    (a clock ahead of the API server's counts as young)."""
+    grace = ctx.settings.sweep_grace_s
+
+    def young(leftover: Leftover) -> bool:
+        return leftover.created is not None and (ctx.clock() - leftover.created).total_seconds() < grace
+
     for leftover in ctx.platform.leftovers(spec):
         if leftover.kind == "RayJob":
             if leftover.name in live:
@@ -83,14 +93,18 @@ def sweep(ctx: Context, spec: ClusterSpec, sized: set[str], live: set[str]) -> N
             record = ctx.store.get(leftover.name)
             if record is not None and not (record.state.terminal and record.settled):
                 continue
+            if record is None and young(leftover):
+                continue
             ctx.platform.stop(spec, leftover.name)
             if leftover.active or record is None:
                 why = "its run has no record" if record is None else f"its run is {record.state.value}"
                 report(ctx, leftover.name, f"RayJob {spec.namespace}/{leftover.name} stopped: {why}")
-        elif leftover.name not in sized:
+        elif leftover.name not in sized and not young(leftover):
             leaked = spec.model_copy(update={"ray_cluster": leftover.name})
+            if ctx.allocations.get(leaked) is not None:
+                continue  # admitted since the tick began: a launch sized it for its run
             workers = ctx.platform.workers(leaked)
-            if workers is not None and ctx.platform.delete_cluster(leaked, workers):
+            if workers is not None and workers.managed and ctx.platform.delete_cluster(leaked, workers):
                 report(
                     ctx, None, f"RayCluster {spec.namespace}/{leftover.name} deleted: no run of this controller uses it"
                 )

@@ -26,6 +26,7 @@ class Settings:
     policy: Policy = field(default_factory=Policy)
     create_clusters: bool = False  # the functions may create GKE clusters and enable the Ray operator
     network: str = "default"  # the VPC network of clusters the functions create
+    sweep_grace_s: int = 600  # the leak sweep leaves RayJobs and RayClusters younger than this alone
 
     @property
     def default_storage(self) -> str:
@@ -64,6 +65,7 @@ class Settings:
             policy=policy_from_env(env),
             create_clusters=env.get("RAYTUNE_CREATE_CLUSTERS", "").lower() == "true",
             network=env.get("RAYTUNE_NETWORK") or "default",
+            sweep_grace_s=int(env.get("RAYTUNE_SWEEP_GRACE_S") or 600),
         )
 
 

@@ -232,28 +232,43 @@ def test_stuck_workers_fail_at_the_deadline_with_the_schedulers_reason(real):
 
 
 def test_leaked_objects_are_swept_on_the_real_server(real):
+    """Ours (this deployment's label) swept; another deployment's in the same namespace left alone, selected out
+    by the real server's label selector. The grace period is short: the objects are seconds old."""
+    import dataclasses
+    import datetime as dt
+
     from functions.core import manifests
     from functions.core.config import RunConfig
 
+    real.h.ctx.settings = dataclasses.replace(real.h.ctx.settings, sweep_grace_s=1)
     live = real.launch("live", real.config("live"))
     cfg = RunConfig.model_validate(real.h.ctx.store.get(live).config)
-    ghost = manifests.ray_job(cfg, "ghost-0123456789", "h" * 64, {})
-    real.custom.create_namespaced_custom_object("ray.io", "v1", real.namespace, "rayjobs", ghost)
-    other = cfg.model_copy(update={"cluster": cfg.cluster.model_copy(update={"ray_cluster": "forgotten"})})
-    real.custom.create_namespaced_custom_object(
-        "ray.io", "v1", real.namespace, "rayclusters", manifests.ray_cluster(other, [], "h" * 64, 1)
-    )
+    create = real.custom.create_namespaced_custom_object
+    theirs = manifests.owner_id("another-deployments-bucket")
+    for owner, prefix in ((real.h.ctx.platform.owner, "ghost"), (theirs, "theirs")):
+        create(
+            "ray.io",
+            "v1",
+            real.namespace,
+            "rayjobs",
+            manifests.ray_job(cfg, f"{prefix}-0123456789", "h" * 64, {}, owner),
+        )
+        other = cfg.model_copy(update={"cluster": cfg.cluster.model_copy(update={"ray_cluster": f"{prefix}-cluster"})})
+        create(
+            "ray.io", "v1", real.namespace, "rayclusters", manifests.ray_cluster(other, [], "h" * 64, 1, owner=owner)
+        )
+    real.h.clock.now = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=2)  # the API server stamps real time
     real.tick()
-    eventually(lambda: real.rayjobs() == [live], "the ghost RayJob gone", 60)
+    eventually(lambda: sorted(real.rayjobs()) == sorted([live, "theirs-0123456789"]), "the ghost RayJob gone", 60)
     names = {
         c["metadata"]["name"]
         for c in real.custom.list_namespaced_custom_object("ray.io", "v1", real.namespace, "rayclusters")["items"]
     }
-    assert names == {RAYCLUSTER}
+    assert names == {RAYCLUSTER, "theirs-cluster"}
     leaks = {e["reason"].split(":")[0] for e in real.h.events_of("leak")}
     assert leaks == {
         f"RayJob {real.namespace}/ghost-0123456789 stopped",
-        f"RayCluster {real.namespace}/forgotten deleted",
+        f"RayCluster {real.namespace}/ghost-cluster deleted",
     }
 
 

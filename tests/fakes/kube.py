@@ -13,6 +13,7 @@ put pods and events themselves.
 from __future__ import annotations
 
 import copy
+import datetime as dt
 import json
 import re
 import threading
@@ -58,6 +59,7 @@ class FakeKube:
         # KubeRay writes a new RayCluster's status several times in its first seconds (seen on the real one):
         # with status_churn = N, each of the first N writes to a new RayCluster finds its resourceVersion moved.
         self.status_churn = 0
+        self.clock = lambda: dt.datetime.now(dt.UTC)  # creationTimestamp, as the API server sets it
         self._churn: dict[tuple[str, str, str], int] = {}
         self._version = 0
         self._lock = threading.Lock()
@@ -107,7 +109,11 @@ class FakeKube:
         with self._lock:
             obj = copy.deepcopy(obj)
             obj.setdefault("metadata", {}).update(namespace=namespace, resourceVersion=self._next_version())
+            obj["metadata"].setdefault("creationTimestamp", self._timestamp())
             self.objects[(plural, namespace, obj["metadata"]["name"])] = obj
+
+    def _timestamp(self) -> str:
+        return self.clock().strftime("%Y-%m-%dT%H:%M:%SZ")
 
     def calls(self, method: str, path_part: str = "") -> int:
         with self._lock:
@@ -227,7 +233,11 @@ class FakeKube:
             return 422, ("Invalid", "metadata.resourceVersion: Invalid value: must be empty on create")
         new = copy.deepcopy(obj)
         new["metadata"].update(
-            namespace=key[1], uid=str(uuid.uuid4()), generation=1, resourceVersion=self._next_version()
+            namespace=key[1],
+            uid=str(uuid.uuid4()),
+            generation=1,
+            resourceVersion=self._next_version(),
+            creationTimestamp=self._timestamp(),
         )
         self.objects[key] = new
         if key[0] == "rayclusters":
@@ -298,7 +308,12 @@ class FakeKube:
         if current is not None and "status" in current:
             new["status"] = current["status"]
         if current is None:
-            new["metadata"].update(uid=str(uuid.uuid4()), generation=1, resourceVersion=self._next_version())
+            new["metadata"].update(
+                uid=str(uuid.uuid4()),
+                generation=1,
+                resourceVersion=self._next_version(),
+                creationTimestamp=self._timestamp(),
+            )
             self.objects[key] = new
             return 201, copy.deepcopy(new)
         if _content(new) != _content(current):  # a no-op apply changes nothing, not even the version

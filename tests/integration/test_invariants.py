@@ -270,19 +270,15 @@ def test_leaked_rayjobs_and_rayclusters_are_swept_and_reported(controller, bucke
     h = controller
     live = launch(h, bucket, "live")
     cfg = RunConfig.model_validate(live.config)
-    leaked_job = manifests.ray_job(cfg, "ghost-0123456789", "h" * 64, {})
-    h.kube.objects[("rayjobs", "default", "ghost-0123456789")] = {
-        **leaked_job,
-        "metadata": {**leaked_job["metadata"], "resourceVersion": "1"},
-    }
-    other = manifests.ray_cluster(
-        cfg.model_copy(update={"cluster": cfg.cluster.model_copy(update={"ray_cluster": "forgotten"})}), [], "h" * 64, 3
-    )
-    h.kube.objects[("rayclusters", "default", "forgotten")] = {
-        **other,
-        "metadata": {**other["metadata"], "resourceVersion": "1"},
-    }
+    owner = h.ctx.platform.owner
+    leaked_job = manifests.ray_job(cfg, "ghost-0123456789", "h" * 64, {}, owner=owner)
+    h.kube.put("rayjobs", leaked_job)
+    other = manifests.ray_cluster(in_cluster(cfg, "forgotten"), [], "h" * 64, 3, owner=owner)
+    h.kube.put("rayclusters", other)
     h.kube.set_status("rayjobs", live.run_id, RUNNING)
+    tick(h)
+    assert h.kube.names("rayclusters") == ["forgotten", "gemma3-tuning"], "younger than the grace period: left"
+    h.clock.advance(h.ctx.settings.sweep_grace_s)
     tick(h)
     assert h.kube.names("rayjobs") == [live.run_id]  # the live run's job is untouched
     assert h.kube.names("rayclusters") == ["gemma3-tuning"]
@@ -291,6 +287,58 @@ def test_leaked_rayjobs_and_rayclusters_are_swept_and_reported(controller, bucke
         "RayJob default/ghost-0123456789 stopped",
         "RayCluster default/forgotten deleted",
     }
+
+
+def in_cluster(cfg, ray_cluster: str):
+    return cfg.model_copy(update={"cluster": cfg.cluster.model_copy(update={"ray_cluster": ray_cluster})})
+
+
+def test_another_deployments_objects_in_the_same_namespace_are_never_swept(controller, bucket):
+    """Issue 21: the sweep selected by managed-by=raytune alone, so a second deployment (another runs bucket) in
+    the same namespace lost its RayCluster and its RUNNING RayJob. Objects carry their deployment now."""
+    from functions.core import manifests
+    from functions.core.config import RunConfig
+
+    h = controller
+    live = launch(h, bucket, "live")
+    cfg = RunConfig.model_validate(live.config)
+    theirs = manifests.owner_id("another-teams-runs-bucket")
+    h.kube.put("rayjobs", manifests.ray_job(cfg, "theirs-0123456789", "h" * 64, {}, owner=theirs))
+    h.kube.set_status("rayjobs", "theirs-0123456789", RUNNING)
+    h.kube.put("rayclusters", manifests.ray_cluster(in_cluster(cfg, "their-cluster"), [], "h" * 64, 2, owner=theirs))
+    h.kube.set_status("rayjobs", live.run_id, RUNNING)
+    h.clock.advance(h.ctx.settings.sweep_grace_s + 1)
+    tick(h)
+    tick(h)
+    assert h.kube.names("rayjobs") == sorted([live.run_id, "theirs-0123456789"])
+    assert h.kube.names("rayclusters") == ["gemma3-tuning", "their-cluster"]
+    assert h.kube.get("rayclusters", "their-cluster")["spec"]["workerGroupSpecs"][0]["replicas"] == 2
+    assert h.events_of("leak") == []
+    ours = h.kube.get("rayjobs", live.run_id)["metadata"]["labels"]
+    assert ours[manifests.OWNER_LABEL] == manifests.owner_id(bucket)
+
+
+def test_a_raycluster_a_launch_creates_during_the_tick_is_not_swept(controller, bucket):
+    """Issue 21: the tick listed allocations once at its start, so a RayCluster a launch created meanwhile was
+    deleted by that tick's sweep while its run was SUBMITTED. Each delete re-checks fresh state (and young
+    objects have a grace period, off here to show the re-check alone holds)."""
+    import dataclasses
+
+    h = controller
+    h.ctx.settings = dataclasses.replace(h.ctx.settings, sweep_grace_s=0)
+    launch(h, bucket, "first")
+    real_leftovers = h.ctx.platform.leftovers
+    landed = {}
+
+    def launch_then_list(spec):
+        if "run" not in landed:
+            landed["run"] = launch(h, bucket, "newcomer", {**QUICK, "cluster": {"ray_cluster": "newcomer-cluster"}})
+        return real_leftovers(spec)
+
+    h.ctx.platform.leftovers = launch_then_list
+    tick(h)
+    assert landed["run"].state == State.SUBMITTED
+    assert "newcomer-cluster" in h.kube.names("rayclusters") and h.events_of("leak") == []
 
 
 def test_a_stuck_job_names_its_cause(controller, bucket):
