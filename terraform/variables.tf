@@ -114,3 +114,9 @@ variable "operators" {
   type        = list(string)
   default     = []
 }
+
+variable "sweep_grace_seconds" {
+  description = "The leak sweep leaves RayJobs and RayClusters of this deployment that no run record accounts for alone this long after their creation."
+  type        = number
+  default     = 600
+}

@@ -120,6 +120,18 @@ class Bucket:
         # re-reads on Conflict, so that case is safe.
         return self._retried(call, f"write {path} in")
 
+    def copy(self, source: str, destination: str) -> None:
+        """A server-side copy (the bytes never pass through this process); nothing when the source is gone."""
+
+        def call() -> None:
+            try:
+                self._bucket.copy_blob(self._bucket.blob(source), self._bucket, destination, timeout=TIMEOUT_S)
+            except Exception as exc:
+                if not isinstance(translate(exc), errors.NotFound):
+                    raise
+
+        self._retried(call, f"copy {source} to {destination} in")
+
     def delete(self, path: str) -> None:
         def call() -> None:
             try:

@@ -5,24 +5,27 @@ from __future__ import annotations
 
 import builtins
 import datetime as dt
+import logging
 from collections.abc import Callable
 from typing import Generic, Protocol, TypeVar
 
 from pydantic import BaseModel
 
-from functions.core.allocation import Allocation, key_path
+from functions.core.allocation import ALLOCATIONS, Allocation, key_path, spec_of
 from functions.core.config import ClusterSpec
 from functions.core.errors import Conflict, Contended
-from functions.core.runs import RunRecord
+from functions.core.runs import RECORD_FORMAT, RunRecord
 
+log = logging.getLogger(__name__)
 M = TypeVar("M", bound=BaseModel)
 
 
 class Blobs(Protocol):
     """The bucket operations the store needs (functions/adapters/gcs.py)."""
 
-    def read(self, path: str) -> tuple[bytes, int] | None: ...
+    def read(self, path: str, *, limit: int | None = None) -> tuple[bytes, int] | None: ...
     def write(self, path: str, data: bytes, if_generation_match: int) -> int: ...
+    def copy(self, source: str, destination: str) -> None: ...
     def delete(self, path: str) -> None: ...
     def list(self, prefix: str) -> list[str]: ...
     def listing(self, prefix: str) -> builtins.list[tuple[str, dt.datetime]]: ...
@@ -34,7 +37,10 @@ QUARANTINE = "quarantine/runs/"  # outside runs/: never listed as a record again
 EVENT_CLAIMS = "events/claims/"  # one object per run and state: who publishes its run-finished event
 STALE_CLAIM = dt.timedelta(minutes=5)
 ORPHAN_AFTER = dt.timedelta(minutes=10)
-ALLOCATIONS = "clusters/"
+QUARANTINED_ALLOCATIONS = "quarantine/clusters/"
+# No stored object of the controller's is near this (a record with its result and history is tens of KiB): a
+# larger one was put there by someone else, and is never read into memory whole (the watcher has 512 MiB).
+MAX_STORED_BYTES = 4 * 1024 * 1024
 
 
 class Stored(Generic[M]):
@@ -46,10 +52,13 @@ class Stored(Generic[M]):
         self.blobs, self.model, self.path, self.attempts = blobs, model, path, attempts
 
     def get(self, key: str) -> M | None:
-        """The object with the generation it was read at; None when absent, ValueError when unreadable."""
-        found = self.blobs.read(self.path(key))
+        """The object with the generation it was read at; None when absent, ValueError when unreadable or
+        larger than any the controller writes (only MAX_STORED_BYTES + 1 bytes are ever downloaded)."""
+        found = self.blobs.read(self.path(key), limit=MAX_STORED_BYTES)
         if found is None:
             return None
+        if len(found[0]) > MAX_STORED_BYTES:
+            raise ValueError(f"{self.path(key)} is larger than {MAX_STORED_BYTES} bytes: not one the controller wrote")
         stored = self.model.model_validate_json(found[0])
         stored.generation = found[1]  # type: ignore[attr-defined]
         return stored
@@ -84,7 +93,12 @@ class RunStore:
         self.records = Stored(blobs, RunRecord, lambda run_id: f"{RECORDS}{run_id}.json")
 
     def get(self, run_id: str) -> RunRecord | None:
-        return self.records.get(run_id)
+        """The record stored as runs/<run_id>.json; ValueError when it is not one, or names another run (read by
+        its object name only: a record claiming another id would otherwise be acted on under that id)."""
+        record = self.records.get(run_id)
+        if record is not None and record.run_id != run_id:
+            raise ValueError(f"the record inside names run {record.run_id[:100]!r}, not {run_id!r}")
+        return record
 
     def create(self, record: RunRecord) -> tuple[RunRecord, bool]:
         """Write a new record unless one exists; returns (the stored record, whether this call created it)."""
@@ -128,13 +142,17 @@ class RunStore:
             run_id = path.removeprefix(ACTIVE)
             try:
                 record = self.get(run_id)
+                if record is not None and record.config is not None:
+                    record.run_config()  # not a config even by the rules it was accepted under: unreadable
             except ValueError as err:  # corrupt JSON or not a record (pydantic's ValidationError is one)
-                why = str(err).splitlines()[0][:300]
+                why = " ".join(str(err).split())[:300]
                 self.quarantine(run_id, why)
                 if quarantined is not None:
                     quarantined.append((run_id, why))
                 continue
-            if record is not None:
+            if record is not None and record.format > RECORD_FORMAT:
+                log.warning("%s: a format %d record (a newer release's): left to it", run_id, record.format)
+            elif record is not None:
                 records.append(record)
             elif now is not None and now - created > ORPHAN_AFTER:
                 self.blobs.delete(path)
@@ -162,39 +180,52 @@ class RunStore:
             return False
 
     def quarantine(self, run_id: str, why: str) -> None:
-        """Move an unreadable record aside (kept for a person to look at) and stop watching it."""
-        found = self.blobs.read(f"{RECORDS}{run_id}.json")
-        if found is not None:
-            try:
-                self.blobs.write(f"{QUARANTINE}{run_id}.json", found[0], if_generation_match=0)
-            except Conflict:
-                pass  # moved aside before
-            self.blobs.delete(f"{RECORDS}{run_id}.json")
+        """Move an unreadable record aside (kept for a person to look at; copied by the bucket, never through this
+        process's memory) and stop watching it."""
+        self.blobs.copy(f"{RECORDS}{run_id}.json", f"{QUARANTINE}{run_id}.json")
+        self.blobs.delete(f"{RECORDS}{run_id}.json")
         self.unmark_active(run_id)
 
 
 class Allocations:
-    """The per-RayCluster allocation objects (functions/core/allocation.py), changed only by CAS."""
+    """The per-RayCluster allocation objects (functions/core/allocation.py), changed only by CAS. One that cannot
+    be read is moved to quarantine/clusters/ and made again by `rebuild` (from the live records and the
+    RayCluster: functions/handlers/context.py), so it never fails every run of its RayCluster."""
 
-    def __init__(self, blobs: Blobs):
-        self.blobs = blobs
+    def __init__(self, blobs: Blobs, rebuild: Callable[[ClusterSpec, str], Allocation] | None = None):
+        self.blobs, self.rebuild = blobs, rebuild
         self.stored = Stored(blobs, Allocation, lambda path: path)  # keyed by key_path(cluster)
 
     def get(self, cluster: ClusterSpec) -> Allocation | None:
-        return self.stored.get(key_path(cluster))
+        return self._read(key_path(cluster), cluster)
+
+    def _read(self, path: str, cluster: ClusterSpec) -> Allocation | None:
+        try:
+            return self.stored.get(path)
+        except ValueError as err:
+            if self.rebuild is None:
+                raise
+            why = " ".join(str(err).split())[:300]
+            self.blobs.copy(path, QUARANTINED_ALLOCATIONS + path.removeprefix(ALLOCATIONS))
+            self.blobs.delete(path)
+            try:
+                return self.stored.write(path, self.rebuild(cluster, why), if_generation_match=0)
+            except Conflict:  # another handler rebuilt it first
+                return self.stored.get(path)
 
     def update(self, cluster: ClusterSpec, change: Callable[[Allocation], Allocation | None]) -> Allocation:
         """CAS-change the RayCluster's allocation (an empty one when it has none yet); returns it as stored."""
+        self.get(cluster)  # an unreadable one is rebuilt first
         stored = self.stored.swap(key_path(cluster), lambda alloc: change(alloc or Allocation(cluster=cluster)))
         return stored or Allocation(cluster=cluster)
 
     def all(self) -> builtins.list[Allocation]:
-        """Every RayCluster the controller ever sized (unreadable objects are skipped: a person looks)."""
+        """Every RayCluster the controller ever sized (an unreadable one rebuilt, as by get)."""
         found = []
         for path in self.blobs.list(ALLOCATIONS):
             try:
-                alloc = self.stored.get(path)
-            except ValueError:
+                alloc = self._read(path, spec_of(path))
+            except ValueError:  # not even a name this controller writes: left for a person
                 continue
             if alloc is not None:
                 found.append(alloc)

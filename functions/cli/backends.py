@@ -109,7 +109,7 @@ class CloudBackend:
         self.publisher.publish(self.settings.watch_topic, body, **attributes)
 
     def _cfg(self, record: RunRecord) -> RunConfig | None:
-        return RunConfig.model_validate(record.config) if record.config else None
+        return record.run_config() if record.config else None
 
     def job(self, record: RunRecord) -> dict[str, Any] | None:
         cfg = self._cfg(record)

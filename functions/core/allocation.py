@@ -23,6 +23,8 @@ from pydantic import BaseModel, Field
 
 from functions.core.config import ClusterSpec
 
+ALLOCATIONS = "clusters/"
+
 
 class Waiting(BaseModel):
     run_id: str
@@ -132,6 +134,42 @@ def sizing(alloc: Allocation, seen: GroupSeen | None, launching: bool) -> int | 
     return target
 
 
+@dataclass(frozen=True)
+class LiveRun:
+    """What a run record says about its place, for rebuilding an allocation."""
+
+    run_id: str
+    nodes: int
+    arrived: dt.datetime
+    admitted: bool  # it moved past admission (PROVISIONING, SUBMITTED, RUNNING): it holds its nodes
+
+
+def rebuilt(cluster: ClusterSpec, live: list[LiveRun], stamp: int, now: dt.datetime) -> Allocation:
+    """The allocation made again when its object is unreadable: the live runs of the RayCluster that were
+    admitted hold their nodes, the others wait in arrival order, and the version is above the stamp the
+    RayCluster carries (so the next sizing write is not refused as stale, and never shrinks a live run's group:
+    sizing keeps the group at least as large as it is while anyone holds nodes)."""
+    holders = {r.run_id: r.nodes for r in live if r.admitted}
+    queue = sorted(
+        (Waiting(run_id=r.run_id, nodes=r.nodes, arrived=r.arrived) for r in live if not r.admitted),
+        key=lambda w: (w.arrived, w.run_id),
+    )
+    return Allocation(
+        cluster=cluster,
+        version=stamp + 1,
+        holders=holders,
+        queue=queue,
+        idle_since=None if holders or queue else now,
+        idle_delete_seconds=cluster.idle_delete_seconds,
+    )
+
+
+def spec_of(path: str) -> ClusterSpec:
+    """The RayCluster an allocation object is about, from its name alone (key_path's inverse)."""
+    region, gke_cluster, namespace, name = path.removeprefix(ALLOCATIONS).removesuffix(".json").split("/")
+    return ClusterSpec(region=region, gke_cluster=gke_cluster, namespace=namespace, ray_cluster=name)
+
+
 def idle_expired(alloc: Allocation, now: dt.datetime) -> bool:
     """Whether an idle RayCluster should go (its head pod costs money around the clock)."""
     if alloc.deleted or alloc.holders or alloc.queue or alloc.idle_since is None or alloc.idle_delete_seconds == 0:
@@ -141,4 +179,4 @@ def idle_expired(alloc: Allocation, now: dt.datetime) -> bool:
 
 def key_path(cluster: ClusterSpec) -> str:
     """The allocation object's name in the bucket, one per RayCluster."""
-    return f"clusters/{cluster.region}/{cluster.gke_cluster}/{cluster.namespace}/{cluster.ray_cluster}.json"
+    return f"{ALLOCATIONS}{cluster.region}/{cluster.gke_cluster}/{cluster.namespace}/{cluster.ray_cluster}.json"

@@ -9,7 +9,17 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 DNS_LABEL = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
 BUCKET = r"[a-z0-9][a-z0-9._-]{1,61}[a-z0-9]"  # a GCS bucket name
@@ -56,6 +66,15 @@ Module = Annotated[str, StringConstraints(pattern=MODULE, max_length=100)]
 FieldName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9 _.-]+$", max_length=64)]
 # Prompt text: free prose, but no control characters beyond newline and tab.
 Prose = Annotated[str, StringConstraints(pattern=r"^[^\x00-\x08\x0b-\x1f\x7f]*$", min_length=1, max_length=4000)]
+
+# Validation context of a config already accepted (a run record's): the cross-field rules below decide what is
+# admitted, so a release that adds or tightens one never fails a run an earlier release accepted.
+STORED = {"stored": True}
+
+
+def stored(info: ValidationInfo) -> bool:
+    return bool((info.context or {}).get("stored"))
+
 
 Accelerator = Literal["B200", "H200", "H100", "A100", "L4"]
 # GKE accelerator labels for the Ray accelerator types we schedule on.
@@ -243,7 +262,9 @@ class TrainingSpec(Strict):
         return self.dataloader_workers if self.dataloader_workers is not None else (4 if use_gpu else 0)
 
     @model_validator(mode="after")
-    def steps_need_save_steps(self) -> TrainingSpec:
+    def steps_need_save_steps(self, info: ValidationInfo) -> TrainingSpec:
+        if stored(info):
+            return self
         if self.save_strategy == "steps" and self.save_steps is None:
             raise ValueError("save_strategy 'steps' needs save_steps")
         return self
@@ -259,7 +280,9 @@ class ScalingSpec(Strict):
     max_failures: Annotated[int, Field(ge=0, le=100)] = 2
 
     @model_validator(mode="after")
-    def selectors_do_not_contradict_fields(self) -> ScalingSpec:
+    def selectors_do_not_contradict_fields(self, info: ValidationInfo) -> ScalingSpec:
+        if stored(info):
+            return self
         derived = self.derived_selectors()
         clashes = sorted(k for k, v in self.node_selector.items() if k in derived and derived[k] != v)
         if clashes:
@@ -357,7 +380,9 @@ class ExportSpec(Strict):
     ) = None
 
     @model_validator(mode="after")
-    def push_needs_merge(self) -> ExportSpec:
+    def push_needs_merge(self, info: ValidationInfo) -> ExportSpec:
+        if stored(info):
+            return self
         if self.hub_repo and not self.merged:
             raise ValueError("hub_repo pushes the merged model: set merged: true")
         return self
@@ -389,7 +414,9 @@ class RunConfig(Strict):
         return self.model_copy(update={"storage_path": default})
 
     @model_validator(mode="after")
-    def fits_the_cluster(self) -> RunConfig:
+    def fits_the_cluster(self, info: ValidationInfo) -> RunConfig:
+        if stored(info):
+            return self
         if self.scaling.nodes > self.cluster.max_worker_nodes:
             raise ValueError(
                 f"scaling.nodes ({self.scaling.nodes}) is more than cluster.max_worker_nodes "
@@ -398,19 +425,32 @@ class RunConfig(Strict):
         return self
 
     @model_validator(mode="after")
-    def evaluation_needs_held_out_samples(self) -> RunConfig:
+    def evaluation_needs_held_out_samples(self, info: ValidationInfo) -> RunConfig:
+        if stored(info):
+            return self
         if self.evaluation.samples and not self.dataset.eval_fraction:
             raise ValueError("evaluation.samples needs a held-out set: set dataset.eval_fraction above 0")
         return self
 
     @model_validator(mode="after")
-    def gpu_only_knobs(self) -> RunConfig:
+    def gpu_only_knobs(self, info: ValidationInfo) -> RunConfig:
+        if stored(info):
+            return self
         if not self.scaling.use_gpu and self.model.quantization != "none" and not self.model.id.startswith("tiny://"):
             raise ValueError("4-bit/8-bit quantization of a real model needs GPUs (scaling.gpus_per_node > 0)")
         return self
 
 
 MAX_CONFIG_BYTES = 64 * 1024
+
+
+def stored_config(config: dict[str, Any]) -> RunConfig:
+    """A run record's config as the controller reads it: as today's rules admit it, or, for a run accepted under
+    earlier rules, with its fields still typed and bounded but the admission rules not applied again."""
+    try:
+        return RunConfig.model_validate(config)
+    except ValidationError:
+        return RunConfig.model_validate(config, context=STORED)
 
 
 class ConfigError(ValueError):

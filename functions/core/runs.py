@@ -20,9 +20,10 @@ import datetime as dt
 import enum
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_serializer, model_validator
 
 from functions.core.champion import Promotion
+from functions.core.config import RunConfig, stored_config
 from functions.core.fingerprint import Inputs
 from functions.core.result import RunResult
 
@@ -74,7 +75,15 @@ class Transition(BaseModel):
     reason: str | None = None
 
 
+# The record format this release writes. 1: the releases before formats were versioned (no `format` field);
+# 2: adds `format` (and sources may carry a cancel digest). Older formats are read as they are (their configs by
+# the rules they were accepted under: config.stored_config); a newer one belongs to a newer release, and this
+# one leaves it alone rather than rewrite it without the fields it does not know.
+RECORD_FORMAT = 2
+
+
 class RunRecord(BaseModel):
+    format: int = RECORD_FORMAT
     run_id: str
     state: State
     source: dict[str, str]  # kind (upload | message | nightly) and ref (gs:// URI or message id)
@@ -97,6 +106,23 @@ class RunRecord(BaseModel):
     cancel_reason: str | None = None  # who or what asked, e.g. "interrupted (SIGINT)"
     settled: bool = False  # terminal and its run-finished event published
     generation: int = Field(0, exclude=True)  # GCS generation this copy was read at
+
+    @model_validator(mode="before")
+    @classmethod
+    def unversioned_is_format_1(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "format" not in data:
+            return {**data, "format": 1}
+        return data
+
+    @field_serializer("format")
+    def written_as_current(self, _: int) -> int:
+        return RECORD_FORMAT  # what this release writes is its own format (newer records are never written)
+
+    def run_config(self) -> RunConfig:
+        """The run's accepted config (never rejected now for a rule added since it was accepted)."""
+        if self.config is None:
+            raise ValueError(f"{self.run_id}: a {self.state.value} record has no accepted config")
+        return stored_config(self.config)
 
     def moved(self, state: State, now: dt.datetime, reason: str | None = None, **changes: Any) -> RunRecord:
         """This record in `state` (the same state: only `reason` and `changes` are updated)."""

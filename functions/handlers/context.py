@@ -4,6 +4,7 @@ or set explicitly by the embedded local default and the tests."""
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -12,11 +13,17 @@ from typing import Any, Protocol
 
 from functions.adapters import gcs
 from functions.adapters.store import Allocations, RunStore, Stored
-from functions.core import champion, fingerprint
+from functions.core import allocation, champion, fingerprint
+from functions.core.allocation import Allocation
+from functions.core.config import ClusterSpec
+from functions.core.decide import cluster_key
 from functions.core.platform import Platform
+from functions.core.runs import State
 from functions.core.secrets import add_secret
 from functions.handlers import logs
 from functions.handlers.settings import Settings
+
+log = logging.getLogger(__name__)
 
 
 class Publisher(Protocol):
@@ -42,9 +49,33 @@ class Context:
     nightlies: Stored[fingerprint.LastTrained] = field(init=False)
 
     def __post_init__(self) -> None:
-        self.allocations = Allocations(self.store.blobs)
+        self.allocations = Allocations(self.store.blobs, rebuild=self._rebuilt_allocation)
         self.champions = Stored(self.store.blobs, champion.Champion, champion.path)
         self.nightlies = Stored(self.store.blobs, fingerprint.LastTrained, fingerprint.pointer_path)
+
+    def _rebuilt_allocation(self, spec: ClusterSpec, why: str) -> Allocation:
+        """An unreadable allocation made again from the live runs of its RayCluster and the stamp it carries."""
+        key = (spec.region, spec.gke_cluster, spec.namespace, spec.ray_cluster)
+        live, full = [], spec
+        for record in self.store.active():
+            cfg = record.run_config() if record.config else None
+            if cfg is None or record.state.terminal or cluster_key(cfg) != key:
+                continue
+            full = cfg.cluster  # every field of the spec, as the runs gave it (the object's name has four)
+            admitted = record.state in (State.PROVISIONING, State.SUBMITTED, State.RUNNING)
+            live.append(allocation.LiveRun(record.run_id, cfg.scaling.nodes, record.created_at, admitted))
+        workers = self.platform.workers(full)
+        rebuilt = allocation.rebuilt(full, live, workers.stamp if workers else 0, self.clock())
+        what = (
+            f"allocation of RayCluster {spec.namespace}/{spec.ray_cluster} was unreadable ({why}): moved to "
+            f"quarantine/clusters/ and rebuilt from {len(live)} live runs (holders {rebuilt.holders}, "
+            f"{len(rebuilt.queue)} queued)"
+        )
+        log.error("%s", what)
+        if self.settings.events_topic:
+            event = {"event": "allocation-rebuilt", "state": "QUARANTINED", "reason": what}
+            self.publisher.publish(self.settings.events_topic, event, state="QUARANTINED", event="allocation-rebuilt")
+        return rebuilt
 
 
 _lock = threading.Lock()

@@ -30,7 +30,7 @@ def tidy(ctx: Context, live: list[RunRecord]) -> list[Exception]:
             log.warning("RayCluster %s: idle teardown failed: %s", alloc.cluster.ray_cluster, describe(exc))
             troubles.append(exc)
     namespaces: dict[tuple[str, str, str], ClusterSpec] = {}
-    specs = [a.cluster for a in allocs] + [ClusterSpec.model_validate(r.config["cluster"]) for r in live if r.config]
+    specs = [a.cluster for a in allocs] + [r.run_config().cluster for r in live if r.config]
     for spec in specs:
         namespaces.setdefault((spec.region, spec.gke_cluster, spec.namespace), spec)
     # A RayCluster is ours to keep when it has an allocation or a live run names it (runs of an older
@@ -90,7 +90,10 @@ def sweep(ctx: Context, spec: ClusterSpec, sized: set[str], live: set[str]) -> N
         if leftover.kind == "RayJob":
             if leftover.name in live:
                 continue  # read this tick: its run is live
-            record = ctx.store.get(leftover.name)
+            try:
+                record = ctx.store.get(leftover.name)
+            except ValueError:
+                continue  # unreadable: quarantined and reported; its job is not judged on a guess
             if record is not None and not (record.state.terminal and record.settled):
                 continue
             if record is None and young(leftover):

@@ -57,7 +57,12 @@ def receive(ctx: Context, request: events.LaunchRequest) -> tuple[RunRecord, boo
     if nightly_refused:
         # Rejected under its own id: a publisher without the scheduler's key cannot take the day's nightly slot.
         request = dataclasses.replace(request, run_id=request.message_run_id or request.run_id)
-    existing = ctx.store.get(request.run_id)
+    try:
+        existing = ctx.store.get(request.run_id)
+    except ValueError as err:  # rewritten in the bucket: kept aside for a person, and this delivery goes ahead
+        log.error("%s: unreadable run record moved to quarantine/runs/: %s", request.run_id, err)
+        ctx.store.quarantine(request.run_id, str(err))
+        existing = None
     if existing is not None:
         return existing, False
     now = ctx.clock()

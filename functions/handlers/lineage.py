@@ -98,7 +98,7 @@ def _adopted(ctx: Context, cfg: RunConfig) -> Champion | None:
         return None
     crowned = ctx.store.get(legacy.run_id)
     try:
-        same = crowned is not None and champion.line(RunConfig.model_validate(crowned.config)) == champion.line(cfg)
+        same = crowned is not None and champion.line(crowned.run_config()) == champion.line(cfg)
     except ValueError:
         same = False
     if not same:

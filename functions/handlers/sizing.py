@@ -24,7 +24,10 @@ def live_check(ctx: Context, keep: str | None = None) -> Callable[[str], bool]:
     def live(run_id: str) -> bool:
         if run_id == keep:
             return True
-        record = ctx.store.get(run_id)
+        try:
+            record = ctx.store.get(run_id)
+        except ValueError:
+            return True  # unreadable: the tick quarantines and reports it; its nodes are not freed on a guess
         return record is not None and not record.state.terminal
 
     return live

@@ -43,7 +43,7 @@ def run(ctx: Context, record: RunRecord, facts: Facts) -> RunRecord:
 
 def observe(ctx: Context, record: RunRecord, action: Action) -> dict[str, Any]:
     """Do a step on the platform and say what it showed, as Facts fields."""
-    cfg = RunConfig.model_validate(record.config)
+    cfg = record.run_config()
     if action is Action.FINGERPRINT:
         return {"inputs": lineage.inputs(ctx, record, cfg)}
     if action is Action.CONCLUDE:
@@ -123,7 +123,7 @@ def move(ctx: Context, record: RunRecord, step: Step) -> RunRecord:
     # Where a run stood in line stays on it when it ends there (cancelled, queue deadline).
     changes["queue_position"] = step.queue_position if target == State.QUEUED else None
     if step.collect_result:
-        changes["result"] = collect_result(ctx, RunConfig.model_validate(record.config), record.run_id)
+        changes["result"] = collect_result(ctx, record.run_config(), record.run_id)
 
     def change(current: RunRecord) -> RunRecord | None:
         if target.terminal and current.state == State.QUEUED:

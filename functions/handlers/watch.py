@@ -13,7 +13,6 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from functions.core import events
-from functions.core.config import RunConfig
 from functions.core.decide import Facts, cluster_key
 from functions.core.errors import describe, is_transient
 from functions.core.runs import RunRecord, State
@@ -33,7 +32,7 @@ def handle(event: Any, ctx: Context | None = None) -> list[RunRecord]:
         return []
     if request.kind == "cancel":
         assert request.run_id is not None
-        record = ctx.store.get(request.run_id)
+        record = _readable(ctx, request.run_id)
         if record is not None and not ctx.settings.policy.may_cancel(record.source, request.token, request.attributes):
             log.warning(
                 "%s: cancel refused (policy): without the run's cancel token or the operator key",
@@ -92,19 +91,16 @@ def reconcile_all(ctx: Context) -> list[RunRecord]:
     outcomes = _each(ctx, records)
     reconciled = [o for o in outcomes if isinstance(o, RunRecord)]
     ended = {
-        cluster_key(cfg): cfg
-        for cfg in (RunConfig.model_validate(r.config) for r in reconciled if r.state.terminal and r.may_hold_nodes)
+        cluster_key(cfg): cfg for cfg in (r.run_config() for r in reconciled if r.state.terminal and r.may_hold_nodes)
     }
     for cfg in ended.values():
         try:
             sizing.release(ctx, cfg.cluster, sync=False)
         except Exception as exc:
             outcomes.append(exc)
-    waiting = [
-        r for r in reconciled if r.state == State.QUEUED and cluster_key(RunConfig.model_validate(r.config)) in ended
-    ]
+    waiting = [r for r in reconciled if r.state == State.QUEUED and cluster_key(r.run_config()) in ended]
     if waiting:  # nodes were just released: the queue moves in this tick, on the nodes still up
-        again = _each(ctx, [ctx.store.get(r.run_id) or r for r in waiting])
+        again = _each(ctx, [_readable(ctx, r.run_id) or r for r in waiting])
         moved = {o.run_id: o for o in again if isinstance(o, RunRecord)}
         reconciled = [moved.get(r.run_id, r) for r in reconciled]
         outcomes += [o for o in again if isinstance(o, Exception)]
@@ -118,6 +114,15 @@ def reconcile_all(ctx: Context) -> list[RunRecord]:
     if any(is_transient(f) for f in failures):
         raise next(f for f in failures if is_transient(f))
     return reconciled
+
+
+def _readable(ctx: Context, run_id: str) -> RunRecord | None:
+    """The record, or None when it is gone or unreadable (the tick quarantines and reports those)."""
+    try:
+        return ctx.store.get(run_id)
+    except ValueError as err:
+        log.error("%s: unreadable run record: %s", run_id, err, extra={"run_id": run_id})
+        return None
 
 
 def _each(ctx: Context, records: list[RunRecord]) -> list[RunRecord | Exception]:

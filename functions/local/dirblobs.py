@@ -14,14 +14,19 @@ class DirBlobs:
     def __init__(self, root: Path):
         self.root = root
 
-    def read(self, path: str) -> tuple[bytes, int] | None:
+    def read(self, path: str, *, limit: int | None = None) -> tuple[bytes, int] | None:
+        """At most limit + 1 bytes (enough to tell it is too large)."""
         file = self.root / path
         try:
-            return file.read_bytes(), file.stat().st_mtime_ns
+            with file.open("rb") as handle:
+                return handle.read(-1 if limit is None else limit + 1), file.stat().st_mtime_ns
         except (FileNotFoundError, IsADirectoryError):
             return None
 
     def write(self, path: str, data: bytes, if_generation_match: int) -> int:
+        raise PermanentError("the local bucket is read-only outside `raytune local`")
+
+    def copy(self, source: str, destination: str) -> None:
         raise PermanentError("the local bucket is read-only outside `raytune local`")
 
     def delete(self, path: str) -> None:
