@@ -214,8 +214,18 @@ class GkePlatform:
     def _kube(self, spec: ClusterSpec) -> Kube:
         kube = self.reachable(spec)
         if kube is None:
-            raise errors.TransientError(f"GKE cluster {spec.region}/{spec.gke_cluster} is not ready")
+            self._gone_or(spec, errors.TransientError(f"GKE cluster {spec.region}/{spec.gke_cluster} is not ready"))
+        assert kube is not None
         return kube
+
+    def _gone_or(self, spec: ClusterSpec, error: Exception) -> None:
+        """Raise ClusterGone when GKE says the cluster does not exist (its cached API client forgotten), else
+        `error`: a cluster that is there but not answering is an outage, retried."""
+        if self.clusters.get(spec) is None:
+            with self._lock:
+                self._kubes.pop(f"{spec.region}/{spec.gke_cluster}", None)
+            raise errors.ClusterGone(f"GKE cluster {spec.gke_cluster} in {spec.region} does not exist (deleted?)")
+        raise error
 
     def ensure_cluster(self, cfg: RunConfig) -> ClusterReadiness:
         readiness, cluster = self.clusters.ensure(cfg.cluster)
@@ -272,7 +282,12 @@ class GkePlatform:
         self._kube(cfg.cluster).apply(manifests.ray_job(cfg, run_id, self.code[1], env, owner=self.owner))
 
     def job_status(self, cfg: RunConfig, run_id: str) -> dict | None:
-        job = self._kube(cfg.cluster).get_rayjob(cfg.cluster.namespace, run_id)
+        """The RayJob's status; ClusterGone when its GKE cluster was deleted (its API server unreachable)."""
+        try:
+            job = self._kube(cfg.cluster).get_rayjob(cfg.cluster.namespace, run_id)
+        except errors.TransientError as err:
+            self._gone_or(cfg.cluster, err)
+            raise
         return None if job is None else job.get("status", {})
 
     def waiting_reason(self, cfg: RunConfig, run_id: str) -> str | None:

@@ -78,6 +78,7 @@ class Facts:
     submitted: str | None = None  # after SUBMIT: what was applied
     submit_error: str | None = None  # ENSURE_CLUSTER or SUBMIT failed for good
     job_seen: bool = False  # after OBSERVE_JOB
+    cluster_gone: str | None = None  # after OBSERVE_JOB: the run's GKE cluster does not exist
     job: dict[str, Any] | None = None  # the RayJob's status (None when seen: the RayJob is gone)
     stuck: str | None = None  # why a waiting job waits, from its pods and their Events (when known)
     job_stopped: bool = False  # after STOP_JOB
@@ -225,6 +226,8 @@ def _submitted(record: RunRecord, facts: Facts) -> Step:
         if not facts.job_stopped:
             return Step(Action.STOP_JOB)
         return move(State.CANCELLED, record.cancel_why, collect_result=True, gpu_node_seconds=held(record, facts.now))
+    if facts.cluster_gone:
+        return _cluster_gone(record, facts)
     if not facts.job_seen:
         return Step(Action.OBSERVE_JOB)
     state, reason = job_outcome(record, facts.job, facts.now, pending_seconds(record), facts.stuck)
@@ -236,6 +239,25 @@ def _submitted(record: RunRecord, facts: Facts) -> Step:
     if facts.job is not None and facts.job.get("jobStatus") not in JOB_TERMINAL and not facts.job_stopped:
         return Step(Action.STOP_JOB)  # a stuck or half-failed job must not hold the GPUs
     return move(state, reason, job=summary, collect_result=True, gpu_node_seconds=held(record, facts.now))
+
+
+def _cluster_gone(record: RunRecord, facts: Facts) -> Step:
+    """A submitted run whose GKE cluster is gone says so at once, and FAILS when it stays gone past
+    deadlines.pending_seconds (counted from when it was first seen gone: a cluster recreated in time lets the
+    next tick find the job, or its absence, again)."""
+    gone = f"{facts.cluster_gone}: its RayJob cannot be followed"
+    if record.reason != gone:
+        return move(record.state, gone)
+    waited = (facts.now - record.updated_at).total_seconds()
+    limit = pending_seconds(record)
+    if waited <= limit:
+        return NOTHING
+    return move(
+        State.FAILED,
+        f"{gone}, for {int(waited)}s (deadlines.pending_seconds {limit})",
+        collect_result=True,
+        gpu_node_seconds=held(record, facts.now),
+    )
 
 
 def held(record: RunRecord, now: dt.datetime) -> float:

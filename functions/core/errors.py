@@ -40,6 +40,10 @@ class TooLarge(PermanentError):
     """An object larger than the caller reads (checked before it is downloaded whole)."""
 
 
+class ClusterGone(PermanentError):
+    """The run's GKE cluster does not exist (deleted under it): a fact for the decision, not an outage."""
+
+
 class Contended(TransientError):
     """A record kept changing under a read-modify-write: worth another try later, not a failure."""
 

@@ -10,7 +10,7 @@ from typing import Any
 from functions.core import decide as decisions
 from functions.core.config import RunConfig
 from functions.core.decide import Action, Facts, Step
-from functions.core.errors import NotFound, PermanentError, TransientError, describe, is_transient
+from functions.core.errors import ClusterGone, NotFound, PermanentError, TransientError, describe, is_transient
 from functions.core.result import RunResult
 from functions.core.runs import RunRecord, State
 from functions.core.secrets import redact
@@ -69,6 +69,8 @@ def observe(ctx: Context, record: RunRecord, action: Action) -> dict[str, Any]:
     if action is Action.OBSERVE_JOB:
         try:
             job = ctx.platform.job_status(cfg, record.run_id)
+        except ClusterGone as gone:
+            return {"cluster_gone": describe(gone)}
         except Exception as exc:
             # One failed status read never decides a run: looked at again on the next tick.
             raise TransientError(f"cannot read RayJob {record.run_id}: {describe(exc)}") from exc

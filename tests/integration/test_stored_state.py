@@ -148,3 +148,23 @@ def test_a_corrupt_allocation_is_rebuilt_from_the_live_runs_and_the_raycluster(c
     h.kube.set_status("rayjobs", holder.run_id, {"jobStatus": "SUCCEEDED", "jobDeploymentStatus": "Complete"})
     watch(functions_server)
     assert h.ctx.store.get(waiter.run_id).state == State.SUBMITTED and workers(h)["replicas"] == 4
+
+
+def test_a_run_whose_gke_cluster_was_deleted_fails_after_the_pending_deadline(controller, functions_server, bucket):
+    """Issue 21: a run whose GKE cluster was deleted stayed SUBMITTED forever and every tick answered 500. That the
+    cluster is gone is a fact the decision sees: said at once, FAILED after deadlines.pending_seconds, and the
+    ticks answer 2xx meanwhile (watch() raises on anything else)."""
+    h = controller
+    good = launched(h, functions_server, bucket)
+    h.kube.set_status("rayjobs", good.run_id, RUNNING)
+    watch(functions_server)
+    h.gke.clusters.clear()  # deleted in the console
+    h.kube.fail("GET", "/rayjobs/", 503, times=1000)  # and its API server with it
+    watch(functions_server)
+    record = h.ctx.store.get(good.run_id)
+    assert record.state == State.RUNNING and "does not exist (deleted?): its RayJob cannot be followed" in record.reason
+    h.clock.advance(QUICK["deadlines"]["pending_seconds"] + 1)
+    watch(functions_server)
+    record = h.ctx.store.get(good.run_id)
+    assert record.state == State.FAILED and "GKE cluster raytune in us-central1 does not exist" in record.reason
+    assert record.settled

@@ -151,7 +151,11 @@ def test_the_group_always_covers_every_holder_and_never_exceeds_the_limit(ops):
 def test_an_allocation_is_rebuilt_from_the_live_runs_above_the_rayclusters_stamp():
     from functions.core.allocation import LiveRun, key_path, rebuilt, spec_of
 
-    live = [LiveRun("b", 2, at(5), admitted=False), LiveRun("a", 3, at(0), admitted=True), LiveRun("c", 1, at(1), False)]
+    live = [
+        LiveRun("b", 2, at(5), admitted=False),
+        LiveRun("a", 3, at(0), admitted=True),
+        LiveRun("c", 1, at(1), False),
+    ]
     alloc = rebuilt(SPEC, live, stamp=41, now=at(9))
     assert alloc.holders == {"a": 3} and [w.run_id for w in alloc.queue] == ["c", "b"] and alloc.version == 42
     assert sizing(alloc, GroupSeen(5, 41), launching=False) == 5  # never shrinks a live run's group

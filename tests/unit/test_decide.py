@@ -338,7 +338,33 @@ BEFORE_SUBMISSION = [
 ]
 
 RUNNING = {"jobStatus": "RUNNING", "jobDeploymentStatus": "Running"}
+GONE = "GKE cluster raytune in us-central1 does not exist (deleted?)"
+GONE_REASON = f"{GONE}: its RayJob cannot be followed"
 AFTER_SUBMISSION = [
+    (
+        "cluster deleted under a running run: say so",
+        record(S.RUNNING, submitted=100, idle=50),
+        dict(cluster_gone=GONE),
+        A.MOVE,
+        S.RUNNING,
+        GONE_REASON,
+    ),
+    (
+        "cluster still gone within the pending deadline: wait",
+        record(S.RUNNING, submitted=900, idle=PENDING - 1, reason=GONE_REASON),
+        dict(cluster_gone=GONE),
+        A.NOTHING,
+        None,
+        None,
+    ),
+    (
+        "cluster gone past the pending deadline: FAILED with the reason",
+        record(S.SUBMITTED, submitted=900, idle=PENDING + 1, reason=GONE_REASON),
+        dict(cluster_gone=GONE),
+        A.MOVE,
+        S.FAILED,
+        f"{GONE_REASON}, for {PENDING + 1}s",
+    ),
     (
         "launch leaves submitted runs to the watcher",
         record(S.SUBMITTED, submitted=1),
