@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from functions.core.config import TINY_MODEL, RunConfig
-from functions.core.result import CHAMPION_ENV, Evaluation, RunMetrics, RunResult
+from functions.core.result import CHAMPION_ENV, WORKER_RESOURCE_ENV, Evaluation, RunMetrics, RunResult
 from trainer.codehash import ROOT, code_files, code_sha256
 from trainer.export import MERGED_DIR
 from trainer.generate import PROMPTS_FILE
@@ -246,6 +246,10 @@ def ray_train_configs(cfg: RunConfig, run_id: str):
 
     scaling = cfg.scaling
     resources = {"CPU": scaling.cpus_per_worker, **({"GPU": 1} if scaling.use_gpu else {})}
+    # The run's own worker group advertises this resource (functions/core/manifests.py worker_group): its
+    # workers land on its nodes only, so the nodes can go exactly when it ends.
+    if own := os.environ.get(WORKER_RESOURCE_ENV):
+        resources[own] = 1
     scaling_config = ray.train.ScalingConfig(
         num_workers=scaling.num_workers,
         use_gpu=scaling.use_gpu,

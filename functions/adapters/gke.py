@@ -11,9 +11,10 @@ import threading
 from typing import Any
 
 from functions.adapters.google_api import translate
-from functions.adapters.kube import Kube, WorkerGroup, api_client
+from functions.adapters.kube import Kube, RayClusterSeen, api_client
 from functions.adapters.retry import with_retries
 from functions.core import errors, manifests, stuck
+from functions.core.allocation import group_name
 from functions.core.config import ClusterSpec, RunConfig
 from functions.core.platform import ClusterReadiness, Leftover, Workers
 
@@ -237,13 +238,21 @@ class GkePlatform:
         kube = self.reachable(spec)
         if kube is None:
             return None  # no GKE cluster, no RayCluster
-        group = kube.worker_group(spec.namespace, spec.ray_cluster, manifests.GPU_GROUP)
-        if group is None:
+        seen = kube.worker_groups(spec.namespace, spec.ray_cluster)
+        if seen is None:
             return None
+        groups = {g["groupName"]: int(g.get("replicas") or 0) for g in seen.groups}
+        # A group at zero leaves the spec only once KubeRay has deleted its pods (it reconciles only the groups
+        # in the spec): one pod listing per such group, and only while one exists.
+        drained = frozenset(
+            name
+            for name, replicas in groups.items()
+            if replicas == 0 and not kube.pods(spec.namespace, f"ray.io/cluster={spec.ray_cluster},ray.io/group={name}")
+        )
         # Another deployment's (its label names another runs bucket) is not ours; one made before the label
         # existed (managed-by only) is, and the next apply labels it.
-        ours = group.managed and group.owner in (None, self.owner)
-        return Workers(group.replicas, group.stamp, group, ours)
+        ours = seen.managed and seen.owner in (None, self.owner)
+        return Workers(groups, seen.stamp, seen, ours, drained)
 
     @functools.cached_property
     def code(self) -> tuple[dict[str, bytes], str]:
@@ -256,26 +265,27 @@ class GkePlatform:
     def code_sha256(self) -> str:
         return self.code[1]
 
-    def size(self, cfg: RunConfig, workers: Workers | None, replicas: int, stamp: int) -> bool:
+    def size(self, cfg: RunConfig, run_id: str, workers: Workers | None, groups: dict[str, int], stamp: int) -> bool:
         kube = self._kube(cfg.cluster)
         if self.hf_token:
             kube.apply(manifests.secret(cfg, self.hf_token))
         files, code_hash = self.code
         kube.apply(manifests.code_configmap(cfg, files, code_hash))
-        cluster = manifests.ray_cluster(cfg, list(files), code_hash, replicas, stamp, owner=self.owner)
+        own = manifests.worker_group(cfg, run_id, groups.get(group_name(run_id), 0), list(files), code_hash)
+        specs = _resized(workers, groups, {own["groupName"]: own})
+        cluster = manifests.ray_cluster(cfg, list(files), code_hash, specs, stamp, owner=self.owner)
         if workers is None:
             return kube.create(cluster)
-        assert isinstance(workers.handle, WorkerGroup)
+        assert isinstance(workers.handle, RayClusterSeen)
         return kube.apply(cluster, resource_version=workers.handle.resource_version)
 
-    def scale(self, spec: ClusterSpec, workers: Workers, replicas: int, stamp: int) -> bool:
-        assert isinstance(workers.handle, WorkerGroup)
-        return self._kube(spec).scale_worker_group(
-            spec.namespace, spec.ray_cluster, manifests.GPU_GROUP, workers.handle, replicas, stamp
-        )
+    def scale(self, spec: ClusterSpec, workers: Workers, groups: dict[str, int], stamp: int) -> bool:
+        assert isinstance(workers.handle, RayClusterSeen)
+        specs = _resized(workers, groups, {})
+        return self._kube(spec).set_worker_groups(spec.namespace, spec.ray_cluster, workers.handle, specs, stamp)
 
     def delete_cluster(self, spec: ClusterSpec, workers: Workers) -> bool:
-        assert isinstance(workers.handle, WorkerGroup)
+        assert isinstance(workers.handle, RayClusterSeen)
         return self._kube(spec).delete_raycluster(spec.namespace, spec.ray_cluster, workers.handle.resource_version)
 
     def submit(self, cfg: RunConfig, run_id: str, env: dict[str, str]) -> None:
@@ -322,6 +332,16 @@ class GkePlatform:
                 )
             )
         return found
+
+
+def _resized(workers: Workers | None, groups: dict[str, int], rendered: dict[str, dict]) -> list[dict]:
+    """The worker group specs for `groups`: each as rendered for its run, else as read at its new size."""
+    seen = (
+        {g["groupName"]: g for g in workers.handle.groups}
+        if workers and isinstance(workers.handle, RayClusterSeen)
+        else {}
+    )
+    return [rendered.get(name) or manifests.resized(seen[name], replicas) for name, replicas in groups.items()]
 
 
 def _created(obj: dict) -> dt.datetime | None:

@@ -29,10 +29,9 @@ STAMP = ALLOCATION_ANNOTATION
 
 
 @dataclass(frozen=True)
-class WorkerGroup:
-    replicas: int
-    resource_version: str  # the RayCluster's, read together with replicas: every write's precondition
-    index: int
+class RayClusterSeen:
+    groups: list[dict[str, Any]]  # spec.workerGroupSpecs as read
+    resource_version: str  # the RayCluster's, read together with the groups: every write's precondition
     stamp: int
     annotated: bool  # the RayCluster has metadata.annotations (a JSON patch can add the stamp to it)
     managed: bool  # it carries the controller's label: never change another team's RayCluster
@@ -324,45 +323,41 @@ class Kube:
         response = with_retries(call, what, translate=translate)
         return list(json.loads(response.data).get("items") or [])
 
-    def worker_group(self, namespace: str, cluster: str, group: str) -> WorkerGroup | None:
+    def worker_groups(self, namespace: str, cluster: str) -> RayClusterSeen | None:
+        """The RayCluster's worker groups as read, with what every write to them is conditional on; None when
+        there is no RayCluster."""
         found = self._get("RayCluster", namespace, cluster)
         if found is None:
             return None
-        for index, spec in enumerate(found["spec"].get("workerGroupSpecs", [])):
-            if spec["groupName"] == group:
-                return WorkerGroup(
-                    int(spec.get("replicas", 0)),
-                    found["metadata"]["resourceVersion"],
-                    index,
-                    stamp_of(found),
-                    "annotations" in found["metadata"],
-                    MANAGED_BY.items() <= (found["metadata"].get("labels") or {}).items(),
-                    (found["metadata"].get("labels") or {}).get(OWNER_LABEL),
-                )
-        return None
+        labels = found["metadata"].get("labels") or {}
+        return RayClusterSeen(
+            list(found["spec"].get("workerGroupSpecs") or []),
+            found["metadata"]["resourceVersion"],
+            stamp_of(found),
+            "annotations" in found["metadata"],
+            MANAGED_BY.items() <= labels.items(),
+            labels.get(OWNER_LABEL),
+        )
 
-    def scale_worker_group(
-        self, namespace: str, cluster: str, group: str, current: WorkerGroup, replicas: int, stamp: int
+    def set_worker_groups(
+        self, namespace: str, cluster: str, current: RayClusterSeen, groups: list[dict[str, Any]], stamp: int
     ) -> bool:
-        """Set replicas and minReplicas (KubeRay clamps replicas up to minReplicas) and the allocation stamp if
-        the RayCluster is still at `current.resource_version`; False when it changed meanwhile (HTTP 409)."""
-        if replicas < 0:  # the RayCluster CRD accepts -1 (KubeRay 1.5.2 on a real API server): the guard is ours
-            raise ValueError(f"replicas must be at least 0, got {replicas}")
-        base = f"/spec/workerGroupSpecs/{current.index}"
+        """Replace the worker groups and stamp the allocation version if the RayCluster is still at
+        `current.resource_version`; False when it changed meanwhile (HTTP 409)."""
+        for group in groups:
+            if int(group.get("replicas", 0)) < 0:  # the CRD accepts -1 (KubeRay 1.5.2 on a real API server)
+                raise ValueError(f"replicas must be at least 0, got {group.get('replicas')}")
         stamped = (
             {"op": "add", "path": "/metadata/annotations/" + STAMP.replace("/", "~1"), "value": str(stamp)}
             if current.annotated
             else {"op": "add", "path": "/metadata/annotations", "value": {STAMP: str(stamp)}}
         )
         patch = [
-            {"op": "test", "path": f"{base}/groupName", "value": group},
             {"op": "replace", "path": "/metadata/resourceVersion", "value": current.resource_version},
-            {"op": "replace", "path": f"{base}/minReplicas", "value": replicas},
-            {"op": "replace", "path": f"{base}/replicas", "value": replicas},
+            {"op": "add", "path": "/spec/workerGroupSpecs", "value": groups},
             stamped,
         ]
-
-        return self._conditional(  # 409: changed since read; 422: the group moved. The caller looks again.
+        return self._conditional(  # 409: changed since read. The caller looks again.
             lambda: self._send(
                 self.custom.patch_namespaced_custom_object,
                 RAY_GROUP,
@@ -374,6 +369,6 @@ class Kube:
                 field_manager=FIELD_MANAGER,
                 _content_type=JSON_PATCH,
             ),
-            f"scale {namespace}/{cluster}/{group} to {replicas}",
-            lost=(409, 422),
+            f"set the worker groups of {namespace}/{cluster}",
+            lost=(409,),
         )

@@ -6,9 +6,9 @@ only ever changed by compare-and-swap, so it is the single, linearizable truth a
   nodes fit beside the holders' under `cluster.max_worker_nodes` and the operator's cap; otherwise it waits,
   QUEUED;
 - a run that ended (or whose record is gone) holds nothing: `release` drops it;
-- the group grows to `wanted` (the holders' nodes) and goes to 0 when nobody holds any (never a partial
-  shrink: KubeRay would pick the workers to remove at random), stamped with the allocation's `version` on the
-  RayCluster. A writer whose version is older than the stamp it finds loses (`sizing`), and every write
+- each holder has a worker group of its own in the RayCluster, sized to its nodes, and it goes to zero (then
+  out of the spec) when its run ends, so GPU nodes are released exactly (`sizing`), stamped with the
+  allocation's `version` on the RayCluster. A writer whose version is older than the stamp it finds loses (`sizing`), and every write
   to the RayCluster is conditional on the resourceVersion it read, so sizes only ever move forward in
   allocation order: a stale scale-down can never remove a node a newer admission counts on.
 """
@@ -16,6 +16,7 @@ only ever changed by compare-and-swap, so it is the single, linearizable truth a
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -24,6 +25,7 @@ from pydantic import BaseModel, Field
 from functions.core.config import ClusterSpec
 
 ALLOCATIONS = "clusters/"
+LEGACY_GROUP = "gpu-group"  # the one worker group every run shared before groups were per run
 
 
 class Waiting(BaseModel):
@@ -110,26 +112,55 @@ def admit(
     return waiting, Admission(False, position=position, queued=len(queue), held=alloc.wanted, limit=limit)
 
 
+def group_name(run_id: str) -> str:
+    """The RayCluster worker group of one run: its nodes are its own, so they go exactly when it ends."""
+    return "run-" + hashlib.sha256(run_id.encode()).hexdigest()[:12]
+
+
 @dataclass(frozen=True)
 class GroupSeen:
-    """The RayCluster's GPU worker group as read: its size and the allocation version it was sized for."""
+    """The RayCluster's worker groups as read: each group's replicas, the allocation version they were sized
+    for, and the groups already at zero whose pods are gone (removable from the spec)."""
 
-    replicas: int
+    groups: dict[str, int]
     stamp: int
+    drained: frozenset[str] = frozenset()
+
+    @property
+    def replicas(self) -> int:
+        return sum(self.groups.values())
 
 
-def sizing(alloc: Allocation, seen: GroupSeen | None, launching: bool) -> int | None:
-    """The size to write to the group, or None to leave it. Only a launch creates the RayCluster; a newer
-    allocation already applied wins. The group never shrinks while any run holds nodes: without an
-    explicit list of pods to delete, KubeRay removes random workers on a decrease (its autoscaler is off),
-    which could be a live run's. So it grows to what the holders need and goes to 0 once none holds any;
-    freed nodes meanwhile serve the queue without a new scale-up."""
+def sizing(alloc: Allocation, seen: GroupSeen | None, launching: str | None) -> dict[str, int] | None:
+    """The worker groups to write (name -> replicas), or None to leave them. Each holder has a group of its
+    own (`group_name`), so an ended run's nodes go exactly, never a live run's: with the autoscaler off
+    KubeRay removes pods at random only within a group that shrinks (ray-operator/controllers/ray/
+    raycluster_controller.go, reconcilePods, v1.5.2), and a group is only ever shrunk to zero.
+
+    Only a launch (`launching`: its run id) creates the RayCluster or adds a group, its own, rendered from its
+    config; the watcher only resizes groups that exist. A group whose run ended goes to zero and, once KubeRay
+    has deleted its pods (`drained`), out of the spec: KubeRay's reconcilePods walks only the groups in the
+    spec, so pods of a group removed early would be orphaned. The group of the previous release (one shared
+    group) keeps its size while a run admitted under it still holds nodes. A newer allocation already applied
+    wins (stamp)."""
+    wanted = {group_name(run_id): nodes for run_id, nodes in alloc.holders.items()}
+    own = group_name(launching) if launching in alloc.holders else None
     if seen is None:
-        return alloc.wanted if launching and alloc.holders else None
+        return {own: wanted[own]} if own else None
     if seen.stamp > alloc.version:
         return None
-    target = max(alloc.wanted, seen.replicas) if alloc.holders else 0
-    if target == seen.replicas and seen.stamp == alloc.version:
+    unrendered = [r for r in alloc.holders if group_name(r) not in seen.groups and group_name(r) != own]
+    target: dict[str, int] = {}
+    for group, replicas in seen.groups.items():
+        if group in wanted:
+            target[group] = wanted[group]
+        elif group == LEGACY_GROUP and unrendered:
+            target[group] = replicas  # its runs were admitted before groups were per run
+        elif group not in seen.drained:
+            target[group] = 0
+    if own:
+        target[own] = wanted[own]
+    if target == seen.groups and seen.stamp == alloc.version:
         return None
     return target
 

@@ -7,13 +7,16 @@ cluster; the same inputs always give the same objects, so applying them twice ch
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 import shlex
 from typing import Any
 
 import yaml
 
+from functions.core.allocation import group_name
 from functions.core.config import RunConfig
+from functions.core.result import WORKER_RESOURCE_ENV
 
 MANAGED_BY = {"app.kubernetes.io/managed-by": "raytune"}
 RUN_LABEL = "raytune.dev/run-id"
@@ -31,7 +34,6 @@ SCRATCH = "/mnt/local-ssd/"
 # file while downloading, so one process downloads the model and the others wait for it.
 CACHE_ENV = {"HF_HOME": f"{SCRATCH}hf", "HF_DATASETS_CACHE": f"{SCRATCH}hf/datasets"}
 LOCAL_SSD = {"cloud.google.com/gke-ephemeral-storage-local-ssd": "true"}
-GPU_GROUP = "gpu-group"
 RAY_PORTS = (("gcs", 6379), ("dashboard", 8265), ("client", 10001))
 
 
@@ -133,27 +135,54 @@ def _worker_resources(cfg: RunConfig) -> dict[str, Any]:
     return {"requests": dict(amounts), "limits": dict(amounts)}
 
 
-def ray_cluster(
-    cfg: RunConfig,
-    code_paths: list[str],
-    code_hash: str,
-    worker_replicas: int,
-    stamp: int = 0,
-    owner: str | None = None,
-) -> dict[str, Any]:
-    """The shared RayCluster. Worker replicas and minReplicas move together: KubeRay clamps
-    replicas up to minReplicas, so scaling to zero needs both at 0. `stamp` is the allocation version
-    the size comes from (functions/core/allocation.py): writers with an older one lose."""
-    cluster = cfg.cluster
-    head = cluster.head
-    head_amounts = {"cpu": head.cpu, "memory": head.memory, "ephemeral-storage": head.ephemeral_storage}
+def worker_group(cfg: RunConfig, run_id: str, replicas: int, code_paths: list[str], code_hash: str) -> dict[str, Any]:
+    """One run's worker group: its nodes, each advertising the run's own Ray resource (one unit per training
+    worker it hosts), so Ray Train places the run's workers on its nodes only and the group can go with the run.
+    Replicas and minReplicas move together: KubeRay clamps replicas up to minReplicas."""
+    group = group_name(run_id)
     worker_spec: dict[str, Any] = {
-        "containers": [_container("ray-worker", cluster.worker_image_ref, _worker_resources(cfg))],
+        "containers": [_container("ray-worker", cfg.cluster.worker_image_ref, _worker_resources(cfg))],
         "volumes": _volumes(code_paths),
     }
     selector = _worker_node_selector(cfg)
     if selector:
         worker_spec["nodeSelector"] = selector
+    # rayStartParams values reach `ray start --resources=...` through a shell: a quoted JSON string, as in
+    # KubeRay's docs ('"{\"Custom1\": 1}"'); the group-level `resources` field is newer than KubeRay 1.3.
+    resources = json.dumps({group: cfg.scaling.gpus_per_node or 1})
+    return {
+        "groupName": group,
+        "replicas": replicas,
+        "minReplicas": replicas,
+        "maxReplicas": max(replicas, 1),
+        "rayStartParams": {"resources": '"' + resources.replace('"', '\\"') + '"'},
+        "template": {
+            "metadata": {"labels": {RUN_LABEL: run_id}, "annotations": {CODE_HASH_ANNOTATION: code_hash}},
+            "spec": worker_spec,
+        },
+    }
+
+
+def resized(group: dict[str, Any], replicas: int) -> dict[str, Any]:
+    """A worker group as read, at another size (and without a workersToDelete list KubeRay left behind)."""
+    kept = {k: v for k, v in group.items() if k != "scaleStrategy"}
+    return {**kept, "replicas": replicas, "minReplicas": replicas, "maxReplicas": max(replicas, 1)}
+
+
+def ray_cluster(
+    cfg: RunConfig,
+    code_paths: list[str],
+    code_hash: str,
+    groups: list[dict[str, Any]],
+    stamp: int = 0,
+    owner: str | None = None,
+) -> dict[str, Any]:
+    """The shared RayCluster: the head, and one worker group per run holding nodes (`worker_group`). `stamp`
+    is the allocation version the groups come from (functions/core/allocation.py): writers with an older one
+    lose."""
+    cluster = cfg.cluster
+    head = cluster.head
+    head_amounts = {"cpu": head.cpu, "memory": head.memory, "ephemeral-storage": head.ephemeral_storage}
     return {
         "apiVersion": "ray.io/v1",
         "kind": "RayCluster",
@@ -182,16 +211,7 @@ def ray_cluster(
                     },
                 },
             },
-            "workerGroupSpecs": [
-                {
-                    "groupName": GPU_GROUP,
-                    "replicas": worker_replicas,
-                    "minReplicas": worker_replicas,
-                    "maxReplicas": max(cluster.max_worker_nodes, worker_replicas),
-                    "rayStartParams": {},
-                    "template": {"metadata": {"annotations": {CODE_HASH_ANNOTATION: code_hash}}, "spec": worker_spec},
-                }
-            ],
+            "workerGroupSpecs": groups,
         },
     }
 
@@ -237,7 +257,9 @@ def ray_job(
             "jobId": run_id,
             "entrypoint": entrypoint(cfg, run_id),
             "clusterSelector": {"ray.io/cluster": cfg.cluster.ray_cluster},
-            "runtimeEnvYAML": yaml.safe_dump(runtime_env(cfg, code_hash, env), sort_keys=True),
+            "runtimeEnvYAML": yaml.safe_dump(
+                runtime_env(cfg, code_hash, {WORKER_RESOURCE_ENV: group_name(run_id), **env}), sort_keys=True
+            ),
             "activeDeadlineSeconds": cfg.deadlines.run_seconds,
         },
     }
@@ -249,7 +271,7 @@ def run_objects(
     """ConfigMap, RayCluster and RayJob in the order they must be applied (the Secret is applied apart)."""
     return [
         code_configmap(cfg, files, code_hash),
-        ray_cluster(cfg, list(files), code_hash, worker_replicas),
+        ray_cluster(cfg, list(files), code_hash, [worker_group(cfg, run_id, worker_replicas, list(files), code_hash)]),
         ray_job(cfg, run_id, code_hash, env),
     ]
 

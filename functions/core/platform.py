@@ -18,10 +18,15 @@ class ClusterReadiness:
 
 @dataclass(frozen=True)
 class Workers:
-    replicas: int
-    stamp: int  # the allocation version the group was last sized for (0: never stamped)
+    groups: dict[str, int]  # worker group -> replicas: one group per run holding nodes (allocation.group_name)
+    stamp: int  # the allocation version the groups were last sized for (0: never stamped)
     handle: object  # the RayCluster as read, given back to size()/scale()/delete_cluster() as their precondition
     managed: bool = True  # labelled as the controller's; another team's RayCluster of that name is never changed
+    drained: frozenset[str] = frozenset()  # groups at zero with no pods left
+
+    @property
+    def replicas(self) -> int:
+        return sum(self.groups.values())
 
 
 @dataclass(frozen=True)
@@ -42,15 +47,16 @@ class Platform(Protocol):
         """Ready, or creation/repair started (never waits for it)."""
 
     def workers(self, spec: ClusterSpec) -> Workers | None:
-        """The RayCluster's GPU worker group as it stands; None when there is no RayCluster."""
+        """The RayCluster's worker groups as they stand; None when there is no RayCluster."""
 
-    def size(self, cfg: RunConfig, workers: Workers | None, replicas: int, stamp: int) -> bool:
-        """Apply the code, the Secret and the RayCluster with this many workers, stamped: created when
-        `workers` is None, else only if unchanged since `workers` was read. False when it changed (or was
-        created) meanwhile."""
+    def size(self, cfg: RunConfig, run_id: str, workers: Workers | None, groups: dict[str, int], stamp: int) -> bool:
+        """Apply the code, the Secret and the RayCluster with these worker groups, stamped (the run's own group
+        rendered from `cfg`, the others as read): created when `workers` is None, else only if unchanged since
+        `workers` was read. False when it changed (or was created) meanwhile."""
 
-    def scale(self, spec: ClusterSpec, workers: Workers, replicas: int, stamp: int) -> bool:
-        """Resize the worker group, stamped, if unchanged since read; False when it changed meanwhile."""
+    def scale(self, spec: ClusterSpec, workers: Workers, groups: dict[str, int], stamp: int) -> bool:
+        """Resize existing worker groups (and drop those left out), stamped, if unchanged since read; False when
+        it changed meanwhile."""
 
     def delete_cluster(self, spec: ClusterSpec, workers: Workers) -> bool:
         """Delete the RayCluster if unchanged since read; False when it changed meanwhile."""

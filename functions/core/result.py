@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict
 # The champion at submission, given to the trainer (JSON {"run_id", "adapter_path"}): the baseline it
 # evaluates against and, with training.init_adapter "champion", its warm start.
 CHAMPION_ENV = "RAYTUNE_CHAMPION"
+WORKER_RESOURCE_ENV = "RAYTUNE_WORKER_RESOURCE"  # the run's own Ray resource (its worker group's): workers ask for 1
 
 
 class Lenient(BaseModel):

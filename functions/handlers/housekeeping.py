@@ -1,5 +1,6 @@
 """Once per watch tick, for every RayCluster the controller sized: delete it when it has been idle for
-`cluster.idle_delete_seconds` (its head pod bills around the clock), and sweep the RayJobs and RayClusters
+`cluster.idle_delete_seconds` (its head pod bills around the clock), else bring its worker groups to the
+allocation (an ended run's drained group leaves the spec), and sweep the RayJobs and RayClusters
 carrying the controller's labels that no live run owns (leaks: a launch that died mid-way, a record
 removed by hand, an older controller). Leaks are stopped, logged and reported on the run-events topic."""
 
@@ -13,6 +14,7 @@ from functions.core.config import ClusterSpec
 from functions.core.errors import describe
 from functions.core.platform import Leftover
 from functions.core.runs import RunRecord
+from functions.handlers import sizing
 from functions.handlers.context import Context
 
 log = logging.getLogger(__name__)
@@ -26,8 +28,11 @@ def tidy(ctx: Context, live: list[RunRecord]) -> list[Exception]:
         try:
             if allocation.idle_expired(alloc, ctx.clock()):
                 teardown(ctx, alloc)
+            elif not alloc.deleted:
+                # Groups of ended runs leave the spec once drained; a size a lost write left behind is repaired.
+                sizing.sync_workers(ctx, alloc.cluster)
         except Exception as exc:
-            log.warning("RayCluster %s: idle teardown failed: %s", alloc.cluster.ray_cluster, describe(exc))
+            log.warning("RayCluster %s: idle teardown or sizing failed: %s", alloc.cluster.ray_cluster, describe(exc))
             troubles.append(exc)
     namespaces: dict[tuple[str, str, str], ClusterSpec] = {}
     specs = [a.cluster for a in allocs] + [r.run_config().cluster for r in live if r.config]

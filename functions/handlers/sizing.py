@@ -71,10 +71,10 @@ def release(ctx: Context, spec: ClusterSpec, sync: bool = True) -> None:
         sync_workers(ctx, spec)
 
 
-def sync_workers(ctx: Context, spec: ClusterSpec, launching: RunConfig | None = None) -> int:
-    """Bring the worker group to its allocation; returns its size. A launch (given its run's config) may
-    create the RayCluster. Every write is conditional on the RayCluster as read and on its stamp being older
-    than the allocation, so a stale writer loses."""
+def sync_workers(ctx: Context, spec: ClusterSpec, launching: tuple[RunConfig, str] | None = None) -> int:
+    """Bring the worker groups to the allocation; returns the nodes they hold. A launch (given its run's
+    config and id) may create the RayCluster and adds its run's group. Every write is conditional on the
+    RayCluster as read and on its stamp being older than the allocation, so a stale writer loses."""
     for _ in range(ATTEMPTS):
         alloc = ctx.allocations.get(spec)
         if alloc is None:
@@ -87,19 +87,24 @@ def sync_workers(ctx: Context, spec: ClusterSpec, launching: RunConfig | None = 
                 f"RayCluster {spec.namespace}/{spec.ray_cluster} exists and is not managed by raytune "
                 "(no app.kubernetes.io/managed-by=raytune label): choose another cluster.ray_cluster"
             )
-        seen = GroupSeen(workers.replicas, workers.stamp) if workers else None
-        target = allocation.sizing(alloc, seen, launching=launching is not None)
+        seen = GroupSeen(workers.groups, workers.stamp, workers.drained) if workers else None
+        target = allocation.sizing(alloc, seen, launching=launching[1] if launching else None)
         if target is None:
             return workers.replicas if workers else 0
         if launching is not None:
-            done = ctx.platform.size(launching, workers, target, alloc.version)
+            done = ctx.platform.size(launching[0], launching[1], workers, target, alloc.version)
         else:
             assert workers is not None
             done = ctx.platform.scale(spec, workers, target, alloc.version)
         if done:
-            before = workers.replicas if workers else "none"
             log.info(
-                "RayCluster %s: GPU workers %s -> %d (allocation %d)", spec.ray_cluster, before, target, alloc.version
+                "RayCluster %s: worker nodes %s -> %d (groups %s -> %s, allocation %d)",
+                spec.ray_cluster,
+                workers.replicas if workers else "none",
+                sum(target.values()),
+                workers.groups if workers else {},
+                target,
+                alloc.version,
             )
-            return target
+            return sum(target.values())
     raise TransientError(f"RayCluster {spec.ray_cluster} kept changing while being sized")

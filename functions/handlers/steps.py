@@ -85,7 +85,7 @@ def observe(ctx: Context, record: RunRecord, action: Action) -> dict[str, Any]:
 
 
 def submit(ctx: Context, cfg: RunConfig, run_id: str) -> str:
-    replicas = sizing.sync_workers(ctx, cfg.cluster, launching=cfg)
+    replicas = sizing.sync_workers(ctx, cfg.cluster, launching=(cfg, run_id))
     ctx.platform.submit(cfg, run_id, {**trainer_env(ctx), **lineage.trainer_env(ctx, cfg)})
     return f"RayJob {run_id} on RayCluster {cfg.cluster.ray_cluster} ({replicas} worker nodes)"
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import json
 import os
 import re
 import secrets
@@ -26,9 +27,11 @@ from typing import Any
 import requests
 
 from functions.core import joblog, manifests
+from functions.core.allocation import group_name
 from functions.core.config import ClusterSpec, RunConfig
 from functions.core.errors import NotFound, PermanentError, TransientError, from_status
 from functions.core.platform import ClusterReadiness, Leftover, Workers
+from functions.core.result import WORKER_RESOURCE_ENV
 from functions.local import emulators, session
 from trainer.codehash import ROOT, code_files, code_sha256
 
@@ -137,8 +140,9 @@ class LocalRay:
         os.environ.update({k: self.env[k] for k in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN_PATH")})
         self.head: emulators.Service | None = None
         self.dashboard_port = 0
-        self.shape = NodeShape(cpus=1, gpus=0, accelerator=None)
-        self.nodes: list[emulators.Service] = []  # the worker group
+        self.shapes: dict[str, NodeShape] = {}  # each run's worker group: its nodes' shape
+        self.groups: dict[str, list[emulators.Service]] = {}  # each run's worker group: its nodes
+        self.slots: dict[int, emulators.Service] = {}  # GPU slices in use: slot -> node
         self.generation = 0  # bumped on every scale: the precondition size()/scale() check
         self.stamp = 0  # the allocation version the worker group was last sized for
         self.lock = threading.RLock()
@@ -206,46 +210,66 @@ class LocalRay:
                 self._client = JobSubmissionClient(f"http://127.0.0.1:{self.dashboard_port}")
             return self._client
 
-    def _node_args(self, index: int) -> tuple[list[str], dict[str, str]]:
-        """Worker node `index`'s resources; on a GPU machine its own slice of the GPUs (Ray would otherwise
-        give every local node the same devices)."""
+    @property
+    def nodes(self) -> list[emulators.Service]:
+        """Every worker node, of every group."""
+        return [node for nodes in self.groups.values() for node in nodes]
+
+    def _node_args(self, group: str, slot: int) -> tuple[list[str], dict[str, str]]:
+        """A worker node of `group`: its shape's resources, the group's own resource (one unit per training
+        worker, as on GKE: functions/core/manifests.py worker_group) and, on a GPU machine, GPU slice `slot`
+        (Ray would otherwise give every local node the same devices)."""
         assert self.head is not None, "the head starts before any worker"
-        shape = self.shape
+        shape = self.shapes[group]
         args = [f"--address=127.0.0.1:{self.head.port}", f"--num-cpus={shape.cpus}", f"--num-gpus={shape.gpus}"]
         env = {}
         if shape.gpus:
-            devices = range(index * shape.gpus, (index + 1) * shape.gpus)
+            devices = range(slot * shape.gpus, (slot + 1) * shape.gpus)
             env["CUDA_VISIBLE_DEVICES"] = ",".join(str(d) for d in devices)
+        resources = {group: shape.gpus or 1}
         if shape.accelerator:
-            args.append(f'--resources={{"accelerator_type:{shape.accelerator}": 1}}')
+            resources[f"accelerator_type:{shape.accelerator}"] = 1
+        args.append(f"--resources={json.dumps(resources)}")
         return args, env
 
-    def _scale_to(self, replicas: int) -> None:
-        """Start the missing nodes or stop the extra ones. One at a time: two `ray start` of one cluster at
-        once on this machine time out registering with the GCS."""
-        while len(self.nodes) < replicas:
-            assert self.head is not None, "the head starts before any worker"
-            index = len(self.nodes)
-            self.nodes.append(self._ray_start(*self._node_args(index), self.head.port, f"ray-worker-{index}"))
-        while len(self.nodes) > replicas:
-            self.nodes.pop().stop()
+    def _scale_to(self, groups: dict[str, int]) -> None:
+        """Start each group's missing nodes, stop its extra ones, stop the groups left out. One node at a time:
+        two `ray start` of one cluster at once on this machine time out registering with the GCS."""
+        for group in [g for g in self.groups if g not in groups]:
+            self._resize(group, 0)
+            del self.groups[group]
+        for group, replicas in groups.items():
+            self._resize(group, replicas)
         self.generation += 1
 
-    def size(self, cfg: RunConfig, workers: Workers | None, replicas: int, stamp: int) -> bool:
+    def _resize(self, group: str, replicas: int) -> None:
+        nodes = self.groups.setdefault(group, [])
+        while len(nodes) < replicas:
+            assert self.head is not None, "the head starts before any worker"
+            slot = min(set(range(len(self.slots) + 1)) - set(self.slots))
+            node = self._ray_start(*self._node_args(group, slot), self.head.port, f"ray-worker-{group}-{len(nodes)}")
+            self.slots[slot] = node
+            nodes.append(node)
+        while len(nodes) > replicas:
+            node = nodes.pop()
+            node.stop()
+            self.slots = {slot: n for slot, n in self.slots.items() if n is not node}
+
+    def size(self, cfg: RunConfig, run_id: str, workers: Workers | None, groups: dict[str, int], stamp: int) -> bool:
         scaling = cfg.scaling
         if scaling.use_gpu:
             check_fits(cfg, self.gpus)
         with self.lock:
             if self.head is None or (workers is not None and workers.handle != self.generation):
                 return False
-            self.shape = NodeShape(
+            self.shapes[group_name(run_id)] = NodeShape(
                 cpus=scaling.cpus_per_worker
                 if not scaling.use_gpu
                 else scaling.cpus_per_worker * scaling.gpus_per_node,
                 gpus=scaling.gpus_per_node,
                 accelerator=scaling.accelerator if scaling.use_gpu else None,
             )
-            self._scale_to(replicas)
+            self._scale_to(groups)
             self.stamp = stamp
             return True
 
@@ -263,7 +287,14 @@ class LocalRay:
             self.client.submit_job(
                 entrypoint=manifests.entrypoint(cfg, run_id, python=sys.executable),
                 submission_id=run_id,
-                runtime_env={"env_vars": {"PYTHONPATH": str(ROOT), "RAYTUNE_CODE_SHA256": self.code_sha256(), **env}},
+                runtime_env={
+                    "env_vars": {
+                        "PYTHONPATH": str(ROOT),
+                        "RAYTUNE_CODE_SHA256": self.code_sha256(),
+                        WORKER_RESOURCE_ENV: group_name(run_id),
+                        **env,
+                    }
+                },
             )
 
     def job_status(self, cfg: RunConfig | None, run_id: str) -> dict[str, Any] | None:
@@ -314,14 +345,19 @@ class LocalRay:
         return None  # Ray's own job message says why locally; there are no pods
 
     def workers(self, spec: ClusterSpec) -> Workers | None:
+        """The worker groups; a group at zero is drained at once (its nodes were stopped, not asked to go)."""
         with self.lock:
-            return None if self.head is None else Workers(len(self.nodes), self.stamp, self.generation)
+            if self.head is None:
+                return None
+            groups = {group: len(nodes) for group, nodes in self.groups.items()}
+            drained = frozenset(group for group, replicas in groups.items() if replicas == 0)
+            return Workers(groups, self.stamp, self.generation, drained=drained)
 
-    def scale(self, spec: ClusterSpec, workers: Workers, replicas: int, stamp: int) -> bool:
+    def scale(self, spec: ClusterSpec, workers: Workers, groups: dict[str, int], stamp: int) -> bool:
         with self.lock:
             if workers.handle != self.generation:
                 return False
-            self._scale_to(replicas)
+            self._scale_to(groups)
             self.stamp = stamp
             return True
 
@@ -343,7 +379,7 @@ class LocalRay:
             shutil.rmtree(self.ray_tmp, ignore_errors=True)
 
     def _stop_all(self) -> None:
-        self._scale_to(0)
+        self._scale_to({})
         if self.head:
             # The head's GCS and raylet drain for 10 s on SIGTERM; nothing in them outlives the run (its
             # logs are copied before), so it gets a second.

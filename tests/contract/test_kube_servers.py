@@ -59,11 +59,16 @@ def test_a_write_into_a_missing_namespace_is_a_404_naming_it(server):
 def test_the_crd_accepts_negative_replicas_so_the_adapter_refuses_them(server):
     kube, namespace, _ = server
     cfg = in_namespace(CFG, namespace)
-    cluster = manifests.ray_cluster(cfg, [], "h" * 64, 1)
+    cluster = manifests.ray_cluster(cfg, [], "h" * 64, [manifests.worker_group(cfg, "run-1", 1, [], "h" * 64)])
     cluster["spec"]["workerGroupSpecs"][0]["replicas"] = -1
     assert kube.create(cluster)  # the server takes it: nothing stops a buggy writer but us
-    group = kube.worker_group(namespace, cfg.cluster.ray_cluster, manifests.GPU_GROUP)
-    assert group.replicas == -1
+    seen = kube.worker_groups(namespace, cfg.cluster.ray_cluster)
+    [group] = seen.groups
+    assert group["replicas"] == -1
     with pytest.raises(ValueError, match="at least 0"):
-        kube.scale_worker_group(namespace, cfg.cluster.ray_cluster, manifests.GPU_GROUP, group, -1, 1)
-    assert kube.scale_worker_group(namespace, cfg.cluster.ray_cluster, manifests.GPU_GROUP, group, 0, 1)
+        kube.set_worker_groups(namespace, cfg.cluster.ray_cluster, seen, [manifests.resized(group, -1)], 1)
+    assert kube.set_worker_groups(namespace, cfg.cluster.ray_cluster, seen, [manifests.resized(group, 0)], 1)
+    # A drained group leaves the spec; the CRD takes an empty list (a RayCluster with its head only).
+    fresh = kube.worker_groups(namespace, cfg.cluster.ray_cluster)
+    assert kube.set_worker_groups(namespace, cfg.cluster.ray_cluster, fresh, [], 2)
+    assert kube.worker_groups(namespace, cfg.cluster.ray_cluster).groups == []

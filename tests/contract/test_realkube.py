@@ -84,7 +84,7 @@ class Real:
 
     def replicas(self) -> int:
         cluster = self.raycluster()
-        return cluster["spec"]["workerGroupSpecs"][0]["replicas"] if cluster else 0
+        return sum(g["replicas"] for g in cluster["spec"]["workerGroupSpecs"]) if cluster else 0
 
     def rayjobs(self) -> list[str]:
         found = self.custom.list_namespaced_custom_object("ray.io", "v1", self.namespace, "rayjobs")["items"]
@@ -204,9 +204,33 @@ def test_a_queued_run_is_admitted_when_the_run_ahead_ends(real):
     real.end_job(first, "SUCCEEDED")
     real.until_state(first, State.SUCCEEDED)
     assert real.state(second) == State.SUBMITTED and second in real.rayjobs()
-    # The freed nodes serve the queue: no partial shrink under a live run (KubeRay would remove random pods).
-    assert real.replicas() == 2
+    assert real.replicas() == 1  # the first run's group went to zero; the second has its own
     real.submitted(second)  # the admitted run's job reached the head
+
+
+def test_an_ended_run_releases_exactly_its_own_pods_on_the_real_operator(real):
+    """Issue 21: with one shared group, a 1-node run kept a 5-node group until every run ended. Each run has its
+    own group now: the real KubeRay deletes exactly the ended run's pod, the other run's pods stay (same names),
+    and the drained group leaves the spec."""
+    from functions.core.allocation import group_name
+
+    big = real.launch("big", real.config("big", nodes=2))
+    small = real.launch("small", real.config("small", nodes=1))
+    running_workers(real, 3)
+
+    def pods_of(run_id):
+        return sorted(p.metadata.name for p in real.pods(f"ray.io/group={group_name(run_id)}"))
+
+    kept = pods_of(big)
+    assert len(kept) == 2 and len(pods_of(small)) == 1
+    real.write_result(small)
+    real.end_job(small, "SUCCEEDED")
+    real.until_state(small, State.SUCCEEDED)
+    eventually(lambda: not pods_of(small), "the small run's pod deleted by KubeRay", 60)
+    assert pods_of(big) == kept, "not one of the live run's pods was touched"
+    real.tick()
+    groups = [g["groupName"] for g in real.raycluster()["spec"]["workerGroupSpecs"]]
+    assert groups == [group_name(big)] and real.replicas() == 2
 
 
 def test_stuck_workers_fail_at_the_deadline_with_the_schedulers_reason(real):
@@ -255,7 +279,17 @@ def test_leaked_objects_are_swept_on_the_real_server(real):
         )
         other = cfg.model_copy(update={"cluster": cfg.cluster.model_copy(update={"ray_cluster": f"{prefix}-cluster"})})
         create(
-            "ray.io", "v1", real.namespace, "rayclusters", manifests.ray_cluster(other, [], "h" * 64, 1, owner=owner)
+            "ray.io",
+            "v1",
+            real.namespace,
+            "rayclusters",
+            manifests.ray_cluster(
+                other,
+                [],
+                "h" * 64,
+                [manifests.worker_group(other, f"{prefix}-0123456789", 1, [], "h" * 64)],
+                owner=owner,
+            ),
         )
     real.h.clock.now = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=2)  # the API server stamps real time
     real.tick()

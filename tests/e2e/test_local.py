@@ -82,7 +82,7 @@ def check_success(out: str, err: str, workdir: Path) -> dict:
     assert [h["state"] for h in record["history"]] == ["RECEIVED", "SUBMITTED", "RUNNING", "SUCCEEDED"]
     assert "is SUBMITTED" in err and "worker group: 2 nodes" in err
     assert ": RUNNING" in err and "worker group: 0 nodes" in err
-    assert "GPU workers 2 -> 0" in err and "event -> local/run-events: SUCCEEDED" in err
+    assert "worker nodes 2 -> 0" in err and "event -> local/run-events: SUCCEEDED" in err
     # One line per progress event, none twice; evaluations at each epoch's end.
     progress = [line.split("]", 1)[1].strip() for line in err.splitlines() if "  step " in line]
     assert len(progress) == len(set(progress)) and "step 14/14" in progress[-1]

@@ -117,7 +117,7 @@ def test_three_nights(tmp_path):
     assert "nothing new since nightly-20261201" in second["reason"]
     assert second["inputs"]["fingerprint"] == first["inputs"]["fingerprint"]
     assert "event -> local/run-events: SKIPPED" in err
-    assert "GPU workers" not in err and not (workdir / "checkpoints" / "nightly-20261202").exists(), "no cluster work"
+    assert "worker nodes" not in err and not (workdir / "checkpoints" / "nightly-20261202").exists(), "no cluster work"
 
     tiny.product_dataset(16, seed=2).to_parquet(str(shards / "part-1.parquet"))  # new data arrives
     third, err = night(workdir, config, "2026-12-03", home)

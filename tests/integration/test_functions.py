@@ -58,7 +58,12 @@ def wait_for(condition, timeout=60):
 
 
 def workers(h):
-    return h.kube.get("rayclusters", "gemma3-tuning")["spec"]["workerGroupSpecs"][0]
+    """The RayCluster's worker nodes: in all (`replicas`) and per run's group (`groups`)."""
+    specs = h.kube.get("rayclusters", "gemma3-tuning")["spec"]["workerGroupSpecs"]
+    groups = {g["groupName"]: g["replicas"] for g in specs}
+    # KubeRay clamps replicas up to minReplicas: both move together, or scaling down would not happen.
+    assert all(g["minReplicas"] == g["replicas"] for g in specs), specs
+    return {"replicas": sum(groups.values()), "groups": groups}
 
 
 def write_result(h, run_id, **extra):
@@ -89,7 +94,7 @@ def test_upload_launches_a_run(controller, functions_server, bucket):
 
     shipped = h.kube.get("configmaps", "ray-job-cm")["data"]
     assert sorted(shipped) == sorted(path.replace("/", "-") for path in code_files())
-    assert (workers(h)["replicas"], workers(h)["minReplicas"]) == (2, 2)
+    assert workers(h)["replicas"] == 2
     runtime = yaml.safe_load(h.kube.get("rayjobs", record.run_id)["spec"]["runtimeEnvYAML"])
     assert runtime["env_vars"]["RAYTUNE_WATCH_TOPIC"] == h.ctx.settings.watch_topic
 
@@ -264,23 +269,36 @@ def test_run_to_success_records_results_and_scales_down(controller, functions_se
     record = h.ctx.store.get(run_id)
     assert record.state == State.SUCCEEDED and record.settled
     assert record.result == RunResult.model_validate(result) and record.job["endTime"] == "2026-12-02T10:00:00Z"
-    assert (workers(h)["replicas"], workers(h)["minReplicas"]) == (0, 0)
+    assert workers(h)["replicas"] == 0
     [event] = h.finished_events()
     assert event["state"] == "SUCCEEDED" and event["best_checkpoint"] == result["best_checkpoint"]
     assert event["metrics"] == result["metrics"]
     assert h.ctx.store.blobs.list("runs/active/") == []
 
 
-def test_no_scale_down_while_another_run_needs_the_workers(controller, functions_server, bucket):
+def test_an_ended_run_releases_exactly_its_nodes_and_never_a_live_runs(controller, functions_server, bucket):
+    """Issue 21: a 1-node run kept a 5-node group until it ended, because the one shared group never shrank
+    while any run held nodes (KubeRay removes random workers on a decrease). Each run has its own group now:
+    the group that goes to zero is the ended run's, in the tick that sees it end, and drained groups leave."""
+    from functions.core.allocation import group_name
+
     h = controller
     launch_upload(functions_server, bucket, "configs/a.json", QUICK)
     launch_upload(functions_server, bucket, "configs/b.json", {**QUICK, "scaling": {"nodes": 1}})
     runs = {r.config["scaling"]["nodes"]: r.run_id for r in h.ctx.store.active()}
-    assert workers(h)["replicas"] == 3  # each run holds its own nodes, side by side
+    assert workers(h)["groups"] == {group_name(runs[2]): 2, group_name(runs[1]): 1}  # side by side, their own
+    pod = f"gemma3-tuning-{group_name(runs[1])}-worker-abcde"
+    labels = {"ray.io/cluster": "gemma3-tuning", "ray.io/group": group_name(runs[1])}
+    h.kube.put("pods", {"metadata": {"name": pod, "labels": labels}, "status": {"phase": "Running"}})
     h.kube.set_status("rayjobs", runs[1], {"jobStatus": "SUCCEEDED", "jobDeploymentStatus": "Complete"})
     watch(functions_server)
     assert h.ctx.store.get(runs[1]).state == State.SUCCEEDED
-    assert workers(h)["replicas"] == 3  # never a partial shrink under a live run: KubeRay picks pods at random
+    assert workers(h)["groups"] == {group_name(runs[2]): 2, group_name(runs[1]): 0}  # exactly its node goes
+    watch(functions_server)
+    assert group_name(runs[1]) in workers(h)["groups"], "kept at zero while KubeRay still deletes its pod"
+    del h.kube.objects[("pods", "default", pod)]  # KubeRay deleted it
+    watch(functions_server)
+    assert workers(h)["groups"] == {group_name(runs[2]): 2}  # drained: out of the spec
     h.kube.set_status(
         "rayjobs",
         runs[2],

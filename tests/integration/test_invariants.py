@@ -103,7 +103,7 @@ def test_runs_ending_in_one_tick_leave_no_workers(controller, bucket):
         h.kube.set_status("rayjobs", run.run_id, DONE)
     tick(h)
     assert all(h.ctx.store.get(r.run_id).state == State.SUCCEEDED for r in runs)
-    assert workers(h)["replicas"] == 0 and workers(h)["minReplicas"] == 0
+    assert workers(h)["replicas"] == 0
 
 
 def test_each_run_records_the_gpu_time_it_held_and_its_cost(controller, bucket):
@@ -273,7 +273,7 @@ def test_leaked_rayjobs_and_rayclusters_are_swept_and_reported(controller, bucke
     owner = h.ctx.platform.owner
     leaked_job = manifests.ray_job(cfg, "ghost-0123456789", "h" * 64, {}, owner=owner)
     h.kube.put("rayjobs", leaked_job)
-    other = manifests.ray_cluster(in_cluster(cfg, "forgotten"), [], "h" * 64, 3, owner=owner)
+    other = manifests.ray_cluster(in_cluster(cfg, "forgotten"), [], "h" * 64, [group(cfg, 3)], owner=owner)
     h.kube.put("rayclusters", other)
     h.kube.set_status("rayjobs", live.run_id, RUNNING)
     tick(h)
@@ -287,6 +287,12 @@ def test_leaked_rayjobs_and_rayclusters_are_swept_and_reported(controller, bucke
         "RayJob default/ghost-0123456789 stopped",
         "RayCluster default/forgotten deleted",
     }
+
+
+def group(cfg, replicas: int) -> dict:
+    from functions.core import manifests
+
+    return manifests.worker_group(cfg, "someone-0123456789", replicas, [], "h" * 64)
 
 
 def in_cluster(cfg, ray_cluster: str):
@@ -305,7 +311,10 @@ def test_another_deployments_objects_in_the_same_namespace_are_never_swept(contr
     theirs = manifests.owner_id("another-teams-runs-bucket")
     h.kube.put("rayjobs", manifests.ray_job(cfg, "theirs-0123456789", "h" * 64, {}, owner=theirs))
     h.kube.set_status("rayjobs", "theirs-0123456789", RUNNING)
-    h.kube.put("rayclusters", manifests.ray_cluster(in_cluster(cfg, "their-cluster"), [], "h" * 64, 2, owner=theirs))
+    theirs_cluster = manifests.ray_cluster(
+        in_cluster(cfg, "their-cluster"), [], "h" * 64, [group(cfg, 2)], owner=theirs
+    )
+    h.kube.put("rayclusters", theirs_cluster)
     h.kube.set_status("rayjobs", live.run_id, RUNNING)
     h.clock.advance(h.ctx.settings.sweep_grace_s + 1)
     tick(h)

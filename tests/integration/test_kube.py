@@ -41,15 +41,18 @@ def test_server_side_apply_creates_then_is_idempotent(fake, kube):
 
 def test_scale_uses_the_resource_version_as_precondition(fake, kube):
     kube.apply(objects()[1])
-    group = kube.worker_group("default", "gemma3-tuning", "gpu-group")
-    assert group.replicas == 2
+    seen = kube.worker_groups("default", "gemma3-tuning")
+    [group] = seen.groups
+    assert group["replicas"] == 2
     kube.apply(objects(replicas=3)[1])  # somebody scaled up after we read
-    assert kube.scale_worker_group("default", "gemma3-tuning", "gpu-group", group, 0, 1) is False
-    fresh = kube.worker_group("default", "gemma3-tuning", "gpu-group")
-    assert kube.scale_worker_group("default", "gemma3-tuning", "gpu-group", fresh, 0, 1) is True
+    assert kube.set_worker_groups("default", "gemma3-tuning", seen, [manifests.resized(group, 0)], 1) is False
+    fresh = kube.worker_groups("default", "gemma3-tuning")
+    assert kube.set_worker_groups("default", "gemma3-tuning", fresh, [manifests.resized(fresh.groups[0], 0)], 1)
     spec = fake.get("rayclusters", "gemma3-tuning")["spec"]["workerGroupSpecs"][0]
     assert (spec["replicas"], spec["minReplicas"]) == (0, 0)
-    assert fake.calls("PATCH", "/rayclusters/") == 4
+    assert kube.set_worker_groups("default", "gemma3-tuning", kube.worker_groups("default", "gemma3-tuning"), [], 2)
+    assert fake.get("rayclusters", "gemma3-tuning")["spec"]["workerGroupSpecs"] == []  # a drained group goes
+    assert fake.calls("PATCH", "/rayclusters/") == 5
 
 
 def test_transient_errors_are_retried(fake, kube):
@@ -83,7 +86,7 @@ def test_persistent_server_errors_and_bad_requests_raise(fake, kube):
 
 def test_missing_objects(kube):
     assert kube.get_rayjob("default", "nope") is None
-    assert kube.worker_group("default", "nope", "gpu-group") is None
+    assert kube.worker_groups("default", "nope") is None
     kube.delete_rayjob("default", "nope")  # already gone is fine
 
 

@@ -29,17 +29,19 @@ def gpu_config(nodes: int, gpus: int) -> RunConfig:
 def test_each_local_node_gets_its_own_gpus_and_stands_in_for_the_accelerator(tmp_path):
     platform = LocalRay(tmp_path, "tag", gpus=4)
     platform.head = Service(proc=None, port=1234)  # type: ignore[arg-type]
-    platform.shape = NodeShape(cpus=2, gpus=2, accelerator="H100")
-    args0, env0 = platform._node_args(0)
-    args1, env1 = platform._node_args(1)
+    platform.shapes["run-a"] = NodeShape(cpus=2, gpus=2, accelerator="H100")
+    args0, env0 = platform._node_args("run-a", 0)
+    args1, env1 = platform._node_args("run-a", 1)
     assert (env0["CUDA_VISIBLE_DEVICES"], env1["CUDA_VISIBLE_DEVICES"]) == ("0,1", "2,3")
     assert "--num-gpus=2" in args0 and "--num-cpus=2" in args0 and "--address=127.0.0.1:1234" in args0
     assert "--num-gpus=2" in args1
     [resources] = [a for a in args0 if a.startswith("--resources=")]
-    assert json.loads(resources.removeprefix("--resources=")) == {"accelerator_type:H100": 1}
-    platform.shape = NodeShape(cpus=1, gpus=0, accelerator=None)
-    args, env = platform._node_args(0)
-    assert "--num-gpus=0" in args and not env and not [a for a in args if a.startswith("--resources")]
+    # the run's own resource, one unit per training worker on the node (as its group's pods on GKE)
+    assert json.loads(resources.removeprefix("--resources=")) == {"run-a": 2, "accelerator_type:H100": 1}
+    platform.shapes["run-b"] = NodeShape(cpus=1, gpus=0, accelerator=None)
+    args, env = platform._node_args("run-b", 0)
+    [resources] = [a for a in args if a.startswith("--resources=")]
+    assert "--num-gpus=0" in args and not env and json.loads(resources.removeprefix("--resources=")) == {"run-b": 1}
     platform.head = None
     platform.shutdown()
 
@@ -152,3 +154,43 @@ def test_a_driver_log_is_found_in_any_ray_session_of_the_workdir(tmp_path):
         path.write_text(path.name)
         time.sleep(0.01)
     assert live_driver_log(tmp_path, "r-1") == old and live_driver_log(tmp_path, "r-2") == new
+
+
+def test_local_worker_groups_release_exactly_the_ended_runs_nodes(tmp_path):
+    """Two runs' groups on one local Ray cluster (real `ray start` processes): ending one stops exactly its node,
+    the other's keeps running (the same process), and Ray still sees the live run's resource."""
+    import uuid
+
+    from functions.core.allocation import group_name
+
+    platform = LocalRay(tmp_path, uuid.uuid4().hex, gpus=0)
+    cpu = RunConfig.model_validate({"scaling": {"nodes": 1, "gpus_per_node": 0}})
+    a, b = group_name("run-a"), group_name("run-b")
+    try:
+        platform.ensure_cluster(cpu)
+        assert platform.size(cpu, "run-a", None, {a: 1}, 1)
+        assert platform.size(cpu, "run-b", platform.workers(cpu.cluster), {a: 1, b: 1}, 2)
+        [kept] = platform.groups[b]
+        [ended] = platform.groups[a]
+        workers = platform.workers(cpu.cluster)
+        assert workers.groups == {a: 1, b: 1}
+        assert platform.scale(cpu.cluster, workers, {a: 0, b: 1}, 3)
+        assert ended.proc.poll() is not None and kept.proc.poll() is None, "only the ended run's node stopped"
+        assert platform.workers(cpu.cluster).drained == frozenset({a})
+        # Ray's own view, from a driver of that cluster (its auth token, its address only).
+        probe = (
+            f"import json, ray; ray.init(address='127.0.0.1:{platform.head.port}', log_to_driver=False); "
+            "print(json.dumps([n['Resources'] for n in ray.nodes() if n['Alive']]))"
+        )
+        out = subprocess.run(
+            [sys.executable, "-c", probe],
+            env={**os.environ, **platform.env},
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=True,
+        ).stdout
+        alive = json.loads(out.strip().splitlines()[-1])
+        assert any(b in r for r in alive) and not any(a in r for r in alive), alive
+    finally:
+        platform.shutdown()

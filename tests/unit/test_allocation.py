@@ -10,7 +10,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from functions.core.allocation import Allocation, GroupSeen, admit, idle_expired, release, sizing
+from functions.core.allocation import (
+    LEGACY_GROUP,
+    Allocation,
+    GroupSeen,
+    admit,
+    group_name,
+    idle_expired,
+    release,
+    sizing,
+)
 from functions.core.config import ClusterSpec
 
 pytestmark = pytest.mark.unit
@@ -71,22 +80,30 @@ def test_an_early_arrival_that_queues_late_goes_first():
     assert position == 1 and [w.run_id for w in alloc.queue] == ["early", "late"]
 
 
+A, B = group_name("a"), group_name("b")
+
+
 @pytest.mark.parametrize(
-    ("wanted", "seen", "launching", "target"),
+    ("holders", "seen", "launching", "target"),
     [
-        (2, None, True, 2),  # no RayCluster: the launch creates it
-        (0, None, False, None),  # the watcher never creates one
-        (2, GroupSeen(0, 0), True, 2),
-        (2, GroupSeen(4, 0), True, 4),  # never a partial shrink (KubeRay would remove random workers)
-        (2, GroupSeen(4, 0), False, 4),  # the watcher neither, while anyone holds nodes
-        (0, GroupSeen(4, 0), False, 0),  # nobody holds any: all go
-        (2, GroupSeen(2, 3), False, None),  # already at this version
-        (0, GroupSeen(2, 9), False, None),  # a newer allocation was applied: the stale writer loses
-        (2, GroupSeen(2, 1), True, 2),  # same size, older stamp: stamped again
+        ({"a": 2}, None, "a", {A: 2}),  # no RayCluster: the launch creates it, with its run's group
+        ({"a": 2}, None, None, None),  # the watcher never creates one
+        ({"a": 2}, None, "b", None),  # nor a launch whose run is not admitted
+        ({"a": 2, "b": 1}, GroupSeen({A: 2}, 0), "b", {A: 2, B: 1}),  # a launch adds its own group
+        ({"a": 2, "b": 1}, GroupSeen({A: 2}, 0), None, {A: 2}),  # the watcher cannot render b's: b's launch adds it
+        ({"b": 1}, GroupSeen({A: 2, B: 1}, 0), None, {A: 0, B: 1}),  # a ended: exactly its nodes go
+        ({"b": 1}, GroupSeen({A: 0, B: 1}, 0, frozenset({A})), None, {B: 1}),  # drained: out of the spec
+        ({"b": 1}, GroupSeen({A: 0, B: 1}, 0), None, {A: 0, B: 1}),  # its pods not gone yet: kept at zero
+        ({}, GroupSeen({A: 2}, 0), None, {A: 0}),  # nobody holds any: all go
+        ({"a": 2}, GroupSeen({A: 2}, 3), None, None),  # already at this version
+        ({}, GroupSeen({A: 2}, 9), None, None),  # a newer allocation was applied: the stale writer loses
+        ({"a": 2}, GroupSeen({A: 2}, 1), "a", {A: 2}),  # same size, older stamp: stamped again
+        # The previous release's one shared group keeps its size while a run admitted under it holds nodes.
+        ({"a": 2, "b": 1}, GroupSeen({LEGACY_GROUP: 3}, 0), "b", {LEGACY_GROUP: 3, B: 1}),
+        ({"b": 1}, GroupSeen({LEGACY_GROUP: 3, B: 1}, 0), None, {LEGACY_GROUP: 0, B: 1}),
     ],
 )
-def test_sizing(wanted, seen, launching, target):
-    holders = {"a": wanted} if wanted else {}
+def test_sizing(holders, seen, launching, target):
     assert sizing(Allocation(cluster=SPEC, holders=holders, version=3), seen, launching) == target
 
 
@@ -107,23 +124,25 @@ OPS = st.lists(
 
 @settings(max_examples=300, deadline=None)
 @given(ops=OPS)
-def test_the_group_always_covers_every_holder_and_never_exceeds_the_limit(ops):
-    """Drive the allocation and a RayCluster (replicas, stamp) with admissions, ends, and writers that read
-    the allocation earlier: the group never has fewer nodes than the holders need after a sync, stale
-    writers never take it back, and the limit holds."""
+def test_each_live_run_keeps_its_nodes_and_an_ended_run_releases_exactly_its_own(ops):
+    """Drive the allocation and a RayCluster (groups, stamp) with admissions, ends, and writers that read the
+    allocation earlier: after a sync each holder's group has its nodes, an ended run's group is at zero (its
+    nodes released exactly, in the same sync), stale writers never take a live run's nodes, and the limit
+    holds."""
     alloc = Allocation(cluster=SPEC)
     ended: set[str] = set()
-    group = GroupSeen(0, 0)
+    seen = GroupSeen({}, 0)
     history: list[Allocation] = [alloc]
-    covered: dict[str, int] = {}  # holders the group was last sized for by the newest allocation
 
-    def write(a: Allocation, launching: bool) -> None:
-        nonlocal group, covered
-        target = sizing(a, group, launching)
+    def write(a: Allocation, launching: str | None) -> None:
+        nonlocal seen
+        target = sizing(a, seen, launching)
         if target is not None:
-            group = GroupSeen(target, a.version)
-            if a.version == alloc.version:
-                covered = dict(a.holders)
+            seen = GroupSeen(target, a.version, frozenset(g for g, n in target.items() if n == 0))
+
+    def live_groups_hold_their_nodes() -> None:
+        for run_id, nodes in alloc.holders.items():
+            assert seen.groups.get(group_name(run_id), nodes) == nodes, f"{run_id}'s group changed under it"
 
     for op, n, nodes in ops:
         run_id = f"r{n}"
@@ -131,20 +150,20 @@ def test_the_group_always_covers_every_holder_and_never_exceeds_the_limit(ops):
             new, outcome = admit(alloc, run_id, nodes, at(n), SPEC, 1800)
             alloc = new or alloc
             if outcome.admitted:
-                write(alloc, launching=True)
-                assert group.replicas >= alloc.wanted, "an admitted run's launch sees its nodes"
+                write(alloc, launching=run_id)
+                assert seen.groups[group_name(run_id)] == alloc.holders[run_id], "its launch sees its nodes"
         elif op == "end":
             ended.add(run_id)
             alloc = release(alloc, lambda r: r not in ended, at(100)) or alloc
-            write(alloc, launching=False)
-            assert group.replicas >= alloc.wanted, "the watcher never shrinks under what live runs hold"
-            assert alloc.holders or group.replicas == 0, "no worker stays once nobody holds one"
+            write(alloc, launching=None)
+            assert seen.groups.get(group_name(run_id), 0) == 0, "an ended run's nodes go in the same sync"
         else:
-            write(history[n % len(history)], launching=False)  # a watcher that read the allocation long ago
+            write(history[n % len(history)], launching=None)  # a watcher that read the allocation long ago
         history.append(alloc)
+        live_groups_hold_their_nodes()
         assert alloc.wanted <= SPEC.max_worker_nodes
-        assert group.replicas >= sum(v for k, v in covered.items() if k not in ended), (
-            "a stale writer shrank a live run"
+        assert seen.replicas <= SPEC.max_worker_nodes + sum(seen.groups.get(group_name(r), 0) for r in ended), (
+            "beyond the limit only groups on their way to zero"
         )
 
 
@@ -158,6 +177,7 @@ def test_an_allocation_is_rebuilt_from_the_live_runs_above_the_rayclusters_stamp
     ]
     alloc = rebuilt(SPEC, live, stamp=41, now=at(9))
     assert alloc.holders == {"a": 3} and [w.run_id for w in alloc.queue] == ["c", "b"] and alloc.version == 42
-    assert sizing(alloc, GroupSeen(5, 41), launching=False) == 5  # never shrinks a live run's group
+    seen = GroupSeen({group_name("a"): 3, LEGACY_GROUP: 2}, 41)
+    assert sizing(alloc, seen, launching=None) == {group_name("a"): 3, LEGACY_GROUP: 0}  # a's group kept
     assert rebuilt(SPEC, [], stamp=0, now=at(9)).idle_since == at(9)
     assert key_path(spec_of(key_path(SPEC))) == key_path(SPEC)

@@ -11,6 +11,7 @@ import yaml
 
 from functions.cli import main as cli
 from functions.core import manifests
+from functions.core.allocation import group_name
 from functions.core.config import parse_config
 from tests.fakes.kuberay_fields import pod_templates, unknown_fields
 
@@ -59,8 +60,20 @@ def test_reference_cluster_follows_the_recipe():
         {"name": "HF_HOME", "value": "/mnt/local-ssd/hf"},
         {"name": "HF_DATASETS_CACHE", "value": "/mnt/local-ssd/hf/datasets"},
     ]
-    [group] = cluster["spec"]["workerGroupSpecs"]
-    assert (group["groupName"], group["replicas"], group["minReplicas"], group["maxReplicas"]) == ("gpu-group", 2, 2, 5)
+    [group] = cluster["spec"]["workerGroupSpecs"]  # the run's own group: its nodes go exactly when it ends
+    assert (group["groupName"], group["replicas"], group["minReplicas"], group["maxReplicas"]) == (
+        group_name(job["metadata"]["name"]),
+        2,
+        2,
+        2,
+    )
+    # Each node advertises the run's own resource, one unit per training worker; the job asks for it.
+    # As KubeRay's docs write it ('"{\"Custom1\": 1}"'): a shell-quoted JSON string for `ray start --resources`.
+    quoted = group["rayStartParams"]["resources"]
+    assert json.loads(shlex.split(f"--resources={quoted}")[0].removeprefix("--resources=")) == {group["groupName"]: 8}
+    assert group["template"]["metadata"]["labels"] == {"raytune.dev/run-id": job["metadata"]["name"]}
+    runtime = yaml.safe_load(job["spec"]["runtimeEnvYAML"])
+    assert runtime["env_vars"]["RAYTUNE_WORKER_RESOURCE"] == group["groupName"]
     worker = group["template"]["spec"]
     # Autopilot's default ephemeral storage (1 GiB) is below one model download: sized for the caches.
     assert worker["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": "8", "ephemeral-storage": "200Gi"}

@@ -71,13 +71,13 @@ def test_node_selector_cannot_change_what_the_operator_fixes(selector):
     """The issue's escape: a config's node_selector was applied after the operator's reservation and
     accelerator, and checked only when the operator also set node selectors. Now each is a REJECTED rule, and
     the manifest lets scaling's fields win even so."""
-    from functions.core.manifests import ray_cluster
+    from functions.core.manifests import worker_group
 
     policy = Policy(reservation="a4-res", accelerator="B200")
     config = cfg(scaling={"node_selector": selector})
     [found] = policy.violations(policy.fixed(config), OWN)
     assert found.startswith(f"policy node_selector: scaling.node_selector sets {next(iter(selector))}")
-    workers = ray_cluster(policy.fixed(config), [], "h", 1)["spec"]["workerGroupSpecs"][0]["template"]["spec"]
+    workers = worker_group(policy.fixed(config), "run-1", 1, [], "h")["template"]["spec"]
     assert workers["nodeSelector"]["cloud.google.com/reservation-name"] == "a4-res"
     assert workers["nodeSelector"]["cloud.google.com/gke-accelerator"] == "nvidia-b200"
 
