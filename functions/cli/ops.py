@@ -23,11 +23,38 @@ DURATION = re.compile(r"^(\d+)([smhd])$")
 
 
 def backend_for(args: argparse.Namespace) -> Backend:
-    """--local [DIR] or no cloud settings: the local workdir; otherwise the deployment."""
-    if args.local is not None:
-        return LocalBackend(Path(args.local) if args.local else None)
+    """--local or --workdir DIR: a local workdir; otherwise the deployment the settings name, or (no cloud
+    settings at all) the default local workdir, said on stderr so the switch is never silent."""
+    if args.local or args.workdir:
+        return local_backend(Path(args.workdir) if args.workdir else None)
     found = cli_settings.load({"project": args.project, "runs_bucket": args.bucket})
-    return CloudBackend(found) if found.cloud else LocalBackend()
+    if found.cloud:
+        return CloudBackend(found)
+    backend = local_backend(None)
+    print(f"no deployment settings found ({found.source}): reading the local workdir {backend.where}", file=sys.stderr)
+    return backend
+
+
+def deployment_for(args: argparse.Namespace) -> CloudBackend:
+    """The deployment the settings name; never the local default in its stead (`submit` would run it here)."""
+    found = cli_settings.load({"project": args.project, "runs_bucket": args.bucket})
+    if not found.cloud:
+        raise RuntimeError(
+            f"no deployment to submit to: no runs bucket in {found.source} (RAYTUNE_BUCKET, raytune.toml from "
+            f"`terraform output -raw cli_config > raytune.toml`, or --bucket); to run it here: raytune local "
+            f"{args.config}"
+        )
+    return CloudBackend(found)
+
+
+def local_backend(workdir: Path | None) -> LocalBackend:
+    """A local workdir that exists; the default one, or the error lists those `raytune local` made here."""
+    backend = LocalBackend(workdir)
+    if not backend.workdir.is_dir():
+        others = sorted(str(p) for p in Path(".raytune").glob("local*") if p.is_dir())
+        hint = f"; workdirs here: {', '.join(others)} (pass one with --workdir)" if others else ""
+        raise RuntimeError(f"no raytune local workdir at {backend.where}{hint}")
+    return backend
 
 
 def console() -> Any:
@@ -228,12 +255,15 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
-    backend = backend_for(args)
     config = Path(args.config)
-    if isinstance(backend, LocalBackend):
+    if args.local or args.workdir:
         from functions.local import driver
 
-        return driver.run(str(config), backend.workdir)
+        if args.name or args.via_topic:
+            raise RuntimeError("--name and --via-topic are the deployment's: a local run is named by its config")
+        print(f"submit --local: running {config} on the local default (raytune local)", file=sys.stderr)
+        return driver.run(str(config), Path(args.workdir) if args.workdir else None)
+    backend = deployment_for(args)
     run_id = backend.submit(config, args.name, args.via_topic)
     print(run_id)
     print(f"cancel token kept in {tokens.folder() / run_id} (raytune cancel {run_id} uses it)", file=sys.stderr)
@@ -279,13 +309,9 @@ def summary_lines(record: RunRecord) -> list[str]:
 def add_parsers(sub: Any) -> None:
     def common(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         parser.add_argument(
-            "--local",
-            nargs="?",
-            const="",
-            default=None,
-            metavar="DIR",
-            help="a raytune local workdir (default .raytune/local)",
+            "--local", action="store_true", help="the runs of `raytune local` (its workdir .raytune/local)"
         )
+        parser.add_argument("--workdir", metavar="DIR", help="another raytune local workdir (implies --local)")
         parser.add_argument("--project", help="GCP project (RAYTUNE_PROJECT, raytune.toml)")
         parser.add_argument("--bucket", help="the runs bucket (RAYTUNE_BUCKET, raytune.toml)")
         return parser

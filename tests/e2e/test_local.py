@@ -229,16 +229,16 @@ def test_the_operator_commands_on_a_live_local_run(tmp_path):
             [RAYTUNE, *args], capture_output=True, text=True, timeout=180, env={**os.environ, "HOME": str(home)}
         )
 
-    listed = raytune("runs", "--local", str(workdir), "--json")
+    listed = raytune("runs", "--workdir", str(workdir), "--json")
     assert listed.returncode == 0, listed.stderr
     [row] = json.loads(listed.stdout)
     assert row["state"] == "RUNNING" and row["shape"] == "2 x CPU"
     run_id = row["run_id"]
-    live_log = raytune("logs", "--local", str(workdir), run_id)
+    live_log = raytune("logs", "--workdir", str(workdir), run_id)
     assert live_log.returncode == 0 and "Running entrypoint for job" in live_log.stdout, live_log.stderr
-    cancelled = raytune("cancel", "--local", str(workdir), run_id, "--timeout", "120")
+    cancelled = raytune("cancel", "--workdir", str(workdir), run_id, "--timeout", "120")
     assert cancelled.returncode == 0 and f"{run_id}: CANCELLED" in cancelled.stdout, cancelled.stdout + cancelled.stderr
     finish(proc, timeout=120)
     assert proc.returncode == 128 + signal.SIGINT and not marked_processes(mark)
-    status = raytune("status", "--local", str(workdir), run_id)
+    status = raytune("status", "--workdir", str(workdir), run_id)
     assert "CANCELLED" in status.stdout and "interrupted (SIGINT)" in status.stdout, status.stdout

@@ -34,6 +34,7 @@ def deployed(controller, functions_server, pubsub, bucket, tmp_path, monkeypatch
     )
     backend = CloudBackend(settings, platform=controller.ctx.platform, publisher=Publisher())
     monkeypatch.setattr(ops, "backend_for", lambda args: backend)
+    monkeypatch.setattr(ops, "deployment_for", lambda args: backend)
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))  # where submit keeps cancel tokens
     # An operator key is set, as Terraform sets one: the CLI (without it) cancels with the run's own token.
     controller.ctx.settings = dataclasses.replace(controller.ctx.settings, policy=Policy(operator_key="o" * 40))
@@ -113,3 +114,29 @@ def test_missing_settings_are_one_clear_line(capsys, monkeypatch, tmp_path):
     (tmp_path / "raytune.toml").write_text('runs_bucket = "r"\nbucket_typo = 1\n')
     assert cli(["runs"]) == 2
     assert "unknown settings ['bucket_typo']" in capsys.readouterr().err
+
+
+def test_local_workdirs_are_named_never_guessed_and_submit_never_switches_target(capsys, monkeypatch, tmp_path):
+    """Issue 23: `status --local RUN` took RUN for the workdir; `runs --local <typo>` printed an empty table and
+    exit 0; `submit` without cloud settings silently ran locally, ignoring --name and --wait."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    for name in ("RAYTUNE_BUCKET", "RAYTUNE_CLI_CONFIG", "RAYTUNE_PROJECT"):
+        monkeypatch.delenv(name, raising=False)
+    (tmp_path / ".raytune" / "local-2" / "gcs" / "raytune-local" / "runs").mkdir(parents=True)
+    assert cli(["status", "--local", "shop-0123456789"]) == 2  # the run id stays the run id
+    err = capsys.readouterr().err
+    assert "no raytune local workdir at" in err and ".raytune/local-2 (pass one with --workdir)" in err
+    assert cli(["runs", "--workdir", "typo"]) == 2
+    assert "no raytune local workdir at" in capsys.readouterr().err
+    assert cli(["runs", "--workdir", ".raytune/local-2"]) == 0
+    assert cli(["runs"]) == 2
+    assert "no raytune local workdir at" in capsys.readouterr().err
+    config = tmp_path / "c.json"
+    config.write_text(json.dumps(QUICK))
+    assert cli(["submit", str(config), "--name", "x", "--wait"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: no deployment to submit to: no runs bucket in defaults")
+    assert f"to run it here: raytune local {config}" in err
+    assert cli(["submit", str(config), "--local", "--name", "x"]) == 2
+    assert "--name and --via-topic are the deployment's" in capsys.readouterr().err
