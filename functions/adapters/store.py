@@ -43,6 +43,13 @@ QUARANTINED_ALLOCATIONS = "quarantine/clusters/"
 MAX_STORED_BYTES = 4 * 1024 * 1024
 
 
+def move_aside(blobs: Blobs, path: str, destination: str) -> None:
+    """Keep an unreadable object for a person to look at (copied by the bucket, never through this process's
+    memory) where nothing reads it as state again."""
+    blobs.copy(path, destination)
+    blobs.delete(path)
+
+
 class Stored(Generic[M]):
     """JSON objects of one model in the bucket, each changed only by compare-and-swap on its generation:
     run records, RayCluster allocations (functions/core/allocation.py), the champion of each config name
@@ -180,10 +187,8 @@ class RunStore:
             return False
 
     def quarantine(self, run_id: str, why: str) -> None:
-        """Move an unreadable record aside (kept for a person to look at; copied by the bucket, never through this
-        process's memory) and stop watching it."""
-        self.blobs.copy(f"{RECORDS}{run_id}.json", f"{QUARANTINE}{run_id}.json")
-        self.blobs.delete(f"{RECORDS}{run_id}.json")
+        """Move an unreadable record aside and stop watching it."""
+        move_aside(self.blobs, f"{RECORDS}{run_id}.json", f"{QUARANTINE}{run_id}.json")
         self.unmark_active(run_id)
 
 
@@ -206,8 +211,7 @@ class Allocations:
             if self.rebuild is None:
                 raise
             why = " ".join(str(err).split())[:300]
-            self.blobs.copy(path, QUARANTINED_ALLOCATIONS + path.removeprefix(ALLOCATIONS))
-            self.blobs.delete(path)
+            move_aside(self.blobs, path, QUARANTINED_ALLOCATIONS + path.removeprefix(ALLOCATIONS))
             try:
                 return self.stored.write(path, self.rebuild(cluster, why), if_generation_match=0)
             except Conflict:  # another handler rebuilt it first

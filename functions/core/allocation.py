@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pydantic import BaseModel, Field
 
 from functions.core.config import ClusterSpec
+from functions.core.platform import Workers
 
 ALLOCATIONS = "clusters/"
 LEGACY_GROUP = "gpu-group"  # the one worker group every run shared before groups were per run
@@ -117,22 +118,9 @@ def group_name(run_id: str) -> str:
     return "run-" + hashlib.sha256(run_id.encode()).hexdigest()[:12]
 
 
-@dataclass(frozen=True)
-class GroupSeen:
-    """The RayCluster's worker groups as read: each group's replicas, the allocation version they were sized
-    for, and the groups already at zero whose pods are gone (removable from the spec)."""
-
-    groups: dict[str, int]
-    stamp: int
-    drained: frozenset[str] = frozenset()
-
-    @property
-    def replicas(self) -> int:
-        return sum(self.groups.values())
-
-
-def sizing(alloc: Allocation, seen: GroupSeen | None, launching: str | None) -> dict[str, int] | None:
-    """The worker groups to write (name -> replicas), or None to leave them. Each holder has a group of its
+def sizing(alloc: Allocation, seen: Workers | None, launching: str | None) -> dict[str, int] | None:
+    """The worker groups to write (name -> replicas), or None to leave them, given the RayCluster's groups as
+    read (`seen`: None when there is no RayCluster). Each holder has a group of its
     own (`group_name`), so an ended run's nodes go exactly, never a live run's: with the autoscaler off
     KubeRay removes pods at random only within a group that shrinks (ray-operator/controllers/ray/
     raycluster_controller.go, reconcilePods, v1.5.2), and a group is only ever shrunk to zero.

@@ -137,8 +137,7 @@ def _worker_resources(cfg: RunConfig) -> dict[str, Any]:
 
 def worker_group(cfg: RunConfig, run_id: str, replicas: int, code_paths: list[str], code_hash: str) -> dict[str, Any]:
     """One run's worker group: its nodes, each advertising the run's own Ray resource (one unit per training
-    worker it hosts), so Ray Train places the run's workers on its nodes only and the group can go with the run.
-    Replicas and minReplicas move together: KubeRay clamps replicas up to minReplicas."""
+    worker it hosts), so Ray Train places the run's workers on its nodes only and the group can go with the run."""
     group = group_name(run_id)
     worker_spec: dict[str, Any] = {
         "containers": [_container("ray-worker", cfg.cluster.worker_image_ref, _worker_resources(cfg))],
@@ -152,9 +151,7 @@ def worker_group(cfg: RunConfig, run_id: str, replicas: int, code_paths: list[st
     resources = json.dumps({group: cfg.scaling.gpus_per_node or 1})
     return {
         "groupName": group,
-        "replicas": replicas,
-        "minReplicas": replicas,
-        "maxReplicas": max(replicas, 1),
+        **_sized(replicas),
         "rayStartParams": {"resources": '"' + resources.replace('"', '\\"') + '"'},
         "template": {
             "metadata": {"labels": {RUN_LABEL: run_id}, "annotations": {CODE_HASH_ANNOTATION: code_hash}},
@@ -166,7 +163,13 @@ def worker_group(cfg: RunConfig, run_id: str, replicas: int, code_paths: list[st
 def resized(group: dict[str, Any], replicas: int) -> dict[str, Any]:
     """A worker group as read, at another size (and without a workersToDelete list KubeRay left behind)."""
     kept = {k: v for k, v in group.items() if k != "scaleStrategy"}
-    return {**kept, "replicas": replicas, "minReplicas": replicas, "maxReplicas": max(replicas, 1)}
+    return {**kept, **_sized(replicas)}
+
+
+def _sized(replicas: int) -> dict[str, int]:
+    """A group's size fields: replicas and minReplicas move together (KubeRay clamps replicas up to minReplicas,
+    so scaling to zero needs both at 0); maxReplicas never below them, and at least 1."""
+    return {"replicas": replicas, "minReplicas": replicas, "maxReplicas": max(replicas, 1)}
 
 
 def ray_cluster(

@@ -16,7 +16,6 @@ from functions.adapters.store import Allocations, RunStore, Stored
 from functions.core import allocation, champion, fingerprint
 from functions.core.allocation import Allocation
 from functions.core.config import ClusterSpec
-from functions.core.decide import cluster_key
 from functions.core.platform import Platform
 from functions.core.runs import State
 from functions.core.secrets import add_secret
@@ -55,11 +54,11 @@ class Context:
 
     def _rebuilt_allocation(self, spec: ClusterSpec, why: str) -> Allocation:
         """An unreadable allocation made again from the live runs of its RayCluster and the stamp it carries."""
-        key = (spec.region, spec.gke_cluster, spec.namespace, spec.ray_cluster)
+        key = allocation.key_path(spec)
         live, full = [], spec
         for record in self.store.active():
             cfg = record.run_config() if record.config else None
-            if cfg is None or record.state.terminal or cluster_key(cfg) != key:
+            if cfg is None or record.state.terminal or allocation.key_path(cfg.cluster) != key:
                 continue
             full = cfg.cluster  # every field of the spec, as the runs gave it (the object's name has four)
             admitted = record.state in (State.PROVISIONING, State.SUBMITTED, State.RUNNING)

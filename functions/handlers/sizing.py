@@ -7,7 +7,7 @@ import logging
 from collections.abc import Callable
 
 from functions.core import allocation
-from functions.core.allocation import Admission, Allocation, GroupSeen
+from functions.core.allocation import Admission, Allocation
 from functions.core.config import ClusterSpec, RunConfig
 from functions.core.errors import PermanentError, TransientError
 from functions.core.runs import RunRecord
@@ -87,8 +87,7 @@ def sync_workers(ctx: Context, spec: ClusterSpec, launching: tuple[RunConfig, st
                 f"RayCluster {spec.namespace}/{spec.ray_cluster} exists and is not managed by raytune "
                 "(no app.kubernetes.io/managed-by=raytune label): choose another cluster.ray_cluster"
             )
-        seen = GroupSeen(workers.groups, workers.stamp, workers.drained) if workers else None
-        target = allocation.sizing(alloc, seen, launching=launching[1] if launching else None)
+        target = allocation.sizing(alloc, workers, launching=launching[1] if launching else None)
         if target is None:
             return workers.replicas if workers else 0
         if launching is not None:

@@ -75,8 +75,9 @@ def reconcile_one(ctx: Context, record: RunRecord) -> RunRecord | Exception:
 
 def reconcile_all(ctx: Context) -> list[RunRecord]:
     """Every live run at once (a hung call holds one worker thread, not the tick); then each RayCluster a run
-    of this tick ended on releases its nodes and is sized again (runs that ended together each saw the
-    others live), its queued runs get their turn, and idle or leaked Ray objects are cleaned up."""
+    of this tick ended on releases its nodes (runs that ended together each saw the others live) and its queued
+    runs get their turn; then every RayCluster is sized to its allocation, idle ones deleted and leaked Ray
+    objects cleaned up (housekeeping.tidy)."""
     quarantined: list[tuple[str, str]] = []
     records = ctx.store.active(now=ctx.clock(), quarantined=quarantined)
     for run_id, why in quarantined:
@@ -99,16 +100,12 @@ def reconcile_all(ctx: Context) -> list[RunRecord]:
         except Exception as exc:
             outcomes.append(exc)
     waiting = [r for r in reconciled if r.state == State.QUEUED and cluster_key(r.run_config()) in ended]
-    if waiting:  # nodes were just released: the queue moves in this tick, on the nodes still up
+    if waiting:  # nodes were just released: the queue moves in this tick
         again = _each(ctx, [_readable(ctx, r.run_id) or r for r in waiting])
         moved = {o.run_id: o for o in again if isinstance(o, RunRecord)}
         reconciled = [moved.get(r.run_id, r) for r in reconciled]
         outcomes += [o for o in again if isinstance(o, Exception)]
-    for cfg in ended.values():
-        try:
-            sizing.sync_workers(ctx, cfg.cluster)
-        except Exception as exc:
-            outcomes.append(exc)
+    # tidy sizes every RayCluster's groups to its allocation: the ended runs' groups go to zero there.
     outcomes += housekeeping.tidy(ctx, [r for r in reconciled if not r.state.terminal])
     failures = [o for o in outcomes if isinstance(o, Exception)]
     if any(is_transient(f) for f in failures):

@@ -13,7 +13,6 @@ from hypothesis import strategies as st
 from functions.core.allocation import (
     LEGACY_GROUP,
     Allocation,
-    GroupSeen,
     admit,
     group_name,
     idle_expired,
@@ -21,8 +20,16 @@ from functions.core.allocation import (
     sizing,
 )
 from functions.core.config import ClusterSpec
+from functions.core.platform import Workers
 
 pytestmark = pytest.mark.unit
+
+
+def view(groups: dict[str, int], stamp: int, drained: frozenset[str] = frozenset()) -> Workers:
+    """A RayCluster's worker groups as the platform reads them (no handle: nothing is written here)."""
+    return Workers(groups, stamp, handle=None, drained=drained)
+
+
 T0 = dt.datetime(2026, 12, 2, tzinfo=dt.UTC)
 SPEC = ClusterSpec(max_worker_nodes=5)
 
@@ -89,18 +96,18 @@ A, B = group_name("a"), group_name("b")
         ({"a": 2}, None, "a", {A: 2}),  # no RayCluster: the launch creates it, with its run's group
         ({"a": 2}, None, None, None),  # the watcher never creates one
         ({"a": 2}, None, "b", None),  # nor a launch whose run is not admitted
-        ({"a": 2, "b": 1}, GroupSeen({A: 2}, 0), "b", {A: 2, B: 1}),  # a launch adds its own group
-        ({"a": 2, "b": 1}, GroupSeen({A: 2}, 0), None, {A: 2}),  # the watcher cannot render b's: b's launch adds it
-        ({"b": 1}, GroupSeen({A: 2, B: 1}, 0), None, {A: 0, B: 1}),  # a ended: exactly its nodes go
-        ({"b": 1}, GroupSeen({A: 0, B: 1}, 0, frozenset({A})), None, {B: 1}),  # drained: out of the spec
-        ({"b": 1}, GroupSeen({A: 0, B: 1}, 0), None, {A: 0, B: 1}),  # its pods not gone yet: kept at zero
-        ({}, GroupSeen({A: 2}, 0), None, {A: 0}),  # nobody holds any: all go
-        ({"a": 2}, GroupSeen({A: 2}, 3), None, None),  # already at this version
-        ({}, GroupSeen({A: 2}, 9), None, None),  # a newer allocation was applied: the stale writer loses
-        ({"a": 2}, GroupSeen({A: 2}, 1), "a", {A: 2}),  # same size, older stamp: stamped again
+        ({"a": 2, "b": 1}, view({A: 2}, 0), "b", {A: 2, B: 1}),  # a launch adds its own group
+        ({"a": 2, "b": 1}, view({A: 2}, 0), None, {A: 2}),  # the watcher cannot render b's: b's launch adds it
+        ({"b": 1}, view({A: 2, B: 1}, 0), None, {A: 0, B: 1}),  # a ended: exactly its nodes go
+        ({"b": 1}, view({A: 0, B: 1}, 0, frozenset({A})), None, {B: 1}),  # drained: out of the spec
+        ({"b": 1}, view({A: 0, B: 1}, 0), None, {A: 0, B: 1}),  # its pods not gone yet: kept at zero
+        ({}, view({A: 2}, 0), None, {A: 0}),  # nobody holds any: all go
+        ({"a": 2}, view({A: 2}, 3), None, None),  # already at this version
+        ({}, view({A: 2}, 9), None, None),  # a newer allocation was applied: the stale writer loses
+        ({"a": 2}, view({A: 2}, 1), "a", {A: 2}),  # same size, older stamp: stamped again
         # The previous release's one shared group keeps its size while a run admitted under it holds nodes.
-        ({"a": 2, "b": 1}, GroupSeen({LEGACY_GROUP: 3}, 0), "b", {LEGACY_GROUP: 3, B: 1}),
-        ({"b": 1}, GroupSeen({LEGACY_GROUP: 3, B: 1}, 0), None, {LEGACY_GROUP: 0, B: 1}),
+        ({"a": 2, "b": 1}, view({LEGACY_GROUP: 3}, 0), "b", {LEGACY_GROUP: 3, B: 1}),
+        ({"b": 1}, view({LEGACY_GROUP: 3, B: 1}, 0), None, {LEGACY_GROUP: 0, B: 1}),
     ],
 )
 def test_sizing(holders, seen, launching, target):
@@ -131,14 +138,14 @@ def test_each_live_run_keeps_its_nodes_and_an_ended_run_releases_exactly_its_own
     holds."""
     alloc = Allocation(cluster=SPEC)
     ended: set[str] = set()
-    seen = GroupSeen({}, 0)
+    seen = view({}, 0)
     history: list[Allocation] = [alloc]
 
     def write(a: Allocation, launching: str | None) -> None:
         nonlocal seen
         target = sizing(a, seen, launching)
         if target is not None:
-            seen = GroupSeen(target, a.version, frozenset(g for g, n in target.items() if n == 0))
+            seen = view(target, a.version, frozenset(g for g, n in target.items() if n == 0))
 
     def live_groups_hold_their_nodes() -> None:
         for run_id, nodes in alloc.holders.items():
@@ -177,7 +184,7 @@ def test_an_allocation_is_rebuilt_from_the_live_runs_above_the_rayclusters_stamp
     ]
     alloc = rebuilt(SPEC, live, stamp=41, now=at(9))
     assert alloc.holders == {"a": 3} and [w.run_id for w in alloc.queue] == ["c", "b"] and alloc.version == 42
-    seen = GroupSeen({group_name("a"): 3, LEGACY_GROUP: 2}, 41)
+    seen = view({group_name("a"): 3, LEGACY_GROUP: 2}, 41)
     assert sizing(alloc, seen, launching=None) == {group_name("a"): 3, LEGACY_GROUP: 0}  # a's group kept
     assert rebuilt(SPEC, [], stamp=0, now=at(9)).idle_since == at(9)
     assert key_path(spec_of(key_path(SPEC))) == key_path(SPEC)
