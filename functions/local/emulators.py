@@ -150,16 +150,20 @@ class Service:
 
     def stop(self, grace_s: float = 10.0) -> None:
         """Stop the whole process group (wrappers such as gcloud leave their children otherwise): SIGTERM,
-        then SIGKILL after `grace_s`."""
-        if self.proc.poll() is None:
-            try:
-                os.killpg(self.proc.pid, signal.SIGTERM)
-                self.proc.wait(timeout=grace_s)
-            except subprocess.TimeoutExpired:
+        then SIGKILL after `grace_s`. A leader that has exited already may have left children behind (a
+        `ray start` that timed out leaves its raylet, which would register later): the group is killed."""
+        if self.proc.poll() is not None:
+            with suppress(ProcessLookupError):
                 os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
-            except ProcessLookupError:
-                self.proc.wait()
+            return
+        try:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            self.proc.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+        except ProcessLookupError:
+            self.proc.wait()
 
 
 def start(

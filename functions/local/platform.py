@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import json
+import logging
 import os
 import re
 import secrets
@@ -25,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import requests
+import tenacity
 
 from functions.core import joblog, manifests
 from functions.core.allocation import group_name
@@ -44,6 +46,19 @@ JOB_DEPLOYMENT = {
 }
 WORKER_PORTS = 100  # ports for a node's worker processes (a 1-CPU node runs a handful)
 START_TIMEOUT_S = 180
+# `ray start` gives a node 30 s to register with the GCS (ray/_private/node.py, raylet_start_wait_time_s, not
+# configurable); a machine busy enough can miss that once, and the node is then started again.
+START_ATTEMPTS = 3
+logger = logging.getLogger(__name__)
+
+
+class NodeDidNotStart(RuntimeError):
+    """A `ray start` exited before it said it was up."""
+
+
+def _last_line(log: Path, since: int) -> str:
+    lines = log.read_bytes()[since:].decode(errors="replace").strip().splitlines() if log.exists() else []
+    return lines[-1].strip() if lines else "no output"
 
 
 def _iso(ms: int | None) -> str | None:
@@ -138,6 +153,7 @@ class LocalRay:
         }
         # The Jobs client in this process authenticates with the same token.
         os.environ.update({k: self.env[k] for k in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN_PATH")})
+        self.ray = str(Path(sys.executable).parent / "ray")  # the ray CLI of this environment
         self.head: emulators.Service | None = None
         self.dashboard_port = 0
         self.shapes: dict[str, NodeShape] = {}  # each run's worker group: its nodes' shape
@@ -154,10 +170,23 @@ class LocalRay:
     ) -> emulators.Service:
         """One `ray start --block` (a pod, on GKE), every port its own (none of `taken`, the ports `args`
         already name), ready once it says so in its log."""
-        ray = str(Path(sys.executable).parent / "ray")
         log = self.logs / f"{name}.log"
         log.parent.mkdir(parents=True, exist_ok=True)
         log.unlink(missing_ok=True)
+        for attempt in tenacity.Retrying(
+            retry=tenacity.retry_if_exception_type(NodeDidNotStart),
+            stop=tenacity.stop_after_attempt(START_ATTEMPTS),
+            before_sleep=lambda state: logger.warning("%s; starting it again", state.outcome.exception()),
+            reraise=True,
+        ):
+            with attempt:
+                return self._ray_start_once(args, env, port, log, taken)
+        raise AssertionError("tenacity returns or raises")
+
+    def _ray_start_once(
+        self, args: list[str], env: dict[str, str], port: int, log: Path, taken: tuple[int, ...]
+    ) -> emulators.Service:
+        since = log.stat().st_size if log.exists() else 0  # a retry appends to the log of the attempt before
         low, high = emulators.free_port_range(WORKER_PORTS)
         components = (
             "node-manager",
@@ -170,15 +199,18 @@ class LocalRay:
         chosen = emulators.free_ports(len(components), taken=(port, *taken))
         ports = [f"--{component}-port={number}" for component, number in zip(components, chosen, strict=True)]
         ports += [f"--min-worker-port={low}", f"--max-worker-port={high}"]
-        command = [ray, "start", "--block", "--disable-usage-stats", "--node-ip-address=127.0.0.1", *ports, *args]
-        return emulators.start(
-            command,
-            port,
-            log,
-            env={**self.env, **env},
-            timeout_s=START_TIMEOUT_S,
-            ready=lambda: log.exists() and "Ray runtime started" in log.read_text(errors="replace"),
-        )
+        command = [self.ray, "start", "--block", "--disable-usage-stats", "--node-ip-address=127.0.0.1", *ports, *args]
+        try:
+            return emulators.start(
+                command,
+                port,
+                log,
+                env={**self.env, **env},
+                timeout_s=START_TIMEOUT_S,
+                ready=lambda: "Ray runtime started" in log.read_bytes()[since:].decode(errors="replace"),
+            )
+        except RuntimeError:  # it exited before it was up: say why, from its own log
+            raise NodeDidNotStart(f"{log.stem} did not start ({_last_line(log, since)}; see {log})") from None
 
     def ensure_cluster(self, cfg: RunConfig) -> ClusterReadiness:
         with self.lock:
