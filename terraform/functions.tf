@@ -19,6 +19,8 @@ locals {
     RAYTUNE_POLICY_RESERVATION        = var.reservation
     RAYTUNE_POLICY_ACCELERATOR        = var.policy_accelerator
     RAYTUNE_POLICY_NODE_SELECTOR      = length(var.policy_node_selector) > 0 ? jsonencode(var.policy_node_selector) : ""
+    RAYTUNE_POLICY_CAPACITY           = length(var.policy_capacity) > 0 ? jsonencode(var.policy_capacity) : ""
+    RAYTUNE_POLICY_CAPACITY_KINDS     = join(",", var.policy_capacity_kinds)
     RAYTUNE_POLICY_BUCKETS            = join(",", concat([google_storage_bucket.runs.name, google_storage_bucket.configs.name], var.policy_buckets))
     RAYTUNE_POLICY_STORAGE_BUCKETS    = join(",", values(local.storage_buckets))
     RAYTUNE_POLICY_DATASET_BUCKETS    = join(",", concat(values(local.storage_buckets), var.dataset_buckets))

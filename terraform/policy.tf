@@ -38,6 +38,32 @@ variable "policy_node_selector" {
   default     = {}
 }
 
+variable "policy_capacity" {
+  description = "Where GPU nodes come from for configs that do not say (scaling.capacity), in order: reservation (name, optional project and block), flex-start (optional max_run_seconds), spot, on-demand. Rendered as a GKE ComputeClass. Empty: var.reservation alone, as the reference tutorial (no ComputeClass)."
+  type = list(object({
+    kind            = string
+    name            = optional(string)
+    project         = optional(string)
+    block           = optional(string)
+    max_run_seconds = optional(number)
+  }))
+  default = []
+  validation {
+    condition     = alltrue([for option in var.policy_capacity : contains(["reservation", "flex-start", "spot", "on-demand"], option.kind)])
+    error_message = "policy_capacity kinds are reservation, flex-start, spot and on-demand."
+  }
+}
+
+variable "policy_capacity_kinds" {
+  description = "The capacity kinds a config's scaling.capacity may list. Empty: any, or only var.reservation when it is set (a config cannot leave the reservation for on-demand or Spot unless listed here)."
+  type        = list(string)
+  default     = []
+  validation {
+    condition     = alltrue([for kind in var.policy_capacity_kinds : contains(["reservation", "flex-start", "spot", "on-demand"], kind)])
+    error_message = "policy_capacity_kinds are reservation, flex-start, spot and on-demand."
+  }
+}
+
 variable "policy_regions" {
   description = "Regions besides var.region that cluster.region may name (Cloud NAT is created in each); a config naming another is rejected."
   type        = list(string)

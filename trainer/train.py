@@ -160,8 +160,13 @@ def train_loop(loop_config: dict) -> None:
     trainer = prepare_trainer(trainer)
     checkpoint = ray.train.get_checkpoint()
     started = time.monotonic()
+    resumed_from = None
     if checkpoint:
         with checkpoint.as_directory() as restored:
+            state = Path(restored, "checkpoint", "trainer_state.json")
+            resumed_from = json.loads(state.read_text()).get("global_step") if state.exists() else None
+            if context.get_world_rank() == 0:
+                print(f"resuming from {checkpoint.path} at step {resumed_from}", flush=True)
             trainer.train(resume_from_checkpoint=os.path.join(restored, "checkpoint"))
     else:
         trainer.train()
@@ -175,6 +180,7 @@ def train_loop(loop_config: dict) -> None:
         global_step=trainer.state.global_step,
         epoch=trainer.state.epoch,
         resumed=checkpoint is not None,
+        resumed_from_step=resumed_from,
         loop_seconds=time.monotonic() - started,
         world_size=context.get_world_size(),
         init_adapter=init,
@@ -333,6 +339,7 @@ def summarize(result, cfg: RunConfig, run_id: str, wall_seconds: float, checkpoi
             global_step=metrics.get("global_step"),
             epochs=metrics.get("epoch"),
             resumed=metrics.get("resumed"),
+            resumed_from_step=metrics.get("resumed_from_step"),
         ),
         wall_seconds=wall_seconds,
     )

@@ -13,7 +13,7 @@ from typing import Any
 from functions.adapters.google_api import translate
 from functions.adapters.kube import Kube, RayClusterSeen, api_client
 from functions.adapters.retry import with_retries
-from functions.core import errors, manifests, stuck
+from functions.core import computeclass, disruption, errors, manifests, stuck
 from functions.core.allocation import group_name
 from functions.core.config import ClusterSpec, RunConfig
 from functions.core.platform import ClusterReadiness, Leftover, Workers
@@ -271,6 +271,8 @@ class GkePlatform:
             kube.apply(manifests.secret(cfg, self.hf_token))
         files, code_hash = self.code
         kube.apply(manifests.code_configmap(cfg, files, code_hash))
+        if (capacity := computeclass.compute_class(cfg.scaling, manifests.ownership(self.owner))) is not None:
+            kube.apply(capacity)  # before the group that selects it: GKE provisions by it
         own = manifests.worker_group(cfg, run_id, groups.get(group_name(run_id), 0), list(files), code_hash)
         specs = _resized(workers, groups, {own["groupName"]: own})
         cluster = manifests.ray_cluster(cfg, list(files), code_hash, specs, stamp, owner=self.owner)
@@ -288,17 +290,17 @@ class GkePlatform:
         assert isinstance(workers.handle, RayClusterSeen)
         return self._kube(spec).delete_raycluster(spec.namespace, spec.ray_cluster, workers.handle.resource_version)
 
-    def submit(self, cfg: RunConfig, run_id: str, env: dict[str, str]) -> None:
-        self._kube(cfg.cluster).apply(manifests.ray_job(cfg, run_id, self.code[1], env, owner=self.owner))
+    def submit(self, cfg: RunConfig, run_id: str, job: str, env: dict[str, str]) -> None:
+        self._kube(cfg.cluster).apply(manifests.ray_job(cfg, run_id, self.code[1], env, owner=self.owner, job=job))
 
-    def job_status(self, cfg: RunConfig, run_id: str) -> dict | None:
+    def job_status(self, cfg: RunConfig, job: str) -> dict | None:
         """The RayJob's status; ClusterGone when its GKE cluster was deleted (its API server unreachable)."""
         try:
-            job = self._kube(cfg.cluster).get_rayjob(cfg.cluster.namespace, run_id)
+            found = self._kube(cfg.cluster).get_rayjob(cfg.cluster.namespace, job)
         except errors.TransientError as err:
             self._gone_or(cfg.cluster, err)
             raise
-        return None if job is None else job.get("status", {})
+        return None if found is None else found.get("status", {})
 
     def waiting_reason(self, cfg: RunConfig, run_id: str) -> str | None:
         kube = self._kube(cfg.cluster)
@@ -307,8 +309,17 @@ class GkePlatform:
         pending = [p["metadata"]["name"] for p in pods if (p.get("status") or {}).get("phase") == "Pending"]
         return stuck.explain(pods, {name: kube.events(namespace, name) for name in pending[:4]})
 
-    def stop(self, spec: ClusterSpec, run_id: str) -> None:
-        self._kube(spec).delete_rayjob(spec.namespace, run_id)
+    def disruptions(self, cfg: RunConfig, run_id: str, since: dt.datetime | None) -> list[str]:
+        kube = self._kube(cfg.cluster)
+        namespace = cfg.cluster.namespace
+        pods = kube.pods(namespace, f"{manifests.RUN_LABEL}={run_id}")
+        # KubeRay names a group's pods <cluster>-<group>-worker-<suffix>; the replaced ones are gone, their Events stay
+        group = f"-{group_name(run_id)}-"
+        events = [e for e in kube.events(namespace) if group in (e.get("involvedObject") or {}).get("name", "")]
+        return disruption.from_pods(pods, events, since)
+
+    def stop(self, spec: ClusterSpec, job: str) -> None:
+        self._kube(spec).delete_rayjob(spec.namespace, job)
 
     def leftovers(self, spec: ClusterSpec) -> list[Leftover]:
         kube = self.reachable(spec)
@@ -321,6 +332,7 @@ class GkePlatform:
                 job["metadata"]["name"],
                 job.get("status", {}).get("jobStatus") not in JOB_ENDED,
                 _created(job),
+                (job["metadata"].get("labels") or {}).get(manifests.RUN_LABEL),
             )
             for job in kube.owned(spec.namespace, "RayJob", labels)
         ]

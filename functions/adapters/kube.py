@@ -153,7 +153,10 @@ class Kube:
             "_content_type": APPLY,
         }
         args: tuple[Any, ...]
-        if kind == "Secret":
+        if kind == "ComputeClass":  # cluster-scoped, GKE's own API group
+            group, version = obj["apiVersion"].split("/")
+            call, args = self.custom.patch_cluster_custom_object, (group, version, "computeclasses", meta["name"], obj)
+        elif kind == "Secret":
             call, args = self.core.patch_namespaced_secret, (meta["name"], meta["namespace"], obj)
         elif kind == "ConfigMap":
             call, args = self.core.patch_namespaced_config_map, (meta["name"], meta["namespace"], obj)
@@ -170,7 +173,8 @@ class Kube:
                 raise
             return True
 
-        return with_retries(send, f"apply {kind} {meta['namespace']}/{meta['name']}", translate=translate)
+        where = f"{meta['namespace']}/{meta['name']}" if "namespace" in meta else meta["name"]
+        return with_retries(send, f"apply {kind} {where}", translate=translate)
 
     def _lost_race(self, exc: Exception, kind: str, meta: dict[str, Any], resource_version: str) -> bool:
         """Whether a conditional write failed because the object changed or went since it was read (409, or
@@ -288,16 +292,15 @@ class Kube:
             f"list pods {label_selector} in {namespace}",
         )
 
-    def events(self, namespace: str, name: str) -> list[dict[str, Any]]:
-        """The Events about one object (a pod), oldest first."""
+    def events(self, namespace: str, name: str | None = None) -> list[dict[str, Any]]:
+        """The Events about one object (a pod), or about every pod of the namespace (pods deleted since keep
+        theirs for the API server's event TTL, an hour by default), oldest first."""
+        selector = f"involvedObject.name={name}" if name else "involvedObject.kind=Pod"
         items = self._raw_items(
             lambda: self._send(
-                self.core.list_namespaced_event,
-                namespace,
-                field_selector=f"involvedObject.name={name}",
-                _preload_content=False,
+                self.core.list_namespaced_event, namespace, field_selector=selector, _preload_content=False
             ),
-            f"list events of {namespace}/{name}",
+            f"list events of {namespace}/{name or 'pods'}",
         )
         return sorted(items, key=lambda e: str(e.get("lastTimestamp") or e.get("eventTime") or ""))
 

@@ -23,12 +23,21 @@ from functions.local.dirblobs import DirBlobs
 from functions.local.platform import live_driver_log
 
 
+class RetryEnded(Exception):
+    """A local retry ran to its end without succeeding: its exit code."""
+
+    def __init__(self, code: int):
+        super().__init__(f"the retried run ended with exit code {code}")
+        self.code = code
+
+
 class Backend(Protocol):
     store: RunStore
     where: str
 
     def submit(self, config: Path, name: str | None, via_topic: bool) -> str: ...
     def cancel(self, record: RunRecord, token: str | None = None) -> None: ...
+    def retry(self, record: RunRecord, token: str | None = None) -> None: ...
     def job(self, record: RunRecord) -> dict[str, Any] | None: ...
     def pods(self, record: RunRecord) -> list[str]: ...
     def log(self, record: RunRecord) -> str: ...
@@ -101,9 +110,16 @@ class CloudBackend:
         return run_id
 
     def cancel(self, record: RunRecord, token: str | None = None) -> None:
+        self._ask("cancel", record, token)
+
+    def retry(self, record: RunRecord, token: str | None = None) -> None:
+        self._ask("retry", record, token)
+
+    def _ask(self, kind: str, record: RunRecord, token: str | None) -> None:
+        """A watch message about one run, with the submitter's token or the operator key (policy.may_cancel)."""
         self.settings.need("watch_topic")
         attributes = {OPERATOR_KEY_ATTRIBUTE: self.settings.operator_key} if self.settings.operator_key else {}
-        body = {"kind": "cancel", "run_id": record.run_id}
+        body = {"kind": kind, "run_id": record.run_id}
         if token := token or tokens.find(record.run_id):
             body["token"] = token
         self.publisher.publish(self.settings.watch_topic, body, **attributes)
@@ -113,7 +129,7 @@ class CloudBackend:
 
     def job(self, record: RunRecord) -> dict[str, Any] | None:
         cfg = self._cfg(record)
-        return None if cfg is None else self.platform.job_status(cfg, record.run_id)
+        return None if cfg is None else self.platform.job_status(cfg, record.job_name)
 
     def pods(self, record: RunRecord) -> list[str]:
         cfg = self._cfg(record)
@@ -142,7 +158,7 @@ class CloudBackend:
         kube = self.platform.reachable(cfg.cluster) if cfg else None
         if cfg is None or kube is None:
             return ""
-        return kube.job_log(cfg.cluster.namespace, record.run_id)
+        return kube.job_log(cfg.cluster.namespace, record.job_name)
 
 
 class LocalBackend:
@@ -164,6 +180,12 @@ class LocalBackend:
             raise RuntimeError(f"no raytune local holds {self.workdir}: the run is not live")
         os.kill(int(pid), signal.SIGINT)
 
+    def retry(self, record: RunRecord, token: str | None = None) -> None:
+        """A local run's next attempt needs its cluster again: the driver starts it and follows it."""
+        code = driver.run(None, self.workdir, retry=record.run_id)
+        if code:
+            raise RetryEnded(code)
+
     def job(self, record: RunRecord) -> dict[str, Any] | None:
         return record.job
 
@@ -172,8 +194,8 @@ class LocalBackend:
         return sorted(f"{p.stem}: log {p}" for p in logs.glob("ray-*.log")) if logs.is_dir() else []
 
     def log(self, record: RunRecord) -> str:
-        saved = self.workdir / "logs" / f"{record.run_id}-driver.log"
-        path = saved if saved.is_file() else live_driver_log(self.workdir, record.run_id)
+        saved = self.workdir / "logs" / f"{record.job_name}-driver.log"
+        path = saved if saved.is_file() else live_driver_log(self.workdir, record.job_name)
         return path.read_text(errors="replace") if path else ""
 
 

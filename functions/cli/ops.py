@@ -14,7 +14,7 @@ from typing import Any
 
 from functions.cli import settings as cli_settings
 from functions.cli import tokens
-from functions.cli.backends import Backend, CloudBackend, LocalBackend, follow, records
+from functions.cli.backends import Backend, CloudBackend, LocalBackend, RetryEnded, follow, records
 from functions.core import joblog
 from functions.core.runs import RunRecord, State
 
@@ -217,6 +217,36 @@ def cmd_cancel(args: argparse.Namespace) -> int:
     return 1
 
 
+def cmd_retry(args: argparse.Namespace) -> int:
+    """The next attempt of an ended run, resuming from its last checkpoint. Locally the driver runs it here to
+    its end; in the cloud the watcher queues it (the record says so) and this waits for that."""
+    backend = backend_for(args)
+    record = _get(backend, args.run)
+    try:
+        record.retried(dt.datetime.now(dt.UTC), "raytune retry")  # refused here with the reason, before anything
+    except ValueError as why:
+        print(f"error: {why}", file=sys.stderr)
+        return 2
+    if isinstance(backend, LocalBackend):
+        try:
+            backend.retry(record, args.token)
+        except RetryEnded as ended:
+            return ended.code
+        return 0
+    before = record.attempt
+    backend.retry(record, args.token)
+    print(f"retry requested for {record.run_id} (attempt {before + 1}); waiting up to {args.timeout}s")
+    deadline = time.monotonic() + args.timeout
+    while time.monotonic() < deadline:
+        record = _get(backend, args.run)
+        if record.attempt > before:
+            print(f"{record.run_id}: {record.state.value} ({record.reason})")
+            return 0
+        time.sleep(args.interval)
+    print(f"{record.run_id} still on attempt {before} after {args.timeout}s (the watcher acts on the message)")
+    return 1
+
+
 def _flat(value: Any, prefix: str = "") -> dict[str, Any]:
     if isinstance(value, dict):
         out: dict[str, Any] = {}
@@ -352,6 +382,15 @@ def add_parsers(sub: Any) -> None:
     cancel.add_argument("--timeout", type=float, default=WAIT_LIMIT_S)
     cancel.add_argument("--interval", type=float, default=3.0, help=argparse.SUPPRESS)
     cancel.set_defaults(func=cmd_cancel)
+
+    retry = common(
+        sub.add_parser("retry", help="start the next attempt of a FAILED or CANCELLED run, from its last checkpoint")
+    )
+    retry.add_argument("run")
+    retry.add_argument("--token", help="the run's cancel token (default: the one `submit` kept); operators need none")
+    retry.add_argument("--timeout", type=float, default=WAIT_LIMIT_S, help="how long to wait for the watcher")
+    retry.add_argument("--interval", type=float, default=3.0, help=argparse.SUPPRESS)
+    retry.set_defaults(func=cmd_retry)
 
     compare = common(sub.add_parser("compare", help="configs' differences and metrics side by side"))
     compare.add_argument("runs", nargs="+", metavar="RUN")

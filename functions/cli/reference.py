@@ -59,6 +59,17 @@ def _rows(properties: dict, defs: dict, prefix: str = "", defaults: dict | None 
         if len(default) > 60:
             default = default[:57] + "..."
         yield f"| `{path}` | {kind} | `{default}` | {'; '.join(limits)} |"
+        if item := _item_model(node):  # a list of sections (scaling.capacity): each element's fields
+            yield from _rows(defs[item]["properties"], defs, f"{path}[].")
+
+
+def _item_model(node: dict[str, Any]) -> str | None:
+    """The model a list field's elements are, if they are one."""
+    for option in [node, *node.get("anyOf", [])]:
+        ref = option.get("items", {}).get("$ref") if option.get("type") == "array" else None
+        if ref:
+            return str(ref.rsplit("/", 1)[-1])
+    return None
 
 
 def markdown(schema: dict) -> str:

@@ -86,6 +86,7 @@ GKE_ACCELERATORS = {
     "L4": "nvidia-l4",
 }
 ACCELERATOR_LABEL = "cloud.google.com/gke-accelerator"
+COMPUTE_CLASS_LABEL = "cloud.google.com/compute-class"
 RESERVATION_LABELS = ("cloud.google.com/reservation-name", "cloud.google.com/reservation-affinity")
 # Node labels that choose where GPU capacity comes from (GKE's node selectors for accelerators, reservations,
 # Spot, flex-start and compute classes): scaling's own fields set them, and an operator policy fixes them.
@@ -96,7 +97,7 @@ CAPACITY_LABELS = frozenset(
         "cloud.google.com/gke-accelerator-count",
         "cloud.google.com/reservation-project",
         "cloud.google.com/reservation-blocks",
-        "cloud.google.com/compute-class",
+        COMPUTE_CLASS_LABEL,
         "cloud.google.com/gke-spot",
         "cloud.google.com/gke-preemptible",
         "cloud.google.com/gke-flex-start",
@@ -270,19 +271,74 @@ class TrainingSpec(Strict):
         return self
 
 
+FLEX_START_MAX_SECONDS = 7 * 86400  # flex-start VMs run at most seven days
+CapacityKind = Literal["reservation", "flex-start", "spot", "on-demand"]
+
+
+class CapacityOption(Strict):
+    """One way to get the GPU nodes, in the order `scaling.capacity` lists them (GKE's accelerator consumption
+    options, rendered as one ComputeClass priority each: functions/core/computeclass.py)."""
+
+    kind: CapacityKind
+    name: Name | None = None  # reservation: its name
+    project: Annotated[str, StringConstraints(pattern=PROJECT)] | None = None  # reservation: a shared one's project
+    block: Name | None = None  # reservation: one block of it
+    # flex-start: how long its VMs live (GKE's maxRunDurationSeconds; at most, and by default, 7 days)
+    max_run_seconds: Annotated[int, Field(ge=600, le=FLEX_START_MAX_SECONDS)] | None = None
+
+    @model_validator(mode="after")
+    def fields_of_its_kind(self) -> CapacityOption:
+        reservation = (self.name, self.project, self.block)
+        if self.kind == "reservation" and self.name is None:
+            raise ValueError("a reservation option needs its name")
+        if self.kind != "reservation" and any(reservation):
+            raise ValueError(f"name, project and block are a reservation's; a {self.kind} option has none")
+        if self.kind != "flex-start" and self.max_run_seconds is not None:
+            raise ValueError("max_run_seconds is flex-start's")
+        return self
+
+    def describe(self) -> str:
+        if self.kind == "reservation":
+            where = f"{self.project}/" if self.project else ""
+            return f"reservation {where}{self.name}" + (f" (block {self.block})" if self.block else "")
+        return self.kind
+
+
 class ScalingSpec(Strict):
     nodes: Annotated[int, Field(ge=1, le=64)] = 2
     gpus_per_node: Annotated[int, Field(ge=0, le=16)] = 8
     accelerator: Accelerator = "B200"
     reservation: Name | None = None
+    # Where the GPU nodes come from, in order of preference (GKE falls back to the next when one has no
+    # capacity): a ComputeClass the worker group selects. None: the operator's default (policy capacity), else
+    # scaling.reservation alone, as the reference did (no ComputeClass).
+    capacity: Annotated[list[CapacityOption], Field(min_length=1, max_length=4)] | None = None
     node_selector: Annotated[dict[LabelKey, LabelValue], Field(max_length=16)] = {}
     cpus_per_worker: Annotated[int, Field(ge=1, le=256)] = 1
     max_failures: Annotated[int, Field(ge=0, le=100)] = 2
+    # Submissions of the job when it is lost with its nodes (preempted, node gone) rather than by a training
+    # error: each later attempt resumes from the run's last checkpoint (functions/core/decide.py, _lost_nodes).
+    # Ray Train's in-job restarts (max_failures) come first; an attempt is the next job when those are spent.
+    max_attempts: Annotated[int, Field(ge=1, le=10)] = 3
 
     @model_validator(mode="after")
     def selectors_do_not_contradict_fields(self, info: ValidationInfo) -> ScalingSpec:
         if stored(info):
             return self
+        if self.capacity is not None:
+            if self.reservation is not None:
+                raise ValueError(
+                    "scaling.reservation and scaling.capacity both say where nodes come from: list the "
+                    "reservation in scaling.capacity ({kind: reservation, name: ...})"
+                )
+            if not self.use_gpu:
+                raise ValueError("scaling.capacity chooses GPU capacity: a CPU run (gpus_per_node 0) has none")
+            keys = [(o.kind, o.project, o.name, o.block) for o in self.capacity]
+            if len(set(keys)) != len(keys):
+                raise ValueError("scaling.capacity lists an option twice")
+            chosen = sorted(k for k in self.node_selector if k in CAPACITY_LABELS)
+            if chosen:
+                raise ValueError(f"scaling.node_selector sets {', '.join(chosen)}, which scaling.capacity decides")
         derived = self.derived_selectors()
         clashes = sorted(k for k, v in self.node_selector.items() if k in derived and derived[k] != v)
         if clashes:
@@ -293,7 +349,10 @@ class ScalingSpec(Strict):
         return self
 
     def derived_selectors(self) -> dict[str, str]:
-        """The worker node labels scaling's own fields decide (they win over node_selector)."""
+        """The worker node labels scaling's own fields decide (they win over node_selector); none with a capacity
+        list: its ComputeClass says which GPUs and where from (functions/core/computeclass.py selector)."""
+        if self.capacity is not None:
+            return {}
         selector = {ACCELERATOR_LABEL: GKE_ACCELERATORS[self.accelerator]} if self.use_gpu else {}
         if self.reservation:
             selector.update(reservation_selector(self.reservation))

@@ -19,12 +19,13 @@ import datetime as dt
 import enum
 from typing import Any, Literal
 
+from functions.core import disruption
 from functions.core.allocation import Admission
 from functions.core.champion import Promotion
 from functions.core.config import DeadlineSpec, EvaluationSpec, RunConfig
 from functions.core.fingerprint import Inputs
 from functions.core.platform import ClusterReadiness
-from functions.core.runs import RunRecord, State
+from functions.core.runs import Attempt, RunRecord, State
 
 # A RECEIVED run belongs to the handler that created it for this long; after that, it died mid-way
 # and a redelivery or the watcher takes the run over.
@@ -33,6 +34,14 @@ JOB_TERMINAL = frozenset({"STOPPED", "SUCCEEDED", "FAILED"})
 DEPLOYMENT_TERMINAL = frozenset({"Complete", "Failed", "ValidationFailed"})
 WAITING = frozenset({None, "", "PENDING"})
 JOB_SUMMARY_KEYS = ("jobStatus", "jobDeploymentStatus", "reason", "message", "startTime", "endTime", "failed")
+# Before attempt N (N >= 2) after lost nodes: 60 s, then 120 s, ..., at most 15 minutes. Spot capacity that was
+# just reclaimed rarely comes back at once; a flex-start request waits in GKE's queue anyway.
+RETRY_BACKOFF_SECONDS = (60, 900)
+
+
+def retry_backoff(attempt: int) -> int:
+    first, most = RETRY_BACKOFF_SECONDS
+    return int(min(most, first * 2 ** max(0, attempt - 2)))
 
 
 class Action(enum.Enum):
@@ -60,6 +69,7 @@ class Step:
     queue_position: int | None = None  # MOVE to QUEUED: its place in line
     inputs: Inputs | None = None  # MOVE: a nightly's fingerprinted inputs
     promotion: Promotion | None = None  # MOVE: what the run did to its champion
+    attempts: list[Attempt] | None = None  # MOVE: the run's attempts as they now stand
 
 
 NOTHING = Step(Action.NOTHING)
@@ -80,6 +90,7 @@ class Facts:
     job_seen: bool = False  # after OBSERVE_JOB
     cluster_gone: str | None = None  # after OBSERVE_JOB: the run's GKE cluster does not exist
     job: dict[str, Any] | None = None  # the RayJob's status (None when seen: the RayJob is gone)
+    lost: tuple[str, ...] = ()  # after OBSERVE_JOB of a failed or vanished job: what took its nodes
     stuck: str | None = None  # why a waiting job waits, from its pods and their Events (when known)
     job_stopped: bool = False  # after STOP_JOB
     scaled: bool = False  # after SCALE_DOWN
@@ -149,7 +160,7 @@ def _missed_deadline(record: RunRecord, now: dt.datetime) -> str | None:
     submitting counts against deadlines.pending_seconds from arrival or from leaving the queue."""
     if record.state == State.QUEUED:
         limit = deadlines(record).queue_seconds
-        waited = (now - record.created_at).total_seconds()
+        waited = (now - record.arrived).total_seconds()
         if waited > limit:
             return (
                 f"still queued (position {record.queue_position}) after {int(waited)}s "
@@ -157,7 +168,8 @@ def _missed_deadline(record: RunRecord, now: dt.datetime) -> str | None:
             )
         return None
     limit = pending_seconds(record)
-    if (now - (record.left(State.QUEUED) or record.created_at)).total_seconds() > limit:
+    left_queue = record.left(State.QUEUED)
+    if (now - max(left_queue or record.arrived, record.arrived)).total_seconds() > limit:
         return f"not submitted within deadlines.pending_seconds ({limit}s)"
     return None
 
@@ -170,13 +182,16 @@ def _before_submission(record: RunRecord, facts: Facts) -> Step:
     if record.state != State.RECEIVED and facts.handler == "launch":
         return NOTHING
     if record.cancel_requested:
-        return move(State.CANCELLED, f"{record.cancel_why}, before submission")
+        return _end(record, facts, State.CANCELLED, f"{record.cancel_why}, before submission")
     if missed := _missed_deadline(record, facts.now):
-        return move(State.FAILED, missed)
+        return _end(record, facts, State.FAILED, missed)
+    waiting = record.attempts[-1].not_before if record.attempts else None
+    if waiting is not None and facts.now < waiting:
+        return NOTHING  # an attempt after lost nodes backs off first
     if record.nightly and record.state == State.RECEIVED and record.inputs is None:
         return _fingerprinted(record, facts)
     if facts.submit_error:
-        return move(State.FAILED, f"cannot submit: {facts.submit_error}")
+        return _end(record, facts, State.FAILED, f"cannot submit: {facts.submit_error}")
     if facts.admission is None:
         return Step(Action.ADMIT)
     if not facts.admission.admitted:
@@ -187,13 +202,19 @@ def _before_submission(record: RunRecord, facts: Facts) -> Step:
     if facts.cluster is None:
         return Step(Action.ENSURE_CLUSTER)
     if facts.cluster.state == "error":
-        return move(State.FAILED, facts.cluster.message)
+        return _end(record, facts, State.FAILED, facts.cluster.message)
     if facts.cluster.state == "provisioning":
         if record.state == State.PROVISIONING and record.reason == facts.cluster.message:
             return NOTHING
         return move(State.PROVISIONING, facts.cluster.message)
     if facts.submitted is None:
         return Step(Action.SUBMIT)
+    if record.attempts:  # a later attempt: its submission is written on it
+        current = record.attempts[-1]
+        submitted = current.model_copy(
+            update={"submitted_at": facts.now, "held_since": current.held_since or facts.now}
+        )
+        return move(State.SUBMITTED, facts.submitted, attempts=[*record.attempts[:-1], submitted])
     return move(State.SUBMITTED, facts.submitted)
 
 
@@ -225,7 +246,7 @@ def _submitted(record: RunRecord, facts: Facts) -> Step:
     if record.cancel_requested:
         if not facts.job_stopped:
             return Step(Action.STOP_JOB)
-        return move(State.CANCELLED, record.cancel_why, collect_result=True, gpu_node_seconds=held(record, facts.now))
+        return _end(record, facts, State.CANCELLED, record.cancel_why, collect_result=True)
     if facts.cluster_gone:
         return _cluster_gone(record, facts)
     if not facts.job_seen:
@@ -238,7 +259,64 @@ def _submitted(record: RunRecord, facts: Facts) -> Step:
         return move(state, reason, job=summary)
     if facts.job is not None and facts.job.get("jobStatus") not in JOB_TERMINAL and not facts.job_stopped:
         return Step(Action.STOP_JOB)  # a stuck or half-failed job must not hold the GPUs
-    return move(state, reason, job=summary, collect_result=True, gpu_node_seconds=held(record, facts.now))
+    lost = [*facts.lost, *disruption.from_ray(facts.job)] if state == State.FAILED else []
+    if lost:
+        return _lost_nodes(record, facts, reason, lost, summary)
+    return _end(record, facts, state, reason, job=summary, collect_result=True)
+
+
+def _lost_nodes(
+    record: RunRecord, facts: Facts, reason: str | None, lost: list[str], summary: dict[str, Any] | None
+) -> Step:
+    """A job that failed because it lost its nodes (not because training failed) is submitted again as the
+    next attempt, which resumes from the run's last checkpoint (Ray Train restores the run of the same name
+    from its storage), after a backoff, while scaling.max_attempts allows; the run keeps its worker group."""
+    limit = int((record.config or {}).get("scaling", {}).get("max_attempts", 1))
+    number = record.attempt
+    why = f"attempt {number} of {limit} lost its nodes: {lost[0]}" + (
+        f" (+{len(lost) - 1} more)" if len(lost) > 1 else ""
+    )
+    if number >= limit:
+        return _end(
+            record,
+            facts,
+            State.FAILED,
+            f"{why}; no attempts left (scaling.max_attempts {limit})",
+            lost=lost,
+            job=summary,
+            collect_result=True,
+        )
+    backoff = retry_backoff(number + 1)
+    now = facts.now
+    attempts = [
+        *record.closed_attempts(now, f"lost its nodes: {reason or 'the job failed'}", lost, _held_now(record, now)),
+        record.next_attempt(now, "lost nodes", now + dt.timedelta(seconds=backoff), keeps_nodes=True),
+    ]
+    return move(
+        State.QUEUED,
+        f"{why}; attempt {number + 1} resumes from the last checkpoint in {backoff}s",
+        job=summary,
+        attempts=attempts,
+        gpu_node_seconds=held(record, now),
+    )
+
+
+def _end(
+    record: RunRecord, facts: Facts, state: State, reason: str | None, lost: list[str] | None = None, **details: Any
+) -> Step:
+    """A move to a terminal state; a run that reached its cluster counts its GPU time over all its attempts,
+    and one with attempts has the last one closed."""
+    if record.submitted_at is None and not record.attempts:
+        return move(state, reason, **details)
+    now = facts.now
+    attempts = (
+        record.closed_attempts(
+            now, f"{state.value}: {reason or state.value.lower()}", lost or [], _held_now(record, now)
+        )
+        if record.attempts
+        else None
+    )
+    return move(state, reason, attempts=attempts, gpu_node_seconds=held(record, now), **details)
 
 
 def _cluster_gone(record: RunRecord, facts: Facts) -> Step:
@@ -252,20 +330,30 @@ def _cluster_gone(record: RunRecord, facts: Facts) -> Step:
     limit = pending_seconds(record)
     if waited <= limit:
         return NOTHING
-    return move(
+    return _end(
+        record,
+        facts,
         State.FAILED,
         f"{gone}, for {int(waited)}s (deadlines.pending_seconds {limit})",
         collect_result=True,
-        gpu_node_seconds=held(record, facts.now),
     )
 
 
 def held(record: RunRecord, now: dt.datetime) -> float:
-    """GPU node-seconds a submitted run held: its nodes from submission until now (0 on CPU)."""
+    """GPU node-seconds the run held over all its attempts: each attempt's nodes from its submission (or, kept
+    from the attempt before, from that one's end) until its end or now (0 on CPU)."""
+    return round(record.earlier_gpu_node_seconds + _held_now(record, now), 1)
+
+
+def _held_now(record: RunRecord, now: dt.datetime) -> float:
+    """GPU node-seconds of the current attempt so far."""
     scaling = (record.config or {}).get("scaling", {})
     if not scaling.get("gpus_per_node"):
         return 0.0
-    since = record.entered(State.SUBMITTED) or now
+    current = record.attempts[-1] if record.attempts else None
+    since = (current.held_since if current else None) or record.submitted_at
+    if since is None:
+        return 0.0
     return round(max(0.0, (now - since).total_seconds()) * int(scaling.get("nodes", 1)), 1)
 
 

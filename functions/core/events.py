@@ -37,9 +37,9 @@ class LaunchRequest:
 
 @dataclass(frozen=True)
 class WatchRequest:
-    kind: str  # tick | finished | cancel
+    kind: str  # tick | finished | cancel | retry
     run_id: str | None = None
-    token: str | None = None  # cancel: the submitter's cancel token (functions/core/policy.py)
+    token: str | None = None  # cancel, retry: the submitter's cancel token (functions/core/policy.py)
     attributes: dict[str, str] = field(default_factory=dict)
 
 
@@ -220,7 +220,7 @@ def watch_request(event: Any) -> WatchRequest:
         raise Ignored("; ".join(errors))
     kind = body.get("kind", "tick")
     run_id = body.get("run_id")
-    if kind not in ("tick", "finished", "cancel"):
+    if kind not in ("tick", "finished", "cancel", "retry"):
         raise Ignored(f"unknown watch message kind {kind!r}")
     if kind != "tick" and not (isinstance(run_id, str) and runids.is_valid_id(run_id)):
         raise Ignored(f"{kind} message without a valid run_id")

@@ -14,6 +14,7 @@ from typing import Any
 
 import yaml
 
+from functions.core import computeclass
 from functions.core.allocation import group_name
 from functions.core.config import RunConfig
 from functions.core.result import WORKER_RESOURCE_ENV
@@ -118,9 +119,11 @@ def _worker_node_selector(cfg: RunConfig) -> dict[str, Any]:
     scaling = cfg.scaling
     selector = dict(scaling.node_selector)
     if scaling.use_gpu:
-        selector["cloud.google.com/gke-gpu-driver-version"] = "latest"
+        if scaling.capacity is None:  # a ComputeClass names the driver in its GPU rules
+            selector["cloud.google.com/gke-gpu-driver-version"] = "latest"
         selector.update(LOCAL_SSD)
     selector.update(scaling.derived_selectors())
+    selector.update(computeclass.selector(scaling))
     return selector
 
 
@@ -146,6 +149,8 @@ def worker_group(cfg: RunConfig, run_id: str, replicas: int, code_paths: list[st
     selector = _worker_node_selector(cfg)
     if selector:
         worker_spec["nodeSelector"] = selector
+    if tolerations := computeclass.tolerations(cfg.scaling):
+        worker_spec["tolerations"] = tolerations
     # rayStartParams values reach `ray start --resources=...` through a shell: a quoted JSON string, as in
     # KubeRay's docs ('"{\"Custom1\": 1}"'); the group-level `resources` field is newer than KubeRay 1.3.
     resources = json.dumps({group: cfg.scaling.gpus_per_node or 1})
@@ -243,21 +248,23 @@ def runtime_env(cfg: RunConfig, code_hash: str, env: dict[str, str]) -> dict[str
 
 
 def ray_job(
-    cfg: RunConfig, run_id: str, code_hash: str, env: dict[str, str], owner: str | None = None
+    cfg: RunConfig, run_id: str, code_hash: str, env: dict[str, str], owner: str | None = None, job: str | None = None
 ) -> dict[str, Any]:
-    """The RayJob for one run, submitted to the shared cluster through clusterSelector
-    (so KubeRay deletes nothing afterwards: the watcher scales the workers down)."""
+    """The RayJob of one attempt of a run (`job`: its name, the run id for the first), submitted to the shared
+    cluster through clusterSelector (so KubeRay deletes nothing afterwards: the watcher scales the workers down).
+    Every attempt trains as the run (Ray Train's run name), so a later one resumes from the run's checkpoints."""
+    job = job or run_id
     return {
         "apiVersion": "ray.io/v1",
         "kind": "RayJob",
         "metadata": {
-            "name": run_id,
+            "name": job,
             "namespace": cfg.cluster.namespace,
             "labels": {**cfg.labels, **ownership(owner), RUN_LABEL: run_id},  # ours win over the user's
             "annotations": {CODE_HASH_ANNOTATION: code_hash},
         },
         "spec": {
-            "jobId": run_id,
+            "jobId": job,
             "entrypoint": entrypoint(cfg, run_id),
             "clusterSelector": {"ray.io/cluster": cfg.cluster.ray_cluster},
             "runtimeEnvYAML": yaml.safe_dump(

@@ -116,8 +116,9 @@ USES: tuple[Use, ...] = tuple(
     + _uses(
         FUNCTIONS,
         "project",
-        "Kubernetes RayCluster/RayJob create, apply, get, list, patch, delete (custom objects)",
-        "the RayCluster and the RayJob, scaling, cancels, the leak sweep, idle teardown",
+        "Kubernetes RayCluster/RayJob create, apply, get, list, patch, delete; ComputeClass apply (custom objects)",
+        "the RayCluster and the RayJob, scaling, cancels, the leak sweep, idle teardown; a capacity list's "
+        "ComputeClass (cluster-scoped)",
         "container.thirdPartyObjects.create",
         "container.thirdPartyObjects.update",
         "container.thirdPartyObjects.get",

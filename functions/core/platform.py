@@ -37,6 +37,7 @@ class Leftover:
     name: str
     active: bool  # a job not ended / a cluster with worker nodes
     created: dt.datetime | None = None  # its creationTimestamp: young objects get a grace period
+    run_id: str | None = None  # a RayJob's run (its label): a retried run's later attempts have names of their own
 
 
 class Platform(Protocol):
@@ -61,16 +62,20 @@ class Platform(Protocol):
     def delete_cluster(self, spec: ClusterSpec, workers: Workers) -> bool:
         """Delete the RayCluster if unchanged since read; False when it changed meanwhile."""
 
-    def submit(self, cfg: RunConfig, run_id: str, env: dict[str, str]) -> None:
-        """Apply the run's job to its (sized) RayCluster; idempotent."""
+    def submit(self, cfg: RunConfig, run_id: str, job: str, env: dict[str, str]) -> None:
+        """Apply job `job` of the run (one per attempt: runs.job_name) to its (sized) RayCluster; idempotent."""
 
-    def job_status(self, cfg: RunConfig, run_id: str) -> dict[str, Any] | None:
+    def job_status(self, cfg: RunConfig, job: str) -> dict[str, Any] | None:
         """The job's status in RayJob terms (jobStatus, jobDeploymentStatus, reason, message, ...); None if gone."""
+
+    def disruptions(self, cfg: RunConfig, run_id: str, since: dt.datetime | None) -> list[str]:
+        """What took the run's worker nodes away since `since` (preemption, a node shut down or gone, an eviction),
+        one line each naming the node and when, as Kubernetes (or the local cluster) says it; [] when nothing did."""
 
     def waiting_reason(self, cfg: RunConfig, run_id: str) -> str | None:
         """Why a submitted job still waits, from its cluster's pods and their Events; None when nothing is wrong."""
 
-    def stop(self, spec: ClusterSpec, run_id: str) -> None: ...
+    def stop(self, spec: ClusterSpec, job: str) -> None: ...
 
     def leftovers(self, spec: ClusterSpec) -> list[Leftover]:
         """The RayJobs and RayClusters with this deployment's labels in the cluster's namespace."""

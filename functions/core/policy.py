@@ -25,6 +25,8 @@ from functions.core.config import (
     GKE_ACCELERATORS,
     TRAINER_PIP,
     Accelerator,
+    CapacityKind,
+    CapacityOption,
     RunConfig,
     reservation_selector,
 )
@@ -61,6 +63,10 @@ class Policy(BaseModel):
     reservation: str | None = None  # fixed by the operator: configs cannot choose another
     accelerator: Accelerator | None = None
     node_selector: dict[str, str] | None = None
+    # Where GPU nodes come from when a config does not say (scaling.capacity); None: scaling.reservation alone
+    capacity: tuple[CapacityOption, ...] | None = None
+    # The capacity kinds a config may list; None: any, or only the operator's reservation when it fixes one
+    capacity_kinds: tuple[CapacityKind, ...] | None = None
     buckets: tuple[str, ...] = ()  # config_uri buckets; empty: the controller's own
     # storage_path (and a gs:// init_adapter) buckets: where the trainer may write; empty: the controller's own.
     storage_buckets: tuple[str, ...] = ()
@@ -149,6 +155,7 @@ class Policy(BaseModel):
         ):
             if fixed is not None and given is not None and given != fixed:
                 found.append(f"policy {knob}: scaling.{knob} is fixed to {fixed!r} by the operator (got {given!r})")
+        found += self._capacity_list_violations(cfg)
         fixed_labels = self.fixed_selectors
         if fixed_labels:
             for key, value in sorted(scaling.node_selector.items()):
@@ -162,6 +169,33 @@ class Policy(BaseModel):
                         f"policy node_selector: scaling.node_selector sets {key}, which chooses capacity; the "
                         "operator fixes where workers run"
                     )
+        return found
+
+    @property
+    def allowed_capacity(self) -> tuple[CapacityKind, ...]:
+        """What configs may list: the operator's kinds, else with a fixed reservation only it and the kinds of the
+        operator's own default list, else any."""
+        if self.capacity_kinds is not None:
+            return self.capacity_kinds
+        if self.reservation:
+            return tuple(dict.fromkeys(("reservation", *(o.kind for o in self.capacity or ()))))
+        return ("reservation", "flex-start", "spot", "on-demand")
+
+    def _capacity_list_violations(self, cfg: RunConfig) -> list[str]:
+        """A capacity list may use only the kinds the operator allows, and only its reservation when it fixes
+        one (a config could otherwise leave a paid-for reservation for on-demand or another team's)."""
+        found = []
+        for option in cfg.scaling.capacity or ():
+            if option.kind not in self.allowed_capacity:
+                found.append(
+                    f"policy capacity_kinds: scaling.capacity asks for {option.kind}; the operator allows "
+                    f"{list(self.allowed_capacity)}"
+                )
+            elif option.kind == "reservation" and self.reservation and option.name != self.reservation:
+                found.append(
+                    f"policy reservation: scaling.capacity names reservation {option.name!r}; the operator's is "
+                    f"{self.reservation!r}"
+                )
         return found
 
     def _storage_violations(self, cfg: RunConfig, buckets: tuple[str, ...], confined: Confined | None) -> list[str]:
@@ -209,15 +243,18 @@ class Policy(BaseModel):
     def fixed(self, cfg: RunConfig) -> RunConfig:
         """The config with the operator's fixed reservation, accelerator and node selectors filled in (a config's
         own further selectors kept beside them)."""
-        updates: dict[str, object] = {
-            k: v for k, v in (("reservation", self.reservation), ("accelerator", self.accelerator)) if v is not None
-        }
+        scaling = cfg.scaling
+        updates: dict[str, object] = {"accelerator": self.accelerator} if self.accelerator is not None else {}
+        if scaling.capacity is None and self.capacity and scaling.use_gpu and scaling.reservation is None:
+            updates["capacity"] = list(self.capacity)  # the operator's default list, where the config gives none
+        elif self.reservation is not None and scaling.capacity is None:
+            updates["reservation"] = self.reservation
         if self.node_selector is not None:
             updates["node_selector"] = {**cfg.scaling.node_selector, **self.node_selector}
         if not updates:
             return cfg
         # Copied, not validated: a config that clashes with the operator is reported by violations(), by rule.
-        return cfg.model_copy(update={"scaling": cfg.scaling.model_copy(update=updates)})
+        return cfg.model_copy(update={"scaling": scaling.model_copy(update=updates)})
 
     def nightly_violation(self, attributes: Mapping[str, str]) -> str | None:
         if self.nightly_key is None or _same(attributes.get(NIGHTLY_KEY_ATTRIBUTE), self.nightly_key):

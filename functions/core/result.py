@@ -29,6 +29,7 @@ class RunMetrics(Lenient):
     global_step: int | None = None
     epochs: float | None = None
     resumed: bool | None = None
+    resumed_from_step: int | None = None  # the checkpoint's step a resumed run (in-job restart or attempt) went on from
 
 
 class Scores(Lenient):

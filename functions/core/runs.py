@@ -10,6 +10,10 @@ every change is decided by `functions.core.decide` and written with compare-and-
        └────┴────────────────────┴────────────┴──► FAILED | CANCELLED
        (RECEIVED or QUEUED ──► SUBMITTED directly when the cluster is ready)
 
+    SUBMITTED | RUNNING ──► QUEUED: the attempt lost its nodes (preempted, node gone); the next attempt
+                             resumes from the last checkpoint, up to scaling.max_attempts
+    FAILED | CANCELLED ──► QUEUED: `raytune retry` started a new attempt by hand
+
 A marker `runs/active/<run_id>` lists the runs the watcher must still look at; it goes once a run
 is terminal and its run-finished event is out (`settled`).
 """
@@ -60,9 +64,34 @@ ALLOWED: dict[State, frozenset[State]] = {
     ),
     State.QUEUED: frozenset({State.PROVISIONING, State.SUBMITTED, State.FAILED, State.CANCELLED}),
     State.PROVISIONING: frozenset({State.QUEUED, State.SUBMITTED, State.FAILED, State.CANCELLED}),
-    State.SUBMITTED: frozenset({State.RUNNING, State.SUCCEEDED, State.FAILED, State.CANCELLED}),
-    State.RUNNING: frozenset({State.SUCCEEDED, State.FAILED, State.CANCELLED}),
+    State.SUBMITTED: frozenset({State.QUEUED, State.RUNNING, State.SUCCEEDED, State.FAILED, State.CANCELLED}),
+    State.RUNNING: frozenset({State.QUEUED, State.SUCCEEDED, State.FAILED, State.CANCELLED}),
+    State.FAILED: frozenset({State.QUEUED}),
+    State.CANCELLED: frozenset({State.QUEUED}),
 }
+RETRYABLE = frozenset({State.FAILED, State.CANCELLED})  # `raytune retry`: ended runs that did not finish
+MAX_ATTEMPTS = 20  # attempts a record may hold, retries by hand included (scaling.max_attempts bounds the automatic)
+
+
+class Attempt(BaseModel):
+    """One submission of the run's job. A run that needed only one has none in its record; the first retry
+    writes the first attempt's end and the next one's start."""
+
+    number: int
+    job: str  # the RayJob (the Ray job's submission id) of this attempt: the run id, then <run id>-<number>
+    requested_at: dt.datetime  # asked for: when its predecessor ended, or when a person retried the run
+    by: str  # why it exists: "lost nodes" (automatic) or who retried it by hand
+    not_before: dt.datetime | None = None  # resubmitted no earlier (backoff after lost nodes)
+    held_since: dt.datetime | None = None  # its nodes held from (kept from the attempt before, or submission)
+    submitted_at: dt.datetime | None = None
+    ended_at: dt.datetime | None = None
+    outcome: str | None = None  # how it ended: state and reason
+    lost: list[str] = []  # what took its nodes (node, when, what Kubernetes or Ray said), when that ended it
+    gpu_node_seconds: float | None = None
+
+
+def job_name(run_id: str, number: int) -> str:
+    return run_id if number == 1 else f"{run_id}-{number}"
 
 
 class InvalidTransition(Exception):
@@ -102,6 +131,7 @@ class RunRecord(BaseModel):
     gpu_node_seconds: float | None = None  # GPU nodes x seconds held, from submission to release
     cost: float | None = None  # gpu_node_seconds at the configured price per node-hour
     queue_position: int | None = None  # 1-based place in its RayCluster's queue while QUEUED
+    attempts: list[Attempt] = []  # when the job was submitted more than once: each submission, oldest first
     cancel_requested: bool = False
     cancel_reason: str | None = None  # who or what asked, e.g. "interrupted (SIGINT)"
     settled: bool = False  # terminal and its run-finished event published
@@ -154,6 +184,92 @@ class RunRecord(BaseModel):
                 return following
             following = t.at
         return None
+
+    @property
+    def attempt(self) -> int:
+        return self.attempts[-1].number if self.attempts else 1
+
+    @property
+    def job_name(self) -> str:
+        """The current attempt's RayJob."""
+        return self.attempts[-1].job if self.attempts else self.run_id
+
+    @property
+    def arrived(self) -> dt.datetime:
+        """When the current attempt was asked for: queue and pending deadlines count from here."""
+        return self.attempts[-1].requested_at if self.attempts else self.created_at
+
+    @property
+    def submitted_at(self) -> dt.datetime | None:
+        """When the current attempt's job was applied."""
+        return self.attempts[-1].submitted_at if self.attempts else self.entered(State.SUBMITTED)
+
+    def next_attempt(self, now: dt.datetime, by: str, not_before: dt.datetime | None, keeps_nodes: bool) -> Attempt:
+        number = self.attempt + 1
+        return Attempt(
+            number=number,
+            job=job_name(self.run_id, number),
+            requested_at=now,
+            by=by,
+            not_before=not_before,
+            held_since=now if keeps_nodes else None,
+        )
+
+    def closed_attempts(
+        self, now: dt.datetime, outcome: str, lost: list[str], gpu_node_seconds: float
+    ) -> list[Attempt]:
+        """The attempts with the current one ended (the first one written out if the record had none)."""
+        current = (
+            self.attempts[-1]
+            if self.attempts
+            else Attempt(
+                number=1,
+                job=self.run_id,
+                requested_at=self.created_at,
+                by=self.source.get("kind", "launch"),
+                held_since=self.submitted_at,
+                submitted_at=self.submitted_at,
+            )
+        )
+        ended = current.model_copy(
+            update={"ended_at": now, "outcome": outcome, "lost": lost, "gpu_node_seconds": gpu_node_seconds}
+        )
+        return [*self.attempts[:-1], ended]
+
+    def retried(self, now: dt.datetime, by: str) -> RunRecord:
+        """This ended run as the next attempt, asked for by hand (`raytune retry`): QUEUED for its nodes again,
+        resuming from its last checkpoint. ValueError says why a run cannot be retried."""
+        if self.state not in RETRYABLE:
+            raise ValueError(
+                f"{self.run_id} is {self.state.value}: only a FAILED or CANCELLED run can be retried"
+                + (" (submit its config again for a new run)" if self.state == State.SUCCEEDED else "")
+            )
+        if not self.settled:
+            raise ValueError(f"{self.run_id} ended moments ago and its end is still being published: retry shortly")
+        if self.attempt >= MAX_ATTEMPTS:
+            raise ValueError(f"{self.run_id} had {self.attempt} attempts, the most a run may have")
+        ended = self.entered(self.state) or self.updated_at
+        attempts = self.attempts or self.closed_attempts(
+            ended, f"{self.state.value}: {self.reason or ''}".rstrip(": "), [], self.gpu_node_seconds or 0.0
+        )
+        closed = self.model_copy(update={"attempts": attempts})
+        attempt = closed.next_attempt(now, by, not_before=None, keeps_nodes=False)
+        return closed.model_copy(
+            update={
+                "attempts": [*attempts, attempt],
+                "settled": False,
+                "cancel_requested": False,
+                "cancel_reason": None,
+                "result": None,
+                "promotion": None,
+                "job": None,
+            }
+        ).moved(State.QUEUED, now, f"attempt {attempt.number} asked for by {by}: resumes from the last checkpoint")
+
+    @property
+    def earlier_gpu_node_seconds(self) -> float:
+        """GPU node-seconds of the attempts that ended before the current one."""
+        return sum(a.gpu_node_seconds or 0.0 for a in self.attempts[:-1])
 
     @property
     def cancel_why(self) -> str:

@@ -41,10 +41,10 @@ def tidy(ctx: Context, live: list[RunRecord]) -> list[Exception]:
     # A RayCluster is ours to keep when it has an allocation or a live run names it (runs of an older
     # controller have no allocation yet: their next release creates one).
     known = {(s.region, s.gke_cluster, s.namespace, s.ray_cluster) for s in specs}
-    live_ids = {r.run_id for r in live}
+    live_jobs = {r.job_name for r in live}
     for (region, gke, namespace), spec in namespaces.items():
         try:
-            sweep(ctx, spec, {k[3] for k in known if k[:3] == (region, gke, namespace)}, live_ids)
+            sweep(ctx, spec, {k[3] for k in known if k[:3] == (region, gke, namespace)}, live_jobs)
         except Exception as exc:
             log.warning("%s/%s: leak sweep failed: %s", gke, namespace, describe(exc))
             troubles.append(exc)
@@ -80,8 +80,8 @@ def teardown(ctx: Context, alloc: Allocation, attempts: int = 3) -> None:
 
 
 def sweep(ctx: Context, spec: ClusterSpec, sized: set[str], live: set[str]) -> None:
-    """Stop RayJobs whose run is not live (a finished run's RayJob is removed quietly; a running one with no
-    live run is a leak) and delete RayClusters of this deployment it has no allocation for. Only objects
+    """Stop RayJobs that are not the current attempt of a live run (`live`: their names; a finished run's RayJob,
+    or a retried run's earlier one, is removed quietly; a running one with no live run is a leak) and delete RayClusters of this deployment it has no allocation for. Only objects
     labelled with this deployment (its runs bucket) are looked at, and each is checked against fresh state
     right before it goes: what the tick listed at its start may be stale (a launch can admit a run and create
     its RayCluster meanwhile). What no record accounts for is left alone for a grace period after its creation
@@ -94,19 +94,27 @@ def sweep(ctx: Context, spec: ClusterSpec, sized: set[str], live: set[str]) -> N
     for leftover in ctx.platform.leftovers(spec):
         if leftover.kind == "RayJob":
             if leftover.name in live:
-                continue  # read this tick: its run is live
+                continue  # read this tick: the current attempt of a live run
+            run_id = leftover.run_id or leftover.name
             try:
-                record = ctx.store.get(leftover.name)
+                record = ctx.store.get(run_id)
             except ValueError:
                 continue  # unreadable: quarantined and reported; its job is not judged on a guess
-            if record is not None and not (record.state.terminal and record.settled):
+            live_run = record is not None and not (record.state.terminal and record.settled)
+            if live_run and record is not None and record.job_name == leftover.name:
                 continue
             if record is None and young(leftover):
                 continue
             ctx.platform.stop(spec, leftover.name)
             if leftover.active or record is None:
-                why = "its run has no record" if record is None else f"its run is {record.state.value}"
-                report(ctx, leftover.name, f"RayJob {spec.namespace}/{leftover.name} stopped: {why}")
+                why = (
+                    "its run has no record"
+                    if record is None
+                    else f"an earlier attempt of its run (now {record.job_name})"
+                    if live_run
+                    else f"its run is {record.state.value}"
+                )
+                report(ctx, run_id, f"RayJob {spec.namespace}/{leftover.name} stopped: {why}")
         elif leftover.name not in sized and not young(leftover):
             leaked = spec.model_copy(update={"ray_cluster": leftover.name})
             if ctx.allocations.get(leaked) is not None:

@@ -92,6 +92,8 @@ def policy_from_env(env: Mapping[str, str]) -> Policy:
         "dataset_buckets": _list(env.get("RAYTUNE_POLICY_DATASET_BUCKETS")),
         "regions": _list(env.get("RAYTUNE_POLICY_REGIONS")),
         "gke_clusters": _list(env.get("RAYTUNE_POLICY_GKE_CLUSTERS")),
+        "capacity": json.loads(env["RAYTUNE_POLICY_CAPACITY"]) if env.get("RAYTUNE_POLICY_CAPACITY") else None,
+        "capacity_kinds": _list(env.get("RAYTUNE_POLICY_CAPACITY_KINDS")),
         "max_worker_nodes": env.get("RAYTUNE_POLICY_MAX_WORKER_NODES") or None,
         "nightly_key": env.get("RAYTUNE_NIGHTLY_KEY") or None,
         "operator_key": env.get("RAYTUNE_OPERATOR_KEY") or None,

@@ -49,7 +49,7 @@ def admit(ctx: Context, record: RunRecord, cfg: RunConfig) -> Admission:
             cleaned or alloc,
             record.run_id,
             cfg.scaling.nodes,
-            record.created_at,
+            record.arrived,
             cfg.cluster,
             cfg.cluster.idle_delete_seconds,
             ctx.settings.policy.max_worker_nodes,

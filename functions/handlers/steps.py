@@ -60,7 +60,7 @@ def observe(ctx: Context, record: RunRecord, action: Action) -> dict[str, Any]:
         try:
             if action is Action.ENSURE_CLUSTER:
                 return {"cluster": ctx.platform.ensure_cluster(cfg)}
-            return {"submitted": submit(ctx, cfg, record.run_id)}
+            return {"submitted": submit(ctx, cfg, record)}
         except Exception as exc:
             if is_transient(exc):
                 raise
@@ -68,15 +68,20 @@ def observe(ctx: Context, record: RunRecord, action: Action) -> dict[str, Any]:
             return {"submit_error": redact(describe(exc))}  # API errors can quote what was sent
     if action is Action.OBSERVE_JOB:
         try:
-            job = ctx.platform.job_status(cfg, record.run_id)
+            job = ctx.platform.job_status(cfg, record.job_name)
         except ClusterGone as gone:
             return {"cluster_gone": describe(gone)}
         except Exception as exc:
             # One failed status read never decides a run: looked at again on the next tick.
-            raise TransientError(f"cannot read RayJob {record.run_id}: {describe(exc)}") from exc
-        return {"job_seen": True, "job": job, "stuck": stuck(ctx, cfg, record.run_id, job)}
+            raise TransientError(f"cannot read RayJob {record.job_name}: {describe(exc)}") from exc
+        return {
+            "job_seen": True,
+            "job": job,
+            "stuck": stuck(ctx, cfg, record.run_id, job),
+            "lost": lost(ctx, record, job),
+        }
     if action is Action.STOP_JOB:
-        ctx.platform.stop(cfg.cluster, record.run_id)
+        ctx.platform.stop(cfg.cluster, record.job_name)
         return {"job_stopped": True}
     if action is Action.SCALE_DOWN:
         sizing.release(ctx, cfg.cluster)
@@ -84,10 +89,25 @@ def observe(ctx: Context, record: RunRecord, action: Action) -> dict[str, Any]:
     raise AssertionError(f"not an observation: {action}")
 
 
-def submit(ctx: Context, cfg: RunConfig, run_id: str) -> str:
-    replicas = sizing.sync_workers(ctx, cfg.cluster, launching=(cfg, run_id))
-    ctx.platform.submit(cfg, run_id, {**trainer_env(ctx), **lineage.trainer_env(ctx, cfg)})
-    return f"RayJob {run_id} on RayCluster {cfg.cluster.ray_cluster} ({replicas} worker nodes)"
+def submit(ctx: Context, cfg: RunConfig, record: RunRecord) -> str:
+    replicas = sizing.sync_workers(ctx, cfg.cluster, launching=(cfg, record.run_id))
+    job = record.job_name
+    ctx.platform.submit(cfg, record.run_id, job, {**trainer_env(ctx), **lineage.trainer_env(ctx, cfg)})
+    attempt = f", attempt {record.attempt}" if record.attempts else ""
+    return f"RayJob {job} on RayCluster {cfg.cluster.ray_cluster} ({replicas} worker nodes{attempt})"
+
+
+def lost(ctx: Context, record: RunRecord, job: dict[str, Any] | None) -> tuple[str, ...]:
+    """What took a failed or vanished job's nodes, from the platform; best effort (Ray's own message is read
+    by the decision): a failed read makes it a training failure, never a retry storm."""
+    if job is not None and job.get("jobStatus") != "FAILED" and job.get("jobDeploymentStatus") != "Failed":
+        return ()
+    try:
+        cfg = record.run_config()
+        return tuple(redact(line) for line in ctx.platform.disruptions(cfg, record.run_id, record.submitted_at))
+    except Exception as exc:
+        log.warning("%s: cannot read what happened to its nodes: %s", record.run_id, describe(exc))
+        return ()
 
 
 def stuck(ctx: Context, cfg: RunConfig, run_id: str, job: dict[str, Any] | None) -> str | None:
@@ -118,6 +138,8 @@ def move(ctx: Context, record: RunRecord, step: Step) -> RunRecord:
         changes["inputs"] = step.inputs
     if step.promotion is not None:
         changes["promotion"] = step.promotion
+    if step.attempts is not None:
+        changes["attempts"] = step.attempts
     if step.gpu_node_seconds is not None:
         changes["gpu_node_seconds"] = step.gpu_node_seconds
         if ctx.settings.node_hour_price is not None:
@@ -198,6 +220,7 @@ def finished_event(record: RunRecord) -> dict[str, Any]:
         "inputs": record.inputs.model_dump(mode="json") if record.inputs else None,
         "gpu_node_seconds": record.gpu_node_seconds,
         "cost": record.cost,
+        "attempts": [a.model_dump(mode="json") for a in record.attempts] or None,
         "queue_position": record.queue_position,
     }
 

@@ -30,17 +30,20 @@ def handle(event: Any, ctx: Context | None = None) -> list[RunRecord]:
     except events.Ignored as why:
         log.info("ignored: %s", why, extra={"ignored": str(why)[:500]})
         return []
-    if request.kind == "cancel":
+    if request.kind in ("cancel", "retry"):
         assert request.run_id is not None
         record = _readable(ctx, request.run_id)
         if record is not None and not ctx.settings.policy.may_cancel(record.source, request.token, request.attributes):
             log.warning(
-                "%s: cancel refused (policy): without the run's cancel token or the operator key",
+                "%s: %s refused (policy): without the run's cancel token or the operator key",
                 request.run_id,
+                request.kind,
                 extra={"run_id": request.run_id},
             )
-        else:
+        elif request.kind == "cancel":
             request_cancel(ctx, request.run_id)
+        else:
+            request_retry(ctx, request.run_id, "raytune retry")
     # A trainer's "finished" notice is a tick now: the job may still be exiting, and then the next tick
     # (within a minute) ends the run; nothing here waits for it.
     return reconcile_all(ctx)
@@ -54,6 +57,30 @@ def request_cancel(ctx: Context, run_id: str, reason: str | None = None) -> RunR
     )
     if record is None:
         log.warning("cancel for unknown run %s", run_id)
+    return record
+
+
+def request_retry(ctx: Context, run_id: str, by: str) -> RunRecord | None:
+    """Start the next attempt of an ended run (RunRecord.retried); a run that cannot be retried is logged and
+    left as it is (a message is never an error: the sender sees the record)."""
+    refused: list[str] = []
+
+    def change(record: RunRecord) -> RunRecord | None:
+        try:
+            return record.retried(ctx.clock(), by)
+        except ValueError as why:
+            refused.append(str(why))
+            return None
+
+    ctx.store.mark_active(run_id)  # first: a retried run is never left unwatched
+    record = ctx.store.update(run_id, change)
+    if refused or record is None:
+        log.warning("retry refused: %s", refused[-1] if refused else f"no run {run_id}", extra={"run_id": run_id})
+        current = ctx.store.get(run_id)
+        if current is None or current.settled:
+            ctx.store.unmark_active(run_id)  # nothing left to watch: the mark was this request's
+        return None
+    log.info("%s: attempt %d queued (%s)", run_id, record.attempt, by, extra={"run_id": run_id})
     return record
 
 

@@ -171,6 +171,7 @@ class LocalRun:
     def __init__(self, ctx: Context, platform: LocalRay, workdir: Path, say: Callable[[str], None]):
         self.ctx, self.platform, self.workdir, self.say = ctx, platform, workdir, say
         self.log_seen = 0
+        self.log_job = ""
         self.steps_seen: set[tuple[int, bool]] = set()
 
     def settle_earlier_runs(self) -> None:
@@ -209,6 +210,20 @@ class LocalRun:
             self.say(f"worker group: {len(self.platform.nodes)} nodes")
         return record
 
+    def retry(self, run_id: str) -> RunRecord:
+        """The next attempt of an ended run of this workdir, as a retry message would ask for it."""
+        current = self.ctx.store.get(run_id)
+        if current is None:
+            raise RuntimeError(f"no run {run_id} in {self.workdir}")
+        try:
+            current.retried(self.ctx.clock(), "raytune retry")  # refused here with its reason, before any change
+        except ValueError as why:
+            raise RuntimeError(str(why)) from None
+        record = watch.request_retry(self.ctx, run_id, "raytune retry")
+        assert record is not None, "checked just before"
+        self.say(f"retry: run {run_id} attempt {record.attempt} is {record.state.value} ({record.reason})")
+        return record
+
     def follow(self, launched: RunRecord) -> RunRecord:
         """Tick until the run is settled. A tick that meets a transient error (a busy dashboard, a slow
         bucket) is tried again, as Pub/Sub would redeliver; STALLED_S of nothing but such errors ends it."""
@@ -225,7 +240,7 @@ class LocalRun:
                 log.warning("tick failed, tried again: %s", describe(exc))
             record = self.ctx.store.get(run_id)
             assert record is not None
-            self.show_progress(run_id)
+            self.show_progress(record.job_name)
             if record.state != state:
                 state = record.state
                 self.say(f"run {run_id}: {state.value}" + (f" ({record.reason})" if record.reason else ""))
@@ -235,8 +250,10 @@ class LocalRun:
                 return record
             time.sleep(TICK_S)
 
-    def show_progress(self, run_id: str) -> None:
-        text = self.platform.job_logs(run_id)
+    def show_progress(self, job: str) -> None:
+        text = self.platform.job_logs(job)
+        if job != self.log_job:  # a new attempt: its own driver log
+            self.log_job, self.log_seen = job, 0
         fresh, self.log_seen = text[self.log_seen :], len(text)
         for event in joblog.progress(fresh):
             key = (event.step, event.eval_loss is not None)
@@ -254,15 +271,21 @@ class LocalRun:
 
 
 def run(
-    config_path: str | None, workdir: Path | None = None, as_json: bool = False, night: dt.date | None = None
+    config_path: str | None,
+    workdir: Path | None = None,
+    as_json: bool = False,
+    night: dt.date | None = None,
+    retry: str | None = None,
 ) -> int:
     """`raytune local [CONFIG] [--nightly [--night DATE]]`: upload the config, launch, follow to the end;
     print a summary (or the record as JSON) and write the record to a file. Exit 0 when the run succeeded
-    (or, a nightly, was skipped: nothing new to learn)."""
+    (or, a nightly, was skipped: nothing new to learn). `retry`: instead, the next attempt of that ended run
+    of the workdir (`raytune retry RUN --local`), followed the same way."""
     config = Path(config_path) if config_path else QUICKSTART
-    cfg = parse_config(config.read_bytes(), config_format(config.name))
-    if cfg.scaling.use_gpu:
-        check_fits(cfg, machine_gpus())
+    if retry is None:
+        cfg = parse_config(config.read_bytes(), config_format(config.name))
+        if cfg.scaling.use_gpu:
+            check_fits(cfg, machine_gpus())
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     logging.getLogger("functions").setLevel(logging.INFO)
     say = Console(sys.stderr if as_json else sys.stdout)
@@ -270,14 +293,20 @@ def run(
     # a signal at any moment either cancels the run or, once the clean-up has begun, waits for it.
     try:
         with Interrupts(say) as interrupts, workdir_lock(workdir) as held:
-            return _run(config, held, say, interrupts, as_json, night)
+            return _run(config, held, say, interrupts, as_json, night, retry)
     except Interrupted as exc:  # raised only before _run's clean-up guard: nothing was started
         say(f"interrupted ({exc}) before the run started")
         return 128 + exc.signum
 
 
 def _run(
-    config: Path, workdir: Path, say: Console, interrupts: Interrupts, as_json: bool, night: dt.date | None
+    config: Path,
+    workdir: Path,
+    say: Console,
+    interrupts: Interrupts,
+    as_json: bool,
+    night: dt.date | None,
+    retry: str | None,
 ) -> int:
     tag = uuid.uuid4().hex
     started = time.monotonic()
@@ -316,7 +345,7 @@ def _run(
         )
         local = LocalRun(ctx, platform, workdir, say)
         local.settle_earlier_runs()
-        record = local.launch(config, night)
+        record = local.retry(retry) if retry else local.launch(config, night)
         record = local.follow(record)
 
     failure, interrupted = interrupts.guard(start_and_follow)
@@ -341,7 +370,7 @@ def _run(
     finally:
         if platform is not None:
             if record is not None:
-                platform.save_job_log(record.run_id)
+                platform.save_job_log(record.job_name)
             platform.shutdown()
         if gcs is not None:
             gcs.stop()

@@ -143,6 +143,7 @@ def wait_until(
 class Service:
     proc: subprocess.Popen
     port: int
+    name: str = ""  # what it stands for, where that is not its program (a local Ray node)
 
     @property
     def url(self) -> str:

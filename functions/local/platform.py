@@ -159,6 +159,7 @@ class LocalRay:
         self.shapes: dict[str, NodeShape] = {}  # each run's worker group: its nodes' shape
         self.groups: dict[str, list[emulators.Service]] = {}  # each run's worker group: its nodes
         self.slots: dict[int, emulators.Service] = {}  # GPU slices in use: slot -> node
+        self.departed: list[tuple[str, dt.datetime, str]] = []  # nodes that died and were replaced: group, when, what
         self.generation = 0  # bumped on every scale: the precondition size()/scale() check
         self.stamp = 0  # the allocation version the worker group was last sized for
         self.lock = threading.RLock()
@@ -201,7 +202,7 @@ class LocalRay:
         ports += [f"--min-worker-port={low}", f"--max-worker-port={high}"]
         command = [self.ray, "start", "--block", "--disable-usage-stats", "--node-ip-address=127.0.0.1", *ports, *args]
         try:
-            return emulators.start(
+            node = emulators.start(
                 command,
                 port,
                 log,
@@ -211,6 +212,8 @@ class LocalRay:
             )
         except RuntimeError:  # it exited before it was up: say why, from its own log
             raise NodeDidNotStart(f"{log.stem} did not start ({_last_line(log, since)}; see {log})") from None
+        node.name = log.stem
+        return node
 
     def ensure_cluster(self, cfg: RunConfig) -> ClusterReadiness:
         with self.lock:
@@ -276,6 +279,11 @@ class LocalRay:
 
     def _resize(self, group: str, replicas: int) -> None:
         nodes = self.groups.setdefault(group, [])
+        for dead in [node for node in nodes if node.proc.poll() is not None]:
+            self.departed.append((group, dt.datetime.now(dt.UTC), self._death(dead)))  # the job's failure asks later
+            dead.stop()  # what its process group left
+            nodes.remove(dead)
+            self.slots = {slot: n for slot, n in self.slots.items() if n is not dead}
         while len(nodes) < replicas:
             assert self.head is not None, "the head starts before any worker"
             slot = min(set(range(len(self.slots) + 1)) - set(self.slots))
@@ -312,13 +320,13 @@ class LocalRay:
             self._code_sha256 = code_sha256(code_files())
         return self._code_sha256
 
-    def submit(self, cfg: RunConfig, run_id: str, env: dict[str, str]) -> None:
-        if self.job_status(cfg, run_id) is not None:
-            return  # submitted before: the submission id is the run id
-        with jobs_api(f"submit {run_id}"):
+    def submit(self, cfg: RunConfig, run_id: str, job: str, env: dict[str, str]) -> None:
+        if self.job_status(cfg, job) is not None:
+            return  # submitted before: the submission id is the attempt's job name
+        with jobs_api(f"submit {job}"):
             self.client.submit_job(
                 entrypoint=manifests.entrypoint(cfg, run_id, python=sys.executable),
-                submission_id=run_id,
+                submission_id=job,
                 runtime_env={
                     "env_vars": {
                         "PYTHONPATH": str(ROOT),
@@ -329,19 +337,19 @@ class LocalRay:
                 },
             )
 
-    def job_status(self, cfg: RunConfig | None, run_id: str) -> dict[str, Any] | None:
+    def job_status(self, cfg: RunConfig | None, job: str) -> dict[str, Any] | None:
         if self.head is None:
             return None  # no cluster, no job
         try:
-            with jobs_api(f"status of {run_id}"):
-                info = self.client.get_job_info(run_id)
+            with jobs_api(f"status of {job}"):
+                info = self.client.get_job_info(job)
         except NotFound:
             return None
         status = str(info.status.value)
         return {
             "jobStatus": status,
             "jobDeploymentStatus": JOB_DEPLOYMENT[status],
-            "message": self._failure(run_id, info.message) if status == "FAILED" else info.message,
+            "message": self._failure(job, info.message) if status == "FAILED" else info.message,
             "startTime": _iso(info.start_time),
             "endTime": _iso(info.end_time),
         }
@@ -368,21 +376,33 @@ class LocalRay:
         cause = joblog.root_cause(text) or joblog.clean((message or "the job failed").strip().splitlines()[-1])
         return f"{cause[: joblog.REASON_LIMIT]}" + (f" (driver log: {path})" if path else "")
 
-    def stop(self, spec: ClusterSpec | None, run_id: str) -> None:
+    def stop(self, spec: ClusterSpec | None, job: str) -> None:
         if self.head is not None:
-            with contextlib.suppress(NotFound), jobs_api(f"stop {run_id}"):  # never submitted: nothing to stop
-                self.client.stop_job(run_id)
+            with contextlib.suppress(NotFound), jobs_api(f"stop {job}"):  # never submitted: nothing to stop
+                self.client.stop_job(job)
 
     def waiting_reason(self, cfg: RunConfig, run_id: str) -> str | None:
         return None  # Ray's own job message says why locally; there are no pods
+
+    def disruptions(self, cfg: RunConfig, run_id: str, since: dt.datetime | None) -> list[str]:
+        """The run's worker nodes that exited without being asked to (a killed raylet, an OOM-killed node):
+        the local stand-in for a preempted or vanished GKE node. Nodes this platform stops leave its list first."""
+        group = group_name(run_id)
+        with self.lock:
+            replaced = [line for g, at, line in self.departed if g == group and (since is None or at >= since)]
+            return replaced + [self._death(n) for n in self.groups.get(group, []) if n.proc.poll() is not None]
+
+    def _death(self, node: emulators.Service) -> str:
+        return f"node {node.name} exited with {node.proc.returncode} (its log: {self.logs / node.name}.log)"
 
     def workers(self, spec: ClusterSpec) -> Workers | None:
         """The worker groups; a group at zero is drained at once (its nodes were stopped, not asked to go)."""
         with self.lock:
             if self.head is None:
                 return None
-            groups = {group: len(nodes) for group, nodes in self.groups.items()}
-            drained = frozenset(group for group, replicas in groups.items() if replicas == 0)
+            # A node that died counts no more (as a KubeRay worker pod gone): the next sizing starts another.
+            groups = {group: sum(node.proc.poll() is None for node in nodes) for group, nodes in self.groups.items()}
+            drained = frozenset(group for group, nodes in self.groups.items() if not nodes)
             return Workers(groups, self.stamp, self.generation, drained=drained)
 
     def scale(self, spec: ClusterSpec, workers: Workers, groups: dict[str, int], stamp: int) -> bool:

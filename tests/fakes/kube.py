@@ -26,8 +26,9 @@ from tests.fakes.http import JsonHandler
 from tests.fakes.kuberay_fields import unknown_fields
 
 PATHS = re.compile(
-    r"^/(?:api/v1|apis/(?P<group>[a-z.]+)/(?P<version>v1))/namespaces/(?P<ns>[a-z0-9-]+)/(?P<plural>[a-z]+)(?:/(?P<name>[a-z0-9.-]+)(?P<log>/log)?)?$"
+    r"^/(?:api/v1|apis/(?P<group>[a-z.]+)/(?P<version>v1))(?:/namespaces/(?P<ns>[a-z0-9-]+))?/(?P<plural>[a-z]+)(?:/(?P<name>[a-z0-9.-]+)(?P<log>/log)?)?$"
 )
+CLUSTER_SCOPED = frozenset({("cloud.google.com", "computeclasses")})  # the rest are namespaced
 KINDS = {
     (None, "secrets"): ("v1", "Secret"),
     (None, "configmaps"): ("v1", "ConfigMap"),
@@ -35,6 +36,7 @@ KINDS = {
     (None, "events"): ("v1", "Event"),
     ("ray.io", "rayclusters"): ("ray.io/v1", "RayCluster"),
     ("ray.io", "rayjobs"): ("ray.io/v1", "RayJob"),
+    ("cloud.google.com", "computeclasses"): ("cloud.google.com/v1", "ComputeClass"),  # GKE's, cluster-scoped
 }
 APPLY = "application/apply-patch+yaml"
 JSON_PATCH = "application/json-patch+json"
@@ -154,9 +156,13 @@ class FakeKube:
                             fault[3] -= 1
                             return self._status(fault[2], "Injected", fault[4])
                 match = PATHS.match(url.path)
-                if not match or (match["group"], match["plural"]) not in KINDS:
+                if (
+                    not match
+                    or (match["group"], match["plural"]) not in KINDS
+                    or ((match["group"], match["plural"]) in CLUSTER_SCOPED) != (match["ns"] is None)
+                ):
                     return self._status(404, "NotFound", f"the server could not find the requested resource {url.path}")
-                key = (match["plural"], match["ns"], match["name"])
+                key = (match["plural"], match["ns"] or "", match["name"])
                 query = {k: v[0] for k, v in parse_qs(url.query).items()}
                 if match["log"]:
                     with fake._lock:
@@ -170,7 +176,7 @@ class FakeKube:
                     self.end_headers()
                     self.wfile.write(data)
                     return None
-                if method in ("POST", "PATCH") and match["ns"] not in fake.namespaces:
+                if method in ("POST", "PATCH") and match["ns"] is not None and match["ns"] not in fake.namespaces:
                     return self._status(404, "NotFound", f'namespaces "{match["ns"]}" not found')
                 if match["name"] is None and method == "GET":
                     method = "LIST"

@@ -71,11 +71,11 @@ def test_a_cancel_during_the_apply_leaves_no_job_running(controller, bucket):
     h = controller
     real_submit = h.ctx.platform.submit
 
-    def slow_submit(cfg, run_id, env):
+    def slow_submit(cfg, run_id, job, env):
         h.clock.advance(121)  # the claim expires during the apply
         request_cancel(h.ctx, run_id, "cancelled by an operator")
         tick(h)  # the watcher ends the run before the launch writes SUBMITTED
-        real_submit(cfg, run_id, env)
+        real_submit(cfg, run_id, job, env)
 
     h.ctx.platform.submit = slow_submit
     generation = upload(bucket, "configs/race.json", QUICK)

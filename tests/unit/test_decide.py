@@ -49,6 +49,7 @@ def record(
     config: dict | None = None,
     inputs: Inputs | None = None,
     promotion: Promotion | None = None,
+    attempts: list | None = None,
 ) -> RunRecord:
     """A run created `age` s ago, last written `idle` s ago, submitted `submitted` s ago, out of the queue
     `dequeued` s ago."""
@@ -74,9 +75,11 @@ def record(
         settled=settled,
         job=job,
         queue_position=position,
+        attempts=attempts or [],
     )
 
 
+LOST = ("pod w-1 on node gke-a4-1 at 2026-12-02 11:58:00Z: TerminationByKubelet",)
 READY = ClusterReadiness("ready")
 IN = Admission(True, held=0, limit=5)
 WAIT = Admission(False, position=2, queued=3, held=4, limit=5)
@@ -603,6 +606,7 @@ JOBS = st.one_of(
     nightly=st.booleans(),
     unchanged=st.booleans(),
     evaluated=st.booleans(),
+    lost_nodes=st.booleans(),
 )
 def test_the_loop_ends_legally(
     state,
@@ -619,6 +623,7 @@ def test_the_loop_ends_legally(
     nightly,
     unchanged,
     evaluated,
+    lost_nodes,
 ):
     on_cluster = state in (S.SUBMITTED, S.RUNNING) or (
         state.terminal and state not in (S.REJECTED, S.SKIPPED) and reached
@@ -656,6 +661,7 @@ def test_the_loop_ends_legally(
                 **({"job": step.job} if step.job is not None else {}),
                 **({"inputs": step.inputs} if step.inputs is not None else {}),
                 **({"promotion": step.promotion} if step.promotion is not None else {}),
+                **({"attempts": step.attempts} if step.attempts is not None else {}),
             )
         elif step.action is A.SETTLE:
             assert run.state.terminal
@@ -677,7 +683,7 @@ def test_the_loop_ends_legally(
         elif step.action is A.SUBMIT:
             facts = facts.learned(**({"submit_error": "HTTP 422"} if submit_fails else {"submitted": "applied"}))
         elif step.action is A.OBSERVE_JOB:
-            facts = facts.learned(job_seen=True, job=job)
+            facts = facts.learned(job_seen=True, job=job, lost=LOST if lost_nodes else ())
         elif step.action is A.STOP_JOB:
             facts = facts.learned(job_stopped=True)
         elif step.action is A.SCALE_DOWN:

@@ -1,0 +1,103 @@
+"""A run's `scaling.capacity` list as a GKE ComputeClass: one priority per option, in order, each for the run's
+whole GPU node (machine type and GPUs), so GKE tries a reservation first, then flex-start, Spot or on-demand.
+
+GKE facts this follows (cited; read 2026-12):
+- Custom ComputeClasses (`cloud.google.com/v1`, cluster-scoped; Autopilot from 1.30.3-gke.1451000): pods select
+  one with the node selector `cloud.google.com/compute-class: NAME`; GKE provisions nodes by `spec.priorities`,
+  falling back in order (https://cloud.google.com/kubernetes-engine/docs/concepts/about-custom-compute-classes).
+- Priority fields (https://cloud.google.com/kubernetes-engine/docs/reference/crds/computeclass): `machineType`,
+  `gpu: {type, count, driverVersion}`, `spot: true`, `flexStart: {enabled: true}`, `maxRunDurationSeconds`, `reservations:
+  {affinity: Specific, specific: [{name, project, reservationBlock: {name}}]}`; `whenUnsatisfiable: DoNotScaleUp`
+  keeps GKE from placing GPU pods on anything the class does not list.
+- Flex-start (Dynamic Workload Scheduler) VMs live up to seven days (`maxRunDurationSeconds`, default 7 days):
+  https://cloud.google.com/kubernetes-engine/docs/concepts/flex-start-vms. Spot VMs are preempted with a 30 s
+  notice: https://cloud.google.com/kubernetes-engine/docs/concepts/spot-vms.
+- Nodes of a custom class carry the taint `cloud.google.com/compute-class=NAME:NoSchedule` (GKE adds the matching
+  toleration to pods that select the class; the worker template carries it too, so nothing depends on that).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+from functions.core.config import COMPUTE_CLASS_LABEL, FLEX_START_MAX_SECONDS, GKE_ACCELERATORS, ScalingSpec
+
+API_VERSION = "cloud.google.com/v1"
+# The machine type holding N GPUs of each accelerator (Compute Engine's accelerator-optimized families).
+MACHINE_TYPES: dict[tuple[str, int], str] = {
+    ("B200", 8): "a4-highgpu-8g",
+    ("H200", 8): "a3-ultragpu-8g",
+    **{("H100", n): f"a3-highgpu-{n}g" for n in (1, 2, 4, 8)},
+    **{("A100", n): f"a2-highgpu-{n}g" for n in (1, 2, 4, 8)},
+    **{("L4", n): machine for n, machine in ((1, "g2-standard-4"), (2, "g2-standard-24"), (4, "g2-standard-48"))},
+    ("L4", 8): "g2-standard-96",
+}
+
+
+def priorities(scaling: ScalingSpec) -> list[dict[str, Any]]:
+    """One ComputeClass priority per capacity option, each for a whole worker node of the run."""
+    assert scaling.capacity is not None, "only a capacity list has a ComputeClass"
+    gpu = {"type": GKE_ACCELERATORS[scaling.accelerator], "count": scaling.gpus_per_node, "driverVersion": "latest"}
+    node: dict[str, Any] = {"gpu": gpu}
+    if machine := MACHINE_TYPES.get((scaling.accelerator, scaling.gpus_per_node)):
+        node = {"machineType": machine, **node}
+    rules = []
+    for option in scaling.capacity:
+        rule = dict(node)
+        if option.kind == "reservation":
+            specific: dict[str, Any] = {"name": option.name}
+            if option.project:
+                specific["project"] = option.project
+            if option.block:
+                specific["reservationBlock"] = {"name": option.block}
+            rule["reservations"] = {"affinity": "Specific", "specific": [specific]}
+        elif option.kind == "flex-start":
+            rule["flexStart"] = {"enabled": True}
+            rule["maxRunDurationSeconds"] = option.max_run_seconds or FLEX_START_MAX_SECONDS
+        elif option.kind == "spot":
+            rule["spot"] = True
+        rules.append(rule)
+    return rules
+
+
+def class_name(scaling: ScalingSpec) -> str:
+    """Named from what it renders: runs asking for the same list share one ComputeClass, a changed list is
+    another object (a ComputeClass in use is never rewritten under a running group)."""
+    digest = hashlib.sha256(json.dumps(priorities(scaling), sort_keys=True).encode()).hexdigest()
+    return f"raytune-{digest[:12]}"
+
+
+def compute_class(scaling: ScalingSpec, labels: dict[str, str]) -> dict[str, Any] | None:
+    """The ComputeClass of a run's capacity list; None when the run has none (a CPU run, or the reference's
+    reservation through node selectors)."""
+    if scaling.capacity is None or not scaling.use_gpu:
+        return None
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "ComputeClass",
+        "metadata": {"name": class_name(scaling), "labels": labels},
+        "spec": {
+            "description": "raytune GPU workers: " + ", then ".join(o.describe() for o in scaling.capacity),
+            "priorities": priorities(scaling),
+            "nodePoolAutoCreation": {"enabled": True},
+            "whenUnsatisfiable": "DoNotScaleUp",
+        },
+    }
+
+
+def selector(scaling: ScalingSpec) -> dict[str, str]:
+    return {COMPUTE_CLASS_LABEL: class_name(scaling)} if scaling.capacity is not None and scaling.use_gpu else {}
+
+
+def tolerations(scaling: ScalingSpec) -> list[dict[str, str]]:
+    """What a worker pod needs to land on the class's nodes: the class's own taint, and Spot's where the list
+    has Spot (Autopilot taints Spot nodes cloud.google.com/gke-spot=true:NoSchedule)."""
+    if not selector(scaling):
+        return []
+    assert scaling.capacity is not None
+    found = [{"key": COMPUTE_CLASS_LABEL, "operator": "Equal", "value": class_name(scaling), "effect": "NoSchedule"}]
+    if any(o.kind == "spot" for o in scaling.capacity):
+        found.append({"key": "cloud.google.com/gke-spot", "operator": "Equal", "value": "true", "effect": "NoSchedule"})
+    return found

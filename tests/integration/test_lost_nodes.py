@@ -1,0 +1,147 @@
+"""Losing nodes and choosing capacity, through the Kubernetes API fake and the real clients: a Spot preemption
+as Kubernetes reports it (the pod's DisruptionTarget condition, its Terminated reason, the Events of a pod since
+replaced) makes the next attempt, submitted as its own RayJob and kept by the leak sweep; a training failure does
+not; `raytune retry`'s message starts an attempt by hand; a capacity list's ComputeClass is applied before the
+worker group that selects it."""
+
+from __future__ import annotations
+
+from functions.core import computeclass, manifests
+from functions.core.allocation import group_name
+from functions.core.config import RunConfig
+from functions.core.runs import State
+from functions.handlers import watch
+from functions.local.cloudevents import message_published
+from tests.integration.test_functions import QUICK, workers
+from tests.integration.test_invariants import DONE, RUNNING, launch, tick
+
+FAILED = {"jobStatus": "FAILED", "jobDeploymentStatus": "Failed", "message": "Job entrypoint command failed"}
+
+
+def preempt(h, run_id: str, cluster: str = "gemma3-tuning") -> None:
+    """What Kubernetes leaves when GKE reclaims a Spot VM under a run's worker: the pod failed by the kubelet's
+    graceful node shutdown, and the Events of the group's pod that KubeRay already replaced."""
+    at = h.clock().strftime("%Y-%m-%dT%H:%M:%SZ")
+    group = group_name(run_id)
+    h.kube.put(
+        "pods",
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": f"{cluster}-{group}-worker-abcde", "labels": {manifests.RUN_LABEL: run_id}},
+            "spec": {"nodeName": "gke-raytune-a4-spot-1"},
+            "status": {
+                "phase": "Failed",
+                "reason": "Terminated",
+                "message": "Pod was terminated in response to imminent node shutdown.",
+                "conditions": [
+                    {
+                        "type": "DisruptionTarget",
+                        "status": "True",
+                        "reason": "TerminationByKubelet",
+                        "message": "Pod was terminated in response to imminent node shutdown.",
+                        "lastTransitionTime": at,
+                    }
+                ],
+            },
+        },
+    )
+    h.kube.put(
+        "events",
+        {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"name": f"{cluster}-{group}-worker-fghij.1"},
+            "involvedObject": {"kind": "Pod", "name": f"{cluster}-{group}-worker-fghij"},
+            "reason": "TaintManagerEviction",
+            "message": f"Marking for deletion Pod default/{cluster}-{group}-worker-fghij",
+            "lastTimestamp": at,
+        },
+    )
+
+
+def test_a_preempted_run_finishes_in_its_second_attempt_as_its_own_rayjob(controller, bucket):
+    h = controller
+    record = launch(h, bucket, "spot-run")
+    run_id = record.run_id
+    h.kube.set_status("rayjobs", run_id, RUNNING)
+    tick(h)
+    h.clock.advance(600)
+    preempt(h, run_id)
+    h.kube.set_status("rayjobs", run_id, FAILED)
+    tick(h)
+    queued = h.ctx.store.get(run_id)
+    assert queued.state == State.QUEUED and "attempt 1 of 3 lost its nodes: pod gemma3-tuning-run-" in queued.reason
+    assert "TerminationByKubelet" in queued.reason and "resumes from the last checkpoint in 60s" in queued.reason
+    assert h.kube.names("rayjobs") == []  # the lost attempt's RayJob is gone
+    assert workers(h)["replicas"] == 2  # its group keeps its nodes for the next attempt
+    first = queued.attempts[0]
+    assert first.lost[0].startswith("pod gemma3-tuning-run-") and "gke-raytune-a4-spot-1" in first.lost[0]
+    assert any("TaintManagerEviction" in line for line in first.lost)
+    tick(h)  # within the backoff: nothing
+    assert h.ctx.store.get(run_id).state == State.QUEUED and h.kube.names("rayjobs") == []
+    h.clock.advance(61)
+    tick(h)
+    resubmitted = h.ctx.store.get(run_id)
+    assert resubmitted.state == State.SUBMITTED and f"RayJob {run_id}-2" in resubmitted.reason
+    job = h.kube.get("rayjobs", f"{run_id}-2")
+    assert job["spec"]["jobId"] == f"{run_id}-2" and f"--run-id {run_id}" in job["spec"]["entrypoint"]
+    assert job["metadata"]["labels"][manifests.RUN_LABEL] == run_id
+    h.clock.advance(h.ctx.settings.sweep_grace_s + 60)
+    h.kube.set_status("rayjobs", f"{run_id}-2", RUNNING)
+    tick(h)  # the leak sweep keeps the live run's current attempt
+    assert h.kube.names("rayjobs") == [f"{run_id}-2"] and h.events_of("leak") == []
+    h.clock.advance(100)
+    h.kube.set_status("rayjobs", f"{run_id}-2", DONE)
+    tick(h)
+    done = h.ctx.store.get(run_id)
+    assert done.state == State.SUCCEEDED and done.settled and workers(h)["replicas"] == 0
+    assert [a.number for a in done.attempts] == [1, 2] and done.attempts[1].outcome.startswith("SUCCEEDED")
+    # GPU time counts both attempts and the backoff between them (the nodes were held): 600 + 61 + grace+60 + 100 s
+    held = (600 + 61 + h.ctx.settings.sweep_grace_s + 60 + 100) * 2
+    assert done.gpu_node_seconds == held == sum(a.gpu_node_seconds for a in done.attempts)
+    [finished] = h.finished_events()
+    assert [a["number"] for a in finished["attempts"]] == [1, 2] and finished["state"] == "SUCCEEDED"
+
+
+def test_a_training_failure_ends_the_run_in_one_attempt(controller, bucket):
+    h = controller
+    record = launch(h, bucket, "bad-data")
+    h.kube.set_status("rayjobs", record.run_id, RUNNING)
+    tick(h)
+    h.kube.set_status("rayjobs", record.run_id, {**FAILED, "message": "ValueError: no image in row 3"})
+    tick(h)
+    failed = h.ctx.store.get(record.run_id)
+    assert failed.state == State.FAILED and failed.attempts == [] and "no image in row 3" in failed.reason
+
+
+def test_retry_by_message_starts_the_next_attempt_of_a_failed_run(controller, bucket):
+    h = controller
+    record = launch(h, bucket, "retried")
+    h.kube.set_status("rayjobs", record.run_id, {**FAILED, "message": "ConnectionError: the Hub did not answer"})
+    tick(h)
+    assert h.ctx.store.get(record.run_id).settled
+    watch.handle(message_published({"kind": "retry", "run_id": record.run_id}, "retry-1"), h.ctx)
+    retried = h.ctx.store.get(record.run_id)
+    assert retried.state == State.SUBMITTED and retried.attempt == 2 and retried.attempts[1].by == "raytune retry"
+    assert h.kube.get("rayjobs", f"{record.run_id}-2") is not None and workers(h)["replicas"] == 2
+    # a second retry of a run that is live again is refused and changes nothing
+    watch.handle(message_published({"kind": "retry", "run_id": record.run_id}, "retry-2"), h.ctx)
+    assert h.ctx.store.get(record.run_id).attempt == 2
+
+
+def test_a_capacity_list_applies_its_compute_class_before_the_group_that_selects_it(controller, bucket):
+    h = controller
+    capacity = [{"kind": "flex-start"}, {"kind": "spot"}, {"kind": "on-demand"}]
+    config = {**QUICK, "scaling": {**QUICK["scaling"], "capacity": capacity}}
+    record = launch(h, bucket, "fallback", config)
+    assert h.ctx.store.get(record.run_id).state == State.SUBMITTED
+    name = computeclass.class_name(RunConfig.model_validate(config).scaling)
+    applied = h.kube.get("computeclasses", name, namespace="")
+    assert [bool(p.get("flexStart")) for p in applied["spec"]["priorities"]] == [True, False, False]
+    assert applied["metadata"]["labels"][manifests.OWNER_LABEL]
+    order = [path for method, path, _ in h.kube.requests if method in ("PATCH", "POST")]
+    first_class = next(i for i, p in enumerate(order) if "/computeclasses/" in p)
+    assert all("/rayclusters/" not in p for p in order[:first_class]), order
+    [group] = [g for g in h.kube.get("rayclusters", "gemma3-tuning")["spec"]["workerGroupSpecs"]]
+    assert group["template"]["spec"]["nodeSelector"]["cloud.google.com/compute-class"] == name

@@ -1,0 +1,197 @@
+"""Attempts: a job lost with its nodes is submitted again, resuming from the run's checkpoints, up to
+scaling.max_attempts, after a backoff; a training failure is not; every attempt's GPU time counts."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+
+from functions.core import disruption
+from functions.core.decide import Action, Facts, decide, retry_backoff
+from functions.core.runs import Attempt, State
+from tests.unit.test_decide import CONFIG, IN, LOST, NOW, READY, ago, record
+
+GPU = {**CONFIG, "scaling": {"nodes": 2, "gpus_per_node": 8, "max_attempts": 3}}
+FAILED_JOB = {"jobStatus": "FAILED", "jobDeploymentStatus": "Failed", "message": "Job entrypoint command failed"}
+
+
+def second_attempt(submitted: float | None, not_before: float | None = None, held_since: float = 200) -> Attempt:
+    return Attempt(
+        number=2,
+        job="run-1-2",
+        requested_at=ago(held_since),
+        by="lost nodes",
+        not_before=None if not_before is None else ago(-not_before),
+        held_since=ago(held_since),
+        submitted_at=None if submitted is None else ago(submitted),
+    )
+
+
+FIRST = Attempt(
+    number=1,
+    job="run-1",
+    requested_at=ago(1000),
+    by="upload",
+    held_since=ago(900),
+    submitted_at=ago(900),
+    ended_at=ago(200),
+    outcome="lost its nodes",
+    lost=list(LOST),
+    gpu_node_seconds=1400.0,
+)
+
+
+def test_a_job_that_lost_its_nodes_is_queued_as_the_next_attempt_with_a_backoff():
+    run = record(State.RUNNING, submitted=100, config=GPU)
+    step = decide(run, Facts(now=NOW, job_seen=True, job=FAILED_JOB, lost=LOST))
+    assert (step.action, step.state) == (Action.MOVE, State.QUEUED)
+    assert "attempt 1 of 3 lost its nodes: pod w-1 on node gke-a4-1" in step.reason
+    assert "attempt 2 resumes from the last checkpoint in 60s" in step.reason
+    first, second = step.attempts
+    assert (first.number, first.job, first.ended_at, first.lost) == (1, "run-1", NOW, list(LOST))
+    assert first.gpu_node_seconds == 200.0  # 100 s x 2 nodes
+    assert (second.number, second.job, second.not_before, second.held_since) == (
+        2,
+        "run-1-2",
+        NOW + dt.timedelta(seconds=60),
+        NOW,  # the group keeps its nodes between attempts
+    )
+    assert step.gpu_node_seconds == 200.0 and not step.collect_result
+
+
+def test_rays_own_word_that_a_node_died_is_enough():
+    job = {**FAILED_JOB, "message": "ray.exceptions.NodeDiedError: The node with node id 4c1 has died: preempted"}
+    step = decide(record(State.RUNNING, submitted=100, config=GPU), Facts(now=NOW, job_seen=True, job=job))
+    assert step.state == State.QUEUED and "Ray: ...ray.exceptions.NodeDiedError" in step.reason
+
+
+def test_a_training_failure_is_not_retried():
+    job = {**FAILED_JOB, "message": "ValueError: column 'image' holds no images"}
+    step = decide(record(State.RUNNING, submitted=100, config=GPU), Facts(now=NOW, job_seen=True, job=job))
+    assert step.state == State.FAILED and step.attempts is None and step.gpu_node_seconds == 200.0
+
+
+def test_a_vanished_job_whose_pods_were_preempted_is_retried_too():
+    step = decide(
+        record(State.SUBMITTED, submitted=100, config=GPU), Facts(now=NOW, job_seen=True, job=None, lost=LOST)
+    )
+    assert step.state == State.QUEUED
+
+
+def test_the_last_attempt_lost_fails_the_run_naming_what_took_its_nodes_and_counts_all_gpu_time():
+    run = record(State.RUNNING, submitted=100, config=GPU, attempts=[FIRST, second_attempt(submitted=100)])
+    limited = run.model_copy(update={"config": {**GPU, "scaling": {**GPU["scaling"], "max_attempts": 2}}})
+    step = decide(limited, Facts(now=NOW, job_seen=True, job=FAILED_JOB, lost=LOST))
+    assert step.state == State.FAILED and "no attempts left (scaling.max_attempts 2)" in step.reason
+    assert "attempt 2 of 2 lost its nodes" in step.reason
+    assert step.attempts[-1].ended_at == NOW and step.attempts[-1].lost == list(LOST)
+    # attempt 1's 1400 + attempt 2's 200 s x 2 nodes since its nodes were kept (not just since it was submitted)
+    assert step.attempts[-1].gpu_node_seconds == 400.0 and step.gpu_node_seconds == 1800.0
+
+
+@pytest.mark.parametrize(("wait", "action"), [(30, Action.NOTHING), (-1, Action.ADMIT)])
+def test_the_next_attempt_waits_out_its_backoff_then_asks_for_its_nodes(wait, action):
+    run = record(State.QUEUED, age=1000, config=GPU, attempts=[FIRST, second_attempt(None, not_before=wait)])
+    assert decide(run, Facts(now=NOW)).action == action
+
+
+def test_the_resubmission_is_written_on_its_attempt():
+    run = record(State.QUEUED, age=1000, config=GPU, attempts=[FIRST, second_attempt(None, not_before=-1)])
+    step = decide(run, Facts(now=NOW, admission=IN, cluster=READY, submitted="RayJob run-1-2"))
+    assert (step.action, step.state) == (Action.MOVE, State.SUBMITTED)
+    assert step.attempts[-1].submitted_at == NOW and step.attempts[-1].held_since == ago(200)
+
+
+def test_queue_and_pending_deadlines_count_from_the_attempts_request():
+    # created 1000 s ago, far past the pending deadline (600 s): the new attempt has its own
+    run = record(State.QUEUED, age=5000, config=GPU, attempts=[FIRST, second_attempt(None, not_before=-1)])
+    assert decide(run, Facts(now=NOW)).action == Action.ADMIT
+
+
+def test_cancelled_in_its_backoff_counts_the_held_nodes():
+    run = record(State.QUEUED, cancel=True, config=GPU, attempts=[FIRST, second_attempt(None, not_before=30)])
+    step = decide(run, Facts(now=NOW))
+    assert step.state == State.CANCELLED and step.gpu_node_seconds == 1800.0
+    assert step.attempts[-1].outcome.startswith("CANCELLED")
+
+
+def test_a_succeeded_second_attempt_closes_it():
+    run = record(State.RUNNING, submitted=100, config=GPU, attempts=[FIRST, second_attempt(submitted=100)])
+    step = decide(run, Facts(now=NOW, job_seen=True, job={"jobStatus": "SUCCEEDED"}))
+    assert step.state == State.SUCCEEDED and step.collect_result
+    assert step.attempts[-1].outcome == "SUCCEEDED: succeeded" and step.gpu_node_seconds == 1800.0
+
+
+@pytest.mark.parametrize(("attempt", "seconds"), [(2, 60), (3, 120), (4, 240), (9, 900)])
+def test_backoff_doubles_and_is_bounded(attempt, seconds):
+    assert retry_backoff(attempt) == seconds
+
+
+SINCE = dt.datetime(2026, 12, 2, 11, 0, tzinfo=dt.UTC)
+
+
+def pod(name, conditions=(), phase="Running", reason=None, message=None):
+    return {
+        "metadata": {"name": name},
+        "spec": {"nodeName": f"node-{name}"},
+        "status": {"phase": phase, "conditions": list(conditions), "reason": reason, "message": message},
+    }
+
+
+def test_kubernetes_disruption_conditions_and_events_name_the_pod_node_and_time():
+    preempted = pod(
+        "c-run-x-worker-a",
+        [
+            {
+                "type": "DisruptionTarget",
+                "status": "True",
+                "reason": "TerminationByKubelet",
+                "message": "Pod was terminated in response to imminent node shutdown.",
+                "lastTransitionTime": "2026-12-02T11:30:00Z",
+            }
+        ],
+        phase="Failed",
+        reason="Terminated",
+    )
+    old_condition = pod(
+        "c-run-x-worker-b",
+        [
+            {
+                "type": "DisruptionTarget",
+                "status": "True",
+                "reason": "EvictionByEvictionAPI",
+                "lastTransitionTime": "2026-12-02T10:00:00Z",
+            }
+        ],
+    )
+    shut_down = pod("c-run-x-worker-c", phase="Failed", reason="NodeShutdown", message="Node is shutting down")
+    crashed = pod("c-run-x-worker-d", phase="Failed", reason="Error")
+    gone_pod_event = {
+        "involvedObject": {"kind": "Pod", "name": "c-run-x-worker-e"},
+        "reason": "TaintManagerEviction",
+        "message": "Marking for deletion Pod default/c-run-x-worker-e",
+        "lastTimestamp": "2026-12-02T11:31:00Z",
+    }
+    noise = {"involvedObject": {"kind": "Pod", "name": "c-run-x-worker-a"}, "reason": "Pulled", "message": "pulled"}
+    lines = disruption.from_pods([preempted, old_condition, shut_down, crashed], [gone_pod_event, noise], SINCE)
+    assert lines == [
+        "pod c-run-x-worker-a on node node-c-run-x-worker-a at 2026-12-02 11:30:00Z: TerminationByKubelet "
+        "(Pod was terminated in response to imminent node shutdown.)",
+        "pod c-run-x-worker-c on node node-c-run-x-worker-c: NodeShutdown (Node is shutting down)",
+        "pod c-run-x-worker-e on its node at 2026-12-02 11:31:00Z: TaintManagerEviction "
+        "(Marking for deletion Pod default/c-run-x-worker-e)",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("message", "lost"),
+    [
+        ("ray.exceptions.ActorDiedError: The actor died because its node has died. Node Id: 5a", True),
+        ("The node with node id: 5a and address: 10.0.0.3 and node name: 10.0.0.3 has been marked dead", True),
+        ("Traceback ... torch.OutOfMemoryError: CUDA out of memory", False),
+        ("ValueError: 'dict' object has no attribute 'convert'", False),
+    ],
+)
+def test_rays_message_tells_node_loss_from_a_training_error(message, lost):
+    assert bool(disruption.from_ray({"message": message})) == lost
