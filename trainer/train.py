@@ -13,6 +13,7 @@ import argparse
 import dataclasses
 import json
 import logging
+import math
 import os
 import shutil
 import sys
@@ -68,6 +69,42 @@ def _report_callback():
             ray.train.report(metrics=metrics, checkpoint=None)
 
     return RankZeroReportCallback()
+
+
+def _preemption_checkpoints(cfg: RunConfig, model):
+    """Checkpoints beside the save strategy: every training.checkpoint_every_steps, or on Spot capacity every
+    Young's interval (trainer/checkpoints.py), fixed after the first steps are timed and broadcast from rank 0,
+    so every rank saves at the same steps (Ray Train needs each rank's report of a checkpoint)."""
+    every = cfg.training.checkpoint_every_steps
+    if every == 0 or (every is None and not cfg.scaling.on_spot):
+        return None
+    import torch
+    from transformers import TrainerCallback
+
+    from trainer.checkpoints import CALIBRATION_STEPS, preemption_interval_steps
+
+    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+
+    class PreemptionCheckpoints(TrainerCallback):  # type: ignore[misc]
+        def __init__(self) -> None:
+            self.every, self.timed_from = every, 0.0
+
+        def on_step_end(self, args, state, control, **kwargs):
+            if self.every is None and state.global_step == 1:
+                self.timed_from = time.monotonic()
+            elif self.every is None and state.global_step == 1 + CALIBRATION_STEPS:
+                step_s = (time.monotonic() - self.timed_from) / CALIBRATION_STEPS
+                chosen = [preemption_interval_steps(trainable, step_s, cfg.scaling.nodes)]
+                if torch.distributed.is_available() and torch.distributed.is_initialized():
+                    torch.distributed.broadcast_object_list(chosen, src=0)
+                self.every = chosen[0]
+                if state.is_world_process_zero:
+                    print(f"checkpoints every {self.every} steps on Spot ({step_s:.2f} s a step)", flush=True)
+            if self.every and state.global_step % self.every == 0:
+                control.should_save = True
+            return control
+
+    return PreemptionCheckpoints()
 
 
 def sft_config(cfg: RunConfig, output_dir: str, evaluate: bool):
@@ -157,6 +194,8 @@ def train_loop(loop_config: dict) -> None:
     )
     trainer.add_callback(_report_callback())
     trainer.add_callback(progress.callback())
+    if (checkpoints := _preemption_checkpoints(cfg, model)) is not None:
+        trainer.add_callback(checkpoints)
     trainer = prepare_trainer(trainer)
     checkpoint = ray.train.get_checkpoint()
     started = time.monotonic()
@@ -278,8 +317,9 @@ def training_checkpoints(result) -> tuple[list, str]:
     """The training checkpoints in the order written, with their metrics, and the score that ranks them."""
     # Training checkpoints carry the logged losses; the last report is the adapter alone.
     checkpoints = [(c, m) for c, m in (result.best_checkpoints or []) if c is not None and "loss" in m]
-    # Best by eval loss where every checkpoint was evaluated, else by training loss.
-    score = "eval_loss" if checkpoints and all("eval_loss" in m for _, m in checkpoints) else "loss"
+    # Best by eval loss among the evaluated checkpoints (those written between evaluations, for a run that may
+    # lose its nodes, rank last), else by training loss.
+    score = "eval_loss" if any("eval_loss" in m for _, m in checkpoints) else "loss"
     return checkpoints, score
 
 
@@ -287,7 +327,7 @@ def prune(checkpoints: list, score: str, keep: int | None) -> list:
     """Delete all but `keep` training checkpoints (the best and the last always stay); returns those kept."""
     from trainer.checkpoints import to_delete
 
-    doomed = to_delete([(c, m[score]) for c, m in checkpoints], keep)
+    doomed = to_delete([(c, m.get(score, math.inf)) for c, m in checkpoints], keep)
     for checkpoint in doomed:
         checkpoint.filesystem.delete_dir(checkpoint.path)
     return [(c, m) for c, m in checkpoints if c not in doomed]
@@ -296,7 +336,7 @@ def prune(checkpoints: list, score: str, keep: int | None) -> list:
 def summarize(result, cfg: RunConfig, run_id: str, wall_seconds: float, checkpoints: list, score: str) -> RunResult:
     """result.json: where the adapter and the final and best checkpoints are, and what the run measured."""
     metrics = dict(result.metrics.get("final", {}))
-    best = min(checkpoints, key=lambda pair: pair[1][score])[0] if checkpoints else None
+    best = min(checkpoints, key=lambda pair: pair[1].get(score, math.inf))[0] if checkpoints else None
     final = checkpoints[-1][0] if checkpoints else None
     runtime = metrics.get("train_runtime") or metrics.get("loop_seconds")
     tokens = metrics.get("num_tokens")
@@ -330,7 +370,7 @@ def summarize(result, cfg: RunConfig, run_id: str, wall_seconds: float, checkpoi
         metrics=RunMetrics(
             train_loss=metrics.get("train_loss"),
             best_checkpoint_by=score,
-            best_checkpoint_score=min(m[score] for _, m in checkpoints) if checkpoints else None,
+            best_checkpoint_score=min(m.get(score, math.inf) for _, m in checkpoints) if checkpoints else None,
             num_tokens=tokens,
             mean_token_accuracy=metrics.get("mean_token_accuracy"),
             tokens_per_second=tokens / runtime if tokens and runtime else None,

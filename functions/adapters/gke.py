@@ -318,6 +318,16 @@ class GkePlatform:
         events = [e for e in kube.events(namespace) if group in (e.get("involvedObject") or {}).get("name", "")]
         return disruption.from_pods(pods, events, since)
 
+    def worker_nodes(self, cfg: RunConfig, run_id: str) -> dict[str, str]:
+        kube = self._kube(cfg.cluster)
+        pods = kube.pods(cfg.cluster.namespace, f"{manifests.RUN_LABEL}={run_id}")
+        found = {}
+        for name in sorted({n for p in pods if (n := (p.get("spec") or {}).get("nodeName"))}):
+            labels = kube.node_labels(name)
+            if labels is not None:
+                found[name] = computeclass.node_capacity(labels)
+        return found
+
     def stop(self, spec: ClusterSpec, job: str) -> None:
         self._kube(spec).delete_rayjob(spec.namespace, job)
 

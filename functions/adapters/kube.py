@@ -292,6 +292,17 @@ class Kube:
             f"list pods {label_selector} in {namespace}",
         )
 
+    def node_labels(self, name: str) -> dict[str, str] | None:
+        """A node's labels; None when it is gone."""
+        response = with_retries(
+            lambda: self._send(self.core.read_node, name, missing_ok=True, _preload_content=False),
+            f"get node {name}",
+            translate=translate,
+        )
+        if response is None:
+            return None
+        return dict((json.loads(response.data).get("metadata") or {}).get("labels") or {})
+
     def events(self, namespace: str, name: str | None = None) -> list[dict[str, Any]]:
         """The Events about one object (a pod), or about every pod of the namespace (pods deleted since keep
         theirs for the API server's event TTL, an hour by default), oldest first."""

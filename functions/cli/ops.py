@@ -107,7 +107,17 @@ def row(record: RunRecord, now: dt.datetime) -> dict[str, Any]:
         if metrics and metrics.best_checkpoint_by == "eval_loss"
         else None,
         "gpu_node_hours": round(record.gpu_node_seconds / 3600, 2) if record.gpu_node_seconds else None,
+        "attempt": record.attempt,
+        "capacity": capacity(record.nodes),
     }
+
+
+def capacity(nodes: dict[str, str]) -> str | None:
+    """Where a run's nodes came from, counted: '1 spot, 1 reservation a4-res'."""
+    counts: dict[str, int] = {}
+    for kind in nodes.values():
+        counts[kind] = counts.get(kind, 0) + 1
+    return ", ".join(f"{n} {kind}" for kind, n in sorted(counts.items())) or None
 
 
 def _since(text: str | None) -> dt.datetime | None:
@@ -138,14 +148,18 @@ def cmd_runs(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     table = Table(title=f"runs in {backend.where}", title_justify="left")
-    for column in ("run id", "name", "state", "age", "duration", "nodes x GPUs", "best eval loss", "GPU node-h"):
+    columns = ("run id", "name", "state", "age", "duration", "nodes x GPUs", "capacity", "best eval loss", "GPU node-h")
+    for column in columns:
         table.add_column(
             column, justify="right" if column in ("age", "duration", "best eval loss", "GPU node-h") else "left"
         )
     for r in rows:
         loss = f"{r['best_eval_loss']:.4f}" if r["best_eval_loss"] is not None else "-"
         hours = f"{r['gpu_node_hours']:.2f}" if r["gpu_node_hours"] is not None else "-"
-        table.add_row(r["run_id"], r["name"], r["state"], r["age"], r["duration"], r["shape"], loss, hours)
+        state = r["state"] + (f" (attempt {r['attempt']})" if r["attempt"] > 1 else "")
+        table.add_row(
+            r["run_id"], r["name"], state, r["age"], r["duration"], r["shape"], r["capacity"] or "-", loss, hours
+        )
     console().print(table)
     return 0
 
@@ -161,6 +175,13 @@ def cmd_status(args: argparse.Namespace) -> int:
         out.print(f"  queue      position {record.queue_position}")
     for t in record.history:
         out.print(f"  {t.at:%Y-%m-%d %H:%M:%S}  {t.state.value}" + (f"  {t.reason}" if t.reason else ""))
+    for node, kind in sorted(record.nodes.items()):
+        out.print(f"  node       {node}: {kind}")
+    for a in record.attempts:
+        held = f", {a.gpu_node_seconds / 3600:.2f} GPU node-h" if a.gpu_node_seconds else ""
+        out.print(f"  attempt {a.number}  RayJob {a.job} ({a.by}): {a.outcome or 'current'}{held}")
+        for line in a.lost:
+            out.print(f"    lost     {line}")
     if record.result:
         out.print(f"  metrics    {record.result.metrics.model_dump(exclude_none=True)}")
         out.print(f"  adapter    {record.result.adapter_path}")

@@ -18,6 +18,7 @@ GKE facts this follows (cited; read 2026-12):
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 from typing import Any
@@ -45,7 +46,7 @@ def priorities(scaling: ScalingSpec) -> list[dict[str, Any]]:
         node = {"machineType": machine, **node}
     rules = []
     for option in scaling.capacity:
-        rule = dict(node)
+        rule = copy.deepcopy(node)
         if option.kind == "reservation":
             specific: dict[str, Any] = {"name": option.name}
             if option.project:
@@ -101,3 +102,17 @@ def tolerations(scaling: ScalingSpec) -> list[dict[str, str]]:
     if any(o.kind == "spot" for o in scaling.capacity):
         found.append({"key": "cloud.google.com/gke-spot", "operator": "Equal", "value": "true", "effect": "NoSchedule"})
     return found
+
+
+def node_capacity(labels: dict[str, str]) -> str:
+    """Which capacity a GKE node came from, by the labels GKE puts on it: `spot`, `flex-start`,
+    `reservation <name>` or `on-demand`."""
+    if labels.get("cloud.google.com/gke-spot") == "true":
+        return "spot"
+    if labels.get("cloud.google.com/gke-flex-start") == "true" or labels.get("cloud.google.com/gke-provisioning") == (
+        "flex-start"
+    ):
+        return "flex-start"
+    if reservation := labels.get("cloud.google.com/reservation-name"):
+        return f"reservation {reservation}"
+    return "on-demand"

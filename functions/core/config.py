@@ -253,6 +253,10 @@ class TrainingSpec(Strict):
     # Training checkpoints kept after the run (None: all); the best and the last are always kept.
     keep_checkpoints: Annotated[int, Field(ge=1, le=10_000)] | None = None
     save_steps: Annotated[int, Field(ge=1, le=10_000_000)] | None = None
+    # Checkpoints beside the save strategy every N steps, so a run that loses its nodes loses at most N steps.
+    # None: on Spot capacity, Young's interval from the checkpoint's size and step time (trainer/checkpoints.py);
+    # else none. 0: none, even on Spot.
+    checkpoint_every_steps: Annotated[int, Field(ge=0, le=10_000_000)] | None = None
     seed: Annotated[int, Field(ge=0, le=2**31 - 1)] = 42
     # Warm start: "champion" (the adapter now in use for this config name; a fresh adapter when there is
     # none) or an adapter folder (gs:// or a path). None: a fresh LoRA adapter. A loaded adapter keeps its own
@@ -357,6 +361,11 @@ class ScalingSpec(Strict):
         if self.reservation:
             selector.update(reservation_selector(self.reservation))
         return selector
+
+    @property
+    def on_spot(self) -> bool:
+        """Whether the run's nodes may be Spot VMs (preempted with a 30 s notice)."""
+        return any(o.kind == "spot" for o in self.capacity or ())
 
     @property
     def num_workers(self) -> int:

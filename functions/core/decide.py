@@ -70,6 +70,7 @@ class Step:
     inputs: Inputs | None = None  # MOVE: a nightly's fingerprinted inputs
     promotion: Promotion | None = None  # MOVE: what the run did to its champion
     attempts: list[Attempt] | None = None  # MOVE: the run's attempts as they now stand
+    nodes: dict[str, str] | None = None  # MOVE: the current attempt's nodes and their capacity
 
 
 NOTHING = Step(Action.NOTHING)
@@ -91,6 +92,7 @@ class Facts:
     cluster_gone: str | None = None  # after OBSERVE_JOB: the run's GKE cluster does not exist
     job: dict[str, Any] | None = None  # the RayJob's status (None when seen: the RayJob is gone)
     lost: tuple[str, ...] = ()  # after OBSERVE_JOB of a failed or vanished job: what took its nodes
+    nodes: dict[str, str] | None = None  # after OBSERVE_JOB of a running job: its nodes, when not all known yet
     stuck: str | None = None  # why a waiting job waits, from its pods and their Events (when known)
     job_stopped: bool = False  # after STOP_JOB
     scaled: bool = False  # after SCALE_DOWN
@@ -254,9 +256,15 @@ def _submitted(record: RunRecord, facts: Facts) -> Step:
     state, reason = job_outcome(record, facts.job, facts.now, pending_seconds(record), facts.stuck)
     summary = job_summary(facts.job)
     if not state.terminal:
-        if state == record.state and summary == record.job and (reason is None or reason == record.reason):
+        nodes = {**record.nodes, **(facts.nodes or {})}
+        if (
+            state == record.state
+            and summary == record.job
+            and (reason is None or reason == record.reason)
+            and nodes == record.nodes
+        ):
             return NOTHING
-        return move(state, reason, job=summary)
+        return move(state, reason, job=summary, nodes=nodes if nodes != record.nodes else None)
     if facts.job is not None and facts.job.get("jobStatus") not in JOB_TERMINAL and not facts.job_stopped:
         return Step(Action.STOP_JOB)  # a stuck or half-failed job must not hold the GPUs
     lost = [*facts.lost, *disruption.from_ray(facts.job)] if state == State.FAILED else []
@@ -297,6 +305,7 @@ def _lost_nodes(
         f"{why}; attempt {number + 1} resumes from the last checkpoint in {backoff}s",
         job=summary,
         attempts=attempts,
+        nodes={},
         gpu_node_seconds=held(record, now),
     )
 

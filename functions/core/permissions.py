@@ -128,10 +128,12 @@ USES: tuple[Use, ...] = tuple(
     + _uses(
         FUNCTIONS,
         "project",
-        "Kubernetes pods and events list",
-        "why a job waits (FailedScheduling, image pulls, crash loops)",
+        "Kubernetes pods and events list, nodes get",
+        "why a job waits (FailedScheduling, image pulls, crash loops); what took a failed job's nodes "
+        "(disruption conditions, evictions); which capacity a run's nodes came from (their labels)",
         "container.pods.list",
         "container.events.list",
+        "container.nodes.get",
     )
     + _uses(
         FUNCTIONS,

@@ -75,6 +75,9 @@ class Platform(Protocol):
     def waiting_reason(self, cfg: RunConfig, run_id: str) -> str | None:
         """Why a submitted job still waits, from its cluster's pods and their Events; None when nothing is wrong."""
 
+    def worker_nodes(self, cfg: RunConfig, run_id: str) -> dict[str, str]:
+        """The nodes the run's workers run on, each with the capacity it came from (computeclass.node_capacity)."""
+
     def stop(self, spec: ClusterSpec, job: str) -> None: ...
 
     def leftovers(self, spec: ClusterSpec) -> list[Leftover]:

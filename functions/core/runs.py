@@ -87,6 +87,7 @@ class Attempt(BaseModel):
     ended_at: dt.datetime | None = None
     outcome: str | None = None  # how it ended: state and reason
     lost: list[str] = []  # what took its nodes (node, when, what Kubernetes or Ray said), when that ended it
+    nodes: dict[str, str] = {}  # the nodes it ran on, each with the capacity it came from (spot, ...)
     gpu_node_seconds: float | None = None
 
 
@@ -132,6 +133,7 @@ class RunRecord(BaseModel):
     cost: float | None = None  # gpu_node_seconds at the configured price per node-hour
     queue_position: int | None = None  # 1-based place in its RayCluster's queue while QUEUED
     attempts: list[Attempt] = []  # when the job was submitted more than once: each submission, oldest first
+    nodes: dict[str, str] = {}  # the current attempt's nodes, each with the capacity it came from
     cancel_requested: bool = False
     cancel_reason: str | None = None  # who or what asked, e.g. "interrupted (SIGINT)"
     settled: bool = False  # terminal and its run-finished event published
@@ -232,7 +234,13 @@ class RunRecord(BaseModel):
             )
         )
         ended = current.model_copy(
-            update={"ended_at": now, "outcome": outcome, "lost": lost, "gpu_node_seconds": gpu_node_seconds}
+            update={
+                "ended_at": now,
+                "outcome": outcome,
+                "lost": lost,
+                "nodes": self.nodes,
+                "gpu_node_seconds": gpu_node_seconds,
+            }
         )
         return [*self.attempts[:-1], ended]
 
@@ -263,6 +271,7 @@ class RunRecord(BaseModel):
                 "result": None,
                 "promotion": None,
                 "job": None,
+                "nodes": {},
             }
         ).moved(State.QUEUED, now, f"attempt {attempt.number} asked for by {by}: resumes from the last checkpoint")
 

@@ -23,6 +23,8 @@ class Settings:
     hf_token: str | None  # bound from Secret Manager; never logged or stored
     checkpoints: str | None = None  # where runs without a storage_path keep checkpoints
     node_hour_price: float | None = None  # a GPU node's price per hour, for each run's cost
+    # per capacity kind (reservation, flex-start, spot, on-demand): what a node of that kind costs an hour
+    node_hour_prices: dict[str, float] = field(default_factory=dict)
     policy: Policy = field(default_factory=Policy)
     create_clusters: bool = False  # the functions may create GKE clusters and enable the Ray operator
     network: str = "default"  # the VPC network of clusters the functions create
@@ -37,6 +39,16 @@ class Settings:
         """The buckets runs may name when the policy lists none: the controller's and its checkpoints'."""
         checkpoints = self.default_storage.removeprefix("gs://").split("/", 1)[0]
         return tuple(dict.fromkeys([self.bucket, checkpoints]))
+
+    def node_hour_price_of(self, nodes: dict[str, str]) -> float | None:
+        """A node-hour's price for nodes of these capacities (their mean), by the price of each one's kind, else
+        the one price; None where one has neither."""
+        if not nodes:
+            return self.node_hour_price
+        prices = [self.node_hour_prices.get(kind.split(" ", 1)[0], self.node_hour_price) for kind in nodes.values()]
+        if any(price is None for price in prices):
+            return None
+        return sum(p for p in prices if p is not None) / len(prices)
 
     def violations(self, cfg: RunConfig) -> list[str]:
         """The operator policy's verdict on a run's config in this deployment: its own buckets, and in the runs
@@ -62,6 +74,9 @@ class Settings:
             hf_token=env.get("HF_TOKEN") or None,
             checkpoints=env.get("RAYTUNE_CHECKPOINTS") or None,
             node_hour_price=float(env["RAYTUNE_NODE_HOUR_PRICE"]) if env.get("RAYTUNE_NODE_HOUR_PRICE") else None,
+            node_hour_prices={
+                kind: float(price) for kind, price in json.loads(env.get("RAYTUNE_NODE_HOUR_PRICES") or "{}").items()
+            },
             policy=policy_from_env(env),
             create_clusters=env.get("RAYTUNE_CREATE_CLUSTERS", "").lower() == "true",
             network=env.get("RAYTUNE_NETWORK") or "default",

@@ -79,6 +79,7 @@ def observe(ctx: Context, record: RunRecord, action: Action) -> dict[str, Any]:
             "job": job,
             "stuck": stuck(ctx, cfg, record.run_id, job),
             "lost": lost(ctx, record, job),
+            "nodes": nodes(ctx, cfg, record, job),
         }
     if action is Action.STOP_JOB:
         ctx.platform.stop(cfg.cluster, record.job_name)
@@ -95,6 +96,18 @@ def submit(ctx: Context, cfg: RunConfig, record: RunRecord) -> str:
     ctx.platform.submit(cfg, record.run_id, job, {**trainer_env(ctx), **lineage.trainer_env(ctx, cfg)})
     attempt = f", attempt {record.attempt}" if record.attempts else ""
     return f"RayJob {job} on RayCluster {cfg.cluster.ray_cluster} ({replicas} worker nodes{attempt})"
+
+
+def nodes(ctx: Context, cfg: RunConfig, record: RunRecord, job: dict[str, Any] | None) -> dict[str, str] | None:
+    """A running job's nodes and where they came from, read until all of them are known (then not again: a tick
+    stays one status read per run); best effort, like `stuck`."""
+    if job is None or job.get("jobStatus") != "RUNNING" or len(record.nodes) >= cfg.scaling.nodes:
+        return None
+    try:
+        return ctx.platform.worker_nodes(cfg, record.run_id)
+    except Exception as exc:
+        log.warning("%s: cannot read its nodes: %s", record.run_id, describe(exc))
+        return None
 
 
 def lost(ctx: Context, record: RunRecord, job: dict[str, Any] | None) -> tuple[str, ...]:
@@ -140,10 +153,11 @@ def move(ctx: Context, record: RunRecord, step: Step) -> RunRecord:
         changes["promotion"] = step.promotion
     if step.attempts is not None:
         changes["attempts"] = step.attempts
+    if step.nodes is not None:
+        changes["nodes"] = step.nodes
     if step.gpu_node_seconds is not None:
         changes["gpu_node_seconds"] = step.gpu_node_seconds
-        if ctx.settings.node_hour_price is not None:
-            changes["cost"] = round(step.gpu_node_seconds / 3600 * ctx.settings.node_hour_price, 2)
+        changes["cost"] = cost(ctx, record, step)
     # Where a run stood in line stays on it when it ends there (cancelled, queue deadline).
     changes["queue_position"] = step.queue_position if target == State.QUEUED else None
     if step.collect_result:
@@ -172,6 +186,22 @@ def move(ctx: Context, record: RunRecord, step: Step) -> RunRecord:
     if updated.state == State.QUEUED and updated.reason != record.reason:
         publish_state(ctx, updated)
     return updated
+
+
+def cost(ctx: Context, record: RunRecord, step: Step) -> float | None:
+    """The GPU cost over the run's attempts, each at the price of the capacity its nodes came from (the
+    settings' price per option, else the one price); None without prices."""
+    assert step.gpu_node_seconds is not None
+    if ctx.settings.node_hour_price is None and not ctx.settings.node_hour_prices:
+        return None
+    attempts = step.attempts if step.attempts is not None else record.attempts
+    parts = [(a.gpu_node_seconds or 0.0, a.nodes) for a in attempts]
+    current = step.gpu_node_seconds - sum(seconds for seconds, _ in parts)
+    parts.append((max(0.0, current), record.nodes if step.nodes is None else step.nodes))
+    prices = [(seconds, ctx.settings.node_hour_price_of(nodes)) for seconds, nodes in parts if seconds]
+    if any(price is None for _, price in prices):
+        return None  # a capacity without a price: no cost rather than a wrong one
+    return round(sum(seconds / 3600 * (price or 0.0) for seconds, price in prices), 2)
 
 
 def publish_state(ctx: Context, record: RunRecord) -> None:
@@ -221,6 +251,7 @@ def finished_event(record: RunRecord) -> dict[str, Any]:
         "gpu_node_seconds": record.gpu_node_seconds,
         "cost": record.cost,
         "attempts": [a.model_dump(mode="json") for a in record.attempts] or None,
+        "nodes": record.nodes or None,
         "queue_position": record.queue_position,
     }
 

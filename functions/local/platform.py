@@ -392,6 +392,10 @@ class LocalRay:
             replaced = [line for g, at, line in self.departed if g == group and (since is None or at >= since)]
             return replaced + [self._death(n) for n in self.groups.get(group, []) if n.proc.poll() is not None]
 
+    def worker_nodes(self, cfg: RunConfig, run_id: str) -> dict[str, str]:
+        with self.lock:
+            return {node.name: "local" for node in self.groups.get(group_name(run_id), []) if node.proc.poll() is None}
+
     def _death(self, node: emulators.Service) -> str:
         return f"node {node.name} exited with {node.proc.returncode} (its log: {self.logs / node.name}.log)"
 

@@ -404,3 +404,55 @@ def test_a_job_that_never_starts_says_what_it_waited_for(real):
     assert reason.startswith("the Ray job never started (jobStatus PENDING while KubeRay's deployment is Running"), (
         reason
     )
+
+
+@pytest.fixture
+def compute_classes(control_plane):
+    from tests.realkube.computeclass_crd import crd
+
+    control_plane.kubectl("apply", "--server-side", "-f", "-", stdin=json.dumps(crd()))
+    control_plane.kubectl(
+        "wait", "--for", "condition=Established", "--timeout=60s", "crd/computeclasses.cloud.google.com"
+    )
+    return control_plane
+
+
+def test_a_capacity_list_is_applied_as_a_compute_class_and_its_workers_run_on_its_nodes(real, compute_classes):
+    from functions.core import computeclass
+    from functions.core.config import RunConfig
+
+    capacity = [{"kind": "flex-start"}, {"kind": "spot"}, {"kind": "on-demand"}]
+    body = real.config("fallback", nodes=1, scaling={"nodes": 1, "capacity": capacity})
+    run_id = real.launch("fallback", body)
+    assert real.state(run_id) == State.SUBMITTED
+    name = computeclass.class_name(RunConfig.model_validate(body).scaling)
+    applied = json.loads(compute_classes.kubectl("get", "computeclass", name, "-o", "json", "--show-managed-fields"))
+    assert [p.get("spot", False) for p in applied["spec"]["priorities"]] == [False, True, False]
+    assert {f["manager"] for f in applied["metadata"]["managedFields"]} == {"raytune"}
+    running_workers(real, 1)
+    [worker] = [p for p in real.pods("ray.io/node-type=worker")]
+    assert worker.spec.node_selector["cloud.google.com/compute-class"] == name
+    real.end_job(run_id, "RUNNING")
+    assert real.until_state(run_id, State.RUNNING) == State.RUNNING
+    real.tick()
+    record = real.h.ctx.store.get(run_id)
+    assert list(record.nodes.values()) == ["on-demand"]  # the player's node carries no Spot or reservation label
+    real.write_result(run_id)
+    real.end_job(run_id, "SUCCEEDED")
+    assert real.until_state(run_id, State.SUCCEEDED, State.FAILED) == State.SUCCEEDED
+
+
+def test_the_real_server_refuses_a_compute_class_field_the_reference_does_not_list(real, compute_classes):
+    from functions.adapters.kube import Kube, api_client
+    from functions.core.errors import PermanentError
+
+    plane = compute_classes
+    kube = Kube(api_client(plane.api, token=lambda: plane.token, ca_file=plane.ca))
+    bad = {
+        "apiVersion": "cloud.google.com/v1",
+        "kind": "ComputeClass",
+        "metadata": {"name": "raytune-typo"},
+        "spec": {"priorities": [{"spot": True, "flexstart": {"enabled": True}}]},
+    }
+    with pytest.raises(PermanentError, match="flexstart"):
+        kube.apply(bad)

@@ -28,12 +28,13 @@ from tests.fakes.kuberay_fields import unknown_fields
 PATHS = re.compile(
     r"^/(?:api/v1|apis/(?P<group>[a-z.]+)/(?P<version>v1))(?:/namespaces/(?P<ns>[a-z0-9-]+))?/(?P<plural>[a-z]+)(?:/(?P<name>[a-z0-9.-]+)(?P<log>/log)?)?$"
 )
-CLUSTER_SCOPED = frozenset({("cloud.google.com", "computeclasses")})  # the rest are namespaced
+CLUSTER_SCOPED = frozenset({("cloud.google.com", "computeclasses"), (None, "nodes")})  # the rest are namespaced
 KINDS = {
     (None, "secrets"): ("v1", "Secret"),
     (None, "configmaps"): ("v1", "ConfigMap"),
     (None, "pods"): ("v1", "Pod"),
     (None, "events"): ("v1", "Event"),
+    (None, "nodes"): ("v1", "Node"),
     ("ray.io", "rayclusters"): ("ray.io/v1", "RayCluster"),
     ("ray.io", "rayjobs"): ("ray.io/v1", "RayJob"),
     ("cloud.google.com", "computeclasses"): ("cloud.google.com/v1", "ComputeClass"),  # GKE's, cluster-scoped

@@ -100,6 +100,21 @@ def test_submit_status_logs_cancel_through_the_deployment(deployed, capsys, buck
     compared = capsys.readouterr().out
     assert "CANCELLED" in compared and "SUBMITTED" in compared and "the configs are the same" in compared
 
+    # retry: the cancelled run's next attempt, through the watch topic with the run's own token
+    wait_for(lambda: h.ctx.store.get(run_id).settled)
+    assert cli(["retry", run_id, "--timeout", "60", "--interval", "0.5"]) == 0
+    assert f"{run_id}: " in capsys.readouterr().out
+    retried = wait_for(lambda: (r := h.ctx.store.get(run_id)) and r.state == State.SUBMITTED and r)
+    assert retried.attempt == 2 and h.kube.get("rayjobs", f"{run_id}-2") is not None
+    assert cli(["status", run_id]) == 0
+    status = capsys.readouterr().out
+    assert f"attempt 1  RayJob {run_id} (message): CANCELLED" in status
+    assert f"attempt 2  RayJob {run_id}-2 (raytune retry): current" in status
+    assert cli(["runs", "--state", "submitted"]) == 0
+    assert "(attempt 2)" in capsys.readouterr().out
+    assert cli(["retry", run_id]) == 2  # a live run is refused here, before anything is sent
+    assert "only a FAILED or CANCELLED run can be retried" in capsys.readouterr().err
+
 
 def test_missing_settings_are_one_clear_line(capsys, monkeypatch, tmp_path):
     monkeypatch.chdir(tmp_path)

@@ -145,3 +145,44 @@ def test_a_capacity_list_applies_its_compute_class_before_the_group_that_selects
     assert all("/rayclusters/" not in p for p in order[:first_class]), order
     [group] = [g for g in h.kube.get("rayclusters", "gemma3-tuning")["spec"]["workerGroupSpecs"]]
     assert group["template"]["spec"]["nodeSelector"]["cloud.google.com/compute-class"] == name
+
+
+def test_the_record_says_which_capacity_each_node_came_from_and_the_cost_prices_each(controller, bucket):
+    import dataclasses
+
+    h = controller
+    h.ctx.settings = dataclasses.replace(
+        h.ctx.settings, node_hour_price=100.0, node_hour_prices={"spot": 30.0, "reservation": 60.0}
+    )
+    record = launch(h, bucket, "priced")
+    for name, labels in (
+        ("gke-a4-spot-1", {"cloud.google.com/gke-spot": "true"}),
+        ("gke-a4-res-1", {"cloud.google.com/reservation-name": "a4-res"}),
+    ):
+        h.kube.put("nodes", {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": labels}}, "")
+        h.kube.put(
+            "pods",
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": f"w-{name}", "labels": {manifests.RUN_LABEL: record.run_id}},
+                "spec": {"nodeName": name},
+                "status": {"phase": "Running"},
+            },
+        )
+    h.kube.set_status("rayjobs", record.run_id, RUNNING)
+    tick(h)
+    running = h.ctx.store.get(record.run_id)
+    assert running.nodes == {"gke-a4-res-1": "reservation a4-res", "gke-a4-spot-1": "spot"}
+    reads = h.kube.calls("GET", "/nodes/")
+    tick(h)
+    assert h.kube.calls("GET", "/nodes/") == reads  # known: not read again on every tick
+    h.clock.advance(3600)
+    h.kube.set_status("rayjobs", record.run_id, DONE)
+    tick(h)
+    done = h.ctx.store.get(record.run_id)
+    assert done.state == State.SUCCEEDED
+    # two node-hours at the mean of the two nodes' prices (spot 30, reservation 60), not the one price (100)
+    assert done.cost == round(done.gpu_node_seconds / 3600 * 45.0, 2)
+    [finished] = h.finished_events()
+    assert finished["nodes"] == running.nodes and finished["cost"] == done.cost
