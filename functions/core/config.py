@@ -289,6 +289,9 @@ class CapacityOption(Strict):
     block: Name | None = None  # reservation: one block of it
     # flex-start: how long its VMs live (GKE's maxRunDurationSeconds; at most, and by default, 7 days)
     max_run_seconds: Annotated[int, Field(ge=600, le=FLEX_START_MAX_SECONDS)] | None = None
+    # How long a run may wait for nodes when this option is in its list (flex-start requests can queue for
+    # hours): the run's pending deadline is the longest of its options', and never below deadlines.pending_seconds
+    pending_seconds: Annotated[int, Field(ge=60, le=7 * 86400)] | None = None
 
     @model_validator(mode="after")
     def fields_of_its_kind(self) -> CapacityOption:

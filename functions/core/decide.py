@@ -154,7 +154,12 @@ def deadlines(record: RunRecord) -> DeadlineSpec:
 
 
 def pending_seconds(record: RunRecord) -> int:
-    return deadlines(record).pending_seconds
+    """How long the run may wait for its nodes: deadlines.pending_seconds, or longer where an option of its
+    capacity list allows more (a flex-start request waits in GKE's queue)."""
+    options = (record.config or {}).get("scaling", {}).get("capacity") or []
+    return max(
+        [deadlines(record).pending_seconds, *(int(o["pending_seconds"]) for o in options if o.get("pending_seconds"))]
+    )
 
 
 def _missed_deadline(record: RunRecord, now: dt.datetime) -> str | None:

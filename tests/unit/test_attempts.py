@@ -195,3 +195,31 @@ def test_kubernetes_disruption_conditions_and_events_name_the_pod_node_and_time(
 )
 def test_rays_message_tells_node_loss_from_a_training_error(message, lost):
     assert bool(disruption.from_ray({"message": message})) == lost
+
+
+def test_the_pending_deadline_is_the_longest_of_the_capacity_options():
+    from functions.core.decide import pending_seconds
+
+    capacity = [{"kind": "flex-start", "pending_seconds": 4 * 3600}, {"kind": "on-demand"}]
+    waiting = record(
+        State.SUBMITTED, submitted=3 * 3600, config={**GPU, "scaling": {**GPU["scaling"], "capacity": capacity}}
+    )
+    assert pending_seconds(waiting) == 4 * 3600
+    step = decide(
+        waiting,
+        Facts(now=NOW, job_seen=True, job={"jobStatus": "PENDING"}, stuck="pod w: FailedScaleUp: GCE out of resources"),
+    )
+    assert step.action == Action.NOTHING or step.state != State.FAILED  # 3 h of 4 h: still waiting
+    late = record(State.SUBMITTED, submitted=5 * 3600, config=waiting.config)
+    failed = decide(
+        late,
+        Facts(
+            now=NOW,
+            job_seen=True,
+            job={"jobStatus": "PENDING"},
+            stuck="pod w: FailedScaleUp: GCE out of resources",
+            job_stopped=True,  # stopped first: a stuck job must not hold the GPUs later
+        ),
+    )
+    assert failed.state == State.FAILED and "deadlines.pending_seconds 14400" in failed.reason
+    assert "FailedScaleUp: GCE out of resources" in failed.reason
