@@ -1,16 +1,17 @@
 locals {
   function_env = {
-    RAYTUNE_PROJECT         = var.project_id
-    RAYTUNE_BUCKET          = google_storage_bucket.runs.name
-    RAYTUNE_CHECKPOINTS     = "gs://${google_storage_bucket.runs.name}/checkpoints"
-    RAYTUNE_WATCH_TOPIC     = google_pubsub_topic.watch.id
-    RAYTUNE_EVENTS_TOPIC    = google_pubsub_topic.run_events.id
-    RAYTUNE_MAX_EVENT_AGE_S = tostring(var.max_event_age_seconds)
-    RAYTUNE_NODE_HOUR_PRICE = var.node_hour_price
-    LOG_EXECUTION_ID        = "true"
-    RAYTUNE_CREATE_CLUSTERS = tostring(var.functions_create_clusters)
-    RAYTUNE_NETWORK         = var.network
-    RAYTUNE_SWEEP_GRACE_S   = tostring(var.sweep_grace_seconds)
+    RAYTUNE_PROJECT          = var.project_id
+    RAYTUNE_BUCKET           = google_storage_bucket.runs.name
+    RAYTUNE_CHECKPOINTS      = "gs://${google_storage_bucket.runs.name}/checkpoints"
+    RAYTUNE_WATCH_TOPIC      = google_pubsub_topic.watch.id
+    RAYTUNE_EVENTS_TOPIC     = google_pubsub_topic.run_events.id
+    RAYTUNE_MAX_EVENT_AGE_S  = tostring(var.max_event_age_seconds)
+    RAYTUNE_NODE_HOUR_PRICE  = var.node_hour_price
+    RAYTUNE_NODE_HOUR_PRICES = length(var.node_hour_prices) > 0 ? jsonencode(var.node_hour_prices) : ""
+    LOG_EXECUTION_ID         = "true"
+    RAYTUNE_CREATE_CLUSTERS  = tostring(var.functions_create_clusters)
+    RAYTUNE_NETWORK          = var.network
+    RAYTUNE_SWEEP_GRACE_S    = tostring(var.sweep_grace_seconds)
     # The operator policy (policy.tf): what a config or message may touch.
     RAYTUNE_POLICY_NAMESPACES         = join(",", var.policy_namespaces)
     RAYTUNE_POLICY_RAY_CLUSTER_PREFIX = var.policy_ray_cluster_prefix

@@ -91,6 +91,16 @@ variable "node_hour_price" {
   default     = ""
 }
 
+variable "node_hour_prices" {
+  description = "Price of one GPU node per hour by where it came from (keys: reservation, flex-start, spot, on-demand), for the cost of runs whose nodes are known; a kind not listed costs node_hour_price."
+  type        = map(number)
+  default     = {}
+  validation {
+    condition     = alltrue([for kind in keys(var.node_hour_prices) : contains(["reservation", "flex-start", "spot", "on-demand"], kind)])
+    error_message = "node_hour_prices keys are reservation, flex-start, spot and on-demand."
+  }
+}
+
 variable "network" {
   description = "VPC network of the GKE cluster (Cloud NAT is created on it)."
   type        = string

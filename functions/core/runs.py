@@ -89,6 +89,7 @@ class Attempt(BaseModel):
     lost: list[str] = []  # what took its nodes (node, when, what Kubernetes or Ray said), when that ended it
     nodes: dict[str, str] = {}  # the nodes it ran on, each with the capacity it came from (spot, ...)
     gpu_node_seconds: float | None = None
+    cost: float | None = None  # its GPU node-seconds at the price of its nodes' capacity
 
 
 def job_name(run_id: str, number: int) -> str:

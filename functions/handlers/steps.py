@@ -152,7 +152,12 @@ def move(ctx: Context, record: RunRecord, step: Step) -> RunRecord:
     if step.promotion is not None:
         changes["promotion"] = step.promotion
     if step.attempts is not None:
-        changes["attempts"] = step.attempts
+        changes["attempts"] = [
+            a.model_copy(update={"cost": priced(ctx, a.gpu_node_seconds or 0.0, a.nodes)})
+            if a.ended_at is not None and a.cost is None
+            else a
+            for a in step.attempts
+        ]
     if step.nodes is not None:
         changes["nodes"] = step.nodes
     if step.gpu_node_seconds is not None:
@@ -198,10 +203,16 @@ def cost(ctx: Context, record: RunRecord, step: Step) -> float | None:
     parts = [(a.gpu_node_seconds or 0.0, a.nodes) for a in attempts]
     current = step.gpu_node_seconds - sum(seconds for seconds, _ in parts)
     parts.append((max(0.0, current), record.nodes if step.nodes is None else step.nodes))
-    prices = [(seconds, ctx.settings.node_hour_price_of(nodes)) for seconds, nodes in parts if seconds]
-    if any(price is None for _, price in prices):
+    costs = [priced(ctx, seconds, nodes) for seconds, nodes in parts if seconds]
+    if any(c is None for c in costs):
         return None  # a capacity without a price: no cost rather than a wrong one
-    return round(sum(seconds / 3600 * (price or 0.0) for seconds, price in prices), 2)
+    return round(sum(c for c in costs if c is not None), 2)
+
+
+def priced(ctx: Context, gpu_node_seconds: float, nodes: dict[str, str]) -> float | None:
+    """GPU node-seconds at the price of nodes of these capacities; None without one."""
+    price = ctx.settings.node_hour_price_of(nodes)
+    return None if price is None else round(gpu_node_seconds / 3600 * price, 2)
 
 
 def publish_state(ctx: Context, record: RunRecord) -> None:

@@ -102,6 +102,30 @@ def test_a_preempted_run_finishes_in_its_second_attempt_as_its_own_rayjob(contro
     assert done.gpu_node_seconds == held == sum(a.gpu_node_seconds for a in done.attempts)
     [finished] = h.finished_events()
     assert [a["number"] for a in finished["attempts"]] == [1, 2] and finished["state"] == "SUCCEEDED"
+    assert all(a.cost is None for a in done.attempts) and done.cost is None  # no prices set: no cost
+
+
+def test_each_attempt_costs_what_its_nodes_cost(controller, bucket):
+    import dataclasses
+
+    h = controller
+    h.ctx.settings = dataclasses.replace(h.ctx.settings, node_hour_price=90.0)
+    record = launch(h, bucket, "spot-priced")
+    h.kube.set_status("rayjobs", record.run_id, RUNNING)
+    tick(h)
+    h.clock.advance(1800)
+    preempt(h, record.run_id)
+    h.kube.set_status("rayjobs", record.run_id, FAILED)
+    tick(h)
+    h.clock.advance(61)
+    tick(h)
+    h.clock.advance(1739)
+    h.kube.set_status("rayjobs", f"{record.run_id}-2", DONE)
+    tick(h)
+    done = h.ctx.store.get(record.run_id)
+    first, second = done.attempts
+    assert (first.cost, second.cost) == (90.0, 90.0)  # 2 nodes x 30 min each, the backoff in the second
+    assert done.cost == 180.0
 
 
 def test_a_training_failure_ends_the_run_in_one_attempt(controller, bucket):
