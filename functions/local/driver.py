@@ -252,8 +252,8 @@ class LocalRun:
 
     def show_progress(self, job: str) -> None:
         text = self.platform.job_logs(job)
-        if job != self.log_job:  # a new attempt: its own driver log
-            self.log_job, self.log_seen = job, 0
+        if job != self.log_job:  # a new attempt: its own driver log, and it retrains the steps after its checkpoint
+            self.log_job, self.log_seen, self.steps_seen = job, 0, set()
         fresh, self.log_seen = text[self.log_seen :], len(text)
         for event in joblog.progress(fresh):
             key = (event.step, event.eval_loss is not None)
