@@ -176,11 +176,14 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     validate = sub.add_parser("validate", help="check a run config and summarise it")
-    validate.add_argument("config")
+    validate.add_argument("config", help="a run config, JSON or YAML")
     validate.set_defaults(func=cmd_validate)
 
-    render = sub.add_parser("render", help="print the ConfigMap, RayCluster and RayJob as YAML for kubectl apply -f -")
-    render.add_argument("config")
+    render = sub.add_parser(
+        "render",
+        help="print the ConfigMap, ComputeClass (with scaling.capacity), RayCluster and RayJob as YAML for kubectl",
+    )
+    render.add_argument("config", help="a run config, JSON or YAML")
     render.add_argument("--bucket", help="checkpoint bucket when the config sets no storage_path")
     render.add_argument("--run-id", help="RayJob name (default: the config's name)")
     render.set_defaults(func=cmd_render)
@@ -210,24 +213,26 @@ def build_parser() -> argparse.ArgumentParser:
     gen = sub.add_parser("generate", help="describe a product with a trained adapter (as `raytune local` writes it)")
     gen.add_argument("--adapter", required=True, help="the run's adapter folder (adapter_path in its result)")
     gen.add_argument("--image", required=True, help="the product photo")
-    gen.add_argument("--product", required=True)
-    gen.add_argument("--category", required=True)
-    gen.add_argument("--max-new-tokens", type=int, default=128)
+    gen.add_argument("--product", required=True, help="the product's name, as in the dataset's rows")
+    gen.add_argument("--category", required=True, help="its category, as in the dataset's rows")
+    gen.add_argument("--max-new-tokens", type=int, default=128, help="the longest description, in tokens")
     gen.set_defaults(func=cmd_generate)
 
     pack = sub.add_parser("package", help="build the Cloud Functions source archive for Terraform")
-    pack.add_argument("--output", "-o", default="build/raytune-functions.zip")
+    pack.add_argument("--output", "-o", default="build/raytune-functions.zip", help="the archive to write")
     pack.set_defaults(func=cmd_package)
 
     perms = sub.add_parser(
         "permissions", help="who calls which Google API with which IAM permission (what Terraform grants)"
     )
     perms.add_argument("--create-clusters", action="store_true", help="as with functions_create_clusters=true")
-    perms.add_argument("--json", action="store_true")
+    perms.add_argument("--json", action="store_true", help="the table as JSON")
     perms.set_defaults(func=cmd_permissions)
 
     img = sub.add_parser("image", help="build the trainer image with Cloud Build into Artifact Registry")
-    img.add_argument("--project", default=os.environ.get("GOOGLE_CLOUD_PROJECT"))
+    img.add_argument(
+        "--project", default=os.environ.get("GOOGLE_CLOUD_PROJECT"), help="GCP project (default: GOOGLE_CLOUD_PROJECT)"
+    )
     img.add_argument("--region", help="default: region in raytune.toml, else us-central1")
     img.add_argument("--name", default="raytune", help="Terraform's var.name: the default for the next three")
     img.add_argument("--repository", help="the Artifact Registry repository (Terraform: var.name)")
@@ -247,7 +252,7 @@ def build_parser() -> argparse.ArgumentParser:
     ops.add_parsers(sub)
 
     schema = sub.add_parser("schema", help="print or write the run config JSON Schema")
-    schema.add_argument("--output", "-o")
+    schema.add_argument("--output", "-o", help="write it to this file (default: print it)")
     schema.add_argument("--markdown", action="store_true", help="the field reference as a Markdown table")
     schema.set_defaults(func=cmd_schema)
     return parser
@@ -273,6 +278,27 @@ def main(argv: list[str] | None = None) -> int:
     except (PermanentError, RuntimeError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    except Exception as err:
+        if not _missing_credentials(err):
+            raise
+        print(
+            "error: no Google credentials found (Application Default Credentials): run "
+            "`gcloud auth application-default login`, or set GOOGLE_APPLICATION_CREDENTIALS",
+            file=sys.stderr,
+        )
+        return 2
+
+
+def _missing_credentials(err: BaseException) -> bool:
+    """google-auth's DefaultCredentialsError, raised or wrapped (only loaded if a Google client was)."""
+    exceptions = sys.modules.get("google.auth.exceptions")
+    if exceptions is None:
+        return False
+    while err is not None:
+        if isinstance(err, exceptions.DefaultCredentialsError):
+            return True
+        err = err.__cause__ or err.__context__  # type: ignore[assignment]
+    return False
 
 
 if __name__ == "__main__":

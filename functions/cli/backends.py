@@ -41,6 +41,7 @@ class Backend(Protocol):
     def job(self, record: RunRecord) -> dict[str, Any] | None: ...
     def pods(self, record: RunRecord) -> list[str]: ...
     def log(self, record: RunRecord) -> str: ...
+    def orphaned(self, record: RunRecord) -> str | None: ...
 
 
 def records(store: RunStore) -> list[RunRecord]:
@@ -152,6 +153,9 @@ class CloudBackend:
             )
         return lines
 
+    def orphaned(self, record: RunRecord) -> str | None:
+        return None  # the watcher follows every cloud run
+
     def log(self, record: RunRecord) -> str:
         """The job's driver log: the KubeRay submitter pod's (it runs `ray job submit` and follows the logs)."""
         cfg = self._cfg(record)
@@ -174,11 +178,26 @@ class LocalBackend:
         raise RuntimeError(f"locally a run is started with: raytune local {config} --workdir {self.workdir}")
 
     def cancel(self, record: RunRecord, token: str | None = None) -> None:
-        lock = self.workdir / ".lock"
-        pid = lock.read_text().strip() if lock.is_file() else ""
-        if not pid.isdigit():
-            raise RuntimeError(f"no raytune local holds {self.workdir}: the run is not live")
-        os.kill(int(pid), signal.SIGINT)
+        """Interrupt the raytune local that holds the workdir (it cancels its run); a run whose raytune local died
+        is settled here instead, as its next raytune local would: its processes stopped, the run cancelled. Only a
+        pid proven by the workdir's lock is ever signalled."""
+        pid = driver.holder(self.workdir)
+        if pid == 0:
+            raise RuntimeError(f"a raytune local is taking {self.workdir} right now: cancel again in a moment")
+        if pid is not None:
+            os.kill(pid, signal.SIGINT)
+            return
+        if driver.run(None, self.workdir, settle_only=True) != 0:
+            raise RuntimeError(f"could not settle the runs left in {self.workdir}: see its logs/")
+
+    def orphaned(self, record: RunRecord) -> str | None:
+        """Why a live-looking record will never move again: no raytune local holds its workdir."""
+        if record.state.terminal or driver.holder(self.workdir) is not None:
+            return None
+        return (
+            f"{record.run_id} is {record.state.value} but no raytune local holds {self.workdir} (it ended before the "
+            f"run did): `raytune cancel {record.run_id} --workdir {self.workdir}` settles it"
+        )
 
     def retry(self, record: RunRecord, token: str | None = None) -> None:
         """A local run's next attempt needs its cluster again: the driver starts it and follows it."""
@@ -209,5 +228,8 @@ def follow(backend: Backend, run_id: str, interval_s: float = 2.0) -> Iterator[s
             yield text[shown:]
             shown = len(text)
         if record is None or record.state.terminal:
+            return
+        if why := backend.orphaned(record):
+            yield f"\n{why}\n"
             return
         time.sleep(interval_s)

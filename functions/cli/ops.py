@@ -192,7 +192,10 @@ def cmd_status(args: argparse.Namespace) -> int:
     except Exception as err:  # the record is the answer; the cluster is news
         out.print(f"  cluster    unreachable: {err}")
         return 0
-    out.print(f"  RayJob     {job if job is not None else 'none'}")
+    if job is None:
+        out.print("  RayJob     none")
+    for key, value in (job or {}).items():
+        out.print(f"  RayJob     {key:<20} {value}", markup=False)
     for pod in pods:
         out.print(f"  pod        {pod}")
     tail = log.strip().splitlines()[-args.lines :] if log.strip() else []
@@ -203,19 +206,28 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
+def _shown(text: str) -> str:
+    """Log text as written to stdout: Ray's colour codes only where they colour something (a terminal)."""
+    return text if sys.stdout.isatty() else joblog.strip_ansi(text)
+
+
 def cmd_logs(args: argparse.Namespace) -> int:
     backend = backend_for(args)
     record = _get(backend, args.run)
     if args.follow:
-        for chunk in follow(backend, record.run_id):
-            sys.stdout.write(chunk)
+        for index, chunk in enumerate(follow(backend, record.run_id)):
+            if index == 0 and args.tail is not None:
+                chunk = "".join(chunk.splitlines(keepends=True)[-args.tail :] if args.tail else [])
+            sys.stdout.write(_shown(chunk))
             sys.stdout.flush()
         return 0
     text = backend.log(record)
     if not text:
         print(f"no driver log for {record.run_id} yet ({record.state.value})", file=sys.stderr)
         return 1
-    sys.stdout.write(text)
+    if args.tail is not None:
+        text = "".join(text.splitlines(keepends=True)[-args.tail :] if args.tail else [])
+    sys.stdout.write(_shown(text))
     return 0
 
 
@@ -370,7 +382,7 @@ def add_parsers(sub: Any) -> None:
     submit = common(
         sub.add_parser("submit", help="launch a run: upload its config (or publish it) and print the run id")
     )
-    submit.add_argument("config")
+    submit.add_argument("config", help="a run config, JSON or YAML")
     submit.add_argument("--name", help="run name (the uploaded object's name; run_name of a message)")
     submit.add_argument("--via-topic", action="store_true", help="publish a launch message instead of uploading")
     submit.add_argument("--wait", action="store_true", help="follow the run until it ends")
@@ -378,41 +390,47 @@ def add_parsers(sub: Any) -> None:
     submit.set_defaults(func=cmd_submit)
 
     runs = common(sub.add_parser("runs", help="a table of runs"))
-    runs.add_argument("--state", choices=[s.value for s in State] + [s.value.lower() for s in State], metavar="STATE")
+    runs.add_argument(
+        "--state",
+        choices=[s.value for s in State] + [s.value.lower() for s in State],
+        metavar="STATE",
+        help="only runs in this state (RUNNING, failed, ...)",
+    )
     runs.add_argument("--since", help="only runs created within this long, e.g. 6h, 2d")
     runs.add_argument("--name", help="only runs of this config name")
-    runs.add_argument("--json", action="store_true")
+    runs.add_argument("--json", action="store_true", help="the rows as JSON")
     runs.set_defaults(func=cmd_runs)
 
     status = common(sub.add_parser("status", help="one run: record, RayJob, pods, last log lines"))
-    status.add_argument("run")
-    status.add_argument("--lines", type=int, default=10)
+    status.add_argument("run", help="the run id (raytune runs lists them)")
+    status.add_argument("--lines", type=int, default=10, help="how many of the driver log's last lines")
     status.set_defaults(func=cmd_status)
 
     logs = common(sub.add_parser("logs", help="the run's driver log"))
-    logs.add_argument("run")
+    logs.add_argument("run", help="the run id")
     logs.add_argument("-f", "--follow", action="store_true", help="keep printing until the run ends")
+    logs.add_argument("--tail", type=int, metavar="N", help="only the last N lines (then follow, with -f)")
     logs.set_defaults(func=cmd_logs)
 
     cancel = common(sub.add_parser("cancel", help="cancel a run and wait until its record says so"))
-    cancel.add_argument("run")
+    cancel.add_argument("run", help="the run id")
     cancel.add_argument(
         "--token",
         help="the run's cancel token (default: the one `submit` kept on this machine); operators need none",
     )
-    cancel.add_argument("--timeout", type=float, default=WAIT_LIMIT_S)
+    cancel.add_argument("--timeout", type=float, default=WAIT_LIMIT_S, help="seconds to wait for CANCELLED")
     cancel.add_argument("--interval", type=float, default=3.0, help=argparse.SUPPRESS)
     cancel.set_defaults(func=cmd_cancel)
 
     retry = common(
         sub.add_parser("retry", help="start the next attempt of a FAILED or CANCELLED run, from its last checkpoint")
     )
-    retry.add_argument("run")
+    retry.add_argument("run", help="the run id")
     retry.add_argument("--token", help="the run's cancel token (default: the one `submit` kept); operators need none")
     retry.add_argument("--timeout", type=float, default=WAIT_LIMIT_S, help="how long to wait for the watcher")
     retry.add_argument("--interval", type=float, default=3.0, help=argparse.SUPPRESS)
     retry.set_defaults(func=cmd_retry)
 
     compare = common(sub.add_parser("compare", help="configs' differences and metrics side by side"))
-    compare.add_argument("runs", nargs="+", metavar="RUN")
+    compare.add_argument("runs", nargs="+", metavar="RUN", help="two or more run ids")
     compare.set_defaults(func=cmd_compare)

@@ -27,8 +27,13 @@ WRAPPERS = re.compile(
 REASON_LIMIT = 300
 
 
+def strip_ansi(text: str) -> str:
+    """Text without terminal colour and cursor codes (Ray colours its driver log)."""
+    return ANSI.sub("", text)
+
+
 def clean(line: str) -> str:
-    return RAY_PREFIX.sub("", ANSI.sub("", line)).strip()
+    return RAY_PREFIX.sub("", strip_ansi(line)).strip()
 
 
 def progress(text: str) -> Iterator[Progress]:

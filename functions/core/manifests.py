@@ -278,9 +278,12 @@ def ray_job(
 def run_objects(
     cfg: RunConfig, run_id: str, files: dict[str, bytes], code_hash: str, worker_replicas: int, env: dict[str, str]
 ) -> list[dict[str, Any]]:
-    """ConfigMap, RayCluster and RayJob in the order they must be applied (the Secret is applied apart)."""
+    """ConfigMap, the capacity list's ComputeClass (if any), RayCluster and RayJob in the order they must be applied
+    (the Secret is applied apart)."""
+    capacity = computeclass.compute_class(cfg.scaling, ownership(None))
     return [
         code_configmap(cfg, files, code_hash),
+        *([capacity] if capacity else []),
         ray_cluster(cfg, list(files), code_hash, [worker_group(cfg, run_id, worker_replicas, list(files), code_hash)]),
         ray_job(cfg, run_id, code_hash, env),
     ]

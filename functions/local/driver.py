@@ -58,7 +58,17 @@ class Console:
         self.started = time.monotonic()
 
     def __call__(self, text: str) -> None:
-        print(f"[{time.monotonic() - self.started:6.1f}s] {text}", file=self.out, flush=True)
+        try:
+            print(f"[{time.monotonic() - self.started:6.1f}s] {text}", file=self.out, flush=True)
+        except OSError:  # the terminal is gone (SIGHUP): the clean-up goes on, the record and logs say the rest
+            self.out = open(os.devnull, "w")  # noqa: SIM115 - for the rest of the run
+
+
+class OneLine(logging.Formatter):
+    """A warning on the terminal is its message; its traceback is in logs/controller.log."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return record.getMessage()
 
 
 class ConsolePublisher:
@@ -68,10 +78,43 @@ class ConsolePublisher:
         self.say = say
 
     def publish(self, topic: str, message: dict[str, Any], **attributes: str) -> str:
-        self.say(f"event -> {topic}: {message['state']} {message.get('reason') or ''}".rstrip())
+        # The state line already said the state and why: one line per event.
+        if attributes.get("event") != "run-state":
+            self.say(f"event -> {topic}: {message['state']}")
         if promotion := message.get("promotion"):
             self.say(f"  champion: {Promotion.model_validate(promotion).describe()}")
         return "local"
+
+
+@contextlib.contextmanager
+def controller_log(workdir: Path) -> Iterator[None]:
+    """The controller's own INFO log (every transition and sizing) into logs/controller.log for the run."""
+    (workdir / "logs").mkdir(parents=True, exist_ok=True)
+    handler = logging.FileHandler(workdir / "logs" / "controller.log")
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.getLogger("functions").addHandler(handler)
+    try:
+        yield
+    finally:
+        logging.getLogger("functions").removeHandler(handler)
+        handler.close()
+
+
+def holder(workdir: Path) -> int | None:
+    """The pid of the raytune local holding `workdir`, proven by its lock (a pid read from the file alone proves
+    nothing: its process may be dead and the pid reused); None when none holds it; 0 while one is taking it."""
+    lock = workdir / ".lock"
+    if not lock.is_file():
+        return None
+    with open(lock, "a+") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            text = handle.read().strip()
+            return int(text) if text.isdigit() else 0
+        fcntl.flock(handle, fcntl.LOCK_UN)
+        return None
 
 
 @contextlib.contextmanager
@@ -155,9 +198,7 @@ def summary(record: RunRecord, wall_s: float, record_path: Path) -> list[str]:
                 f"  throughput       {metrics.tokens_per_second:.0f} tokens/s, "
                 f"{metrics.global_step} steps in {metrics.train_runtime_seconds or 0:.1f}s of training"
             )
-    if record.promotion is not None:
-        lines.append(f"  champion         {record.promotion.describe()}")
-    lines.append(f"  record           {record_path}")
+    lines.append(f"  record           {record_path}")  # (the champion's verdict came with the run's event)
     return lines
 
 
@@ -184,6 +225,7 @@ class LocalRun:
             ended = steps.run(
                 self.ctx, self.ctx.store.get(record.run_id) or record, Facts(now=self.ctx.clock(), created=True)
             )
+            write_record(self.workdir, ended)
             self.say(f"earlier run {record.run_id} left {was.value}: now {ended.state.value}")
 
     def launch(self, config: Path, night: dt.date | None = None) -> RunRecord:
@@ -276,24 +318,30 @@ def run(
     as_json: bool = False,
     night: dt.date | None = None,
     retry: str | None = None,
+    settle_only: bool = False,
 ) -> int:
     """`raytune local [CONFIG] [--nightly [--night DATE]]`: upload the config, launch, follow to the end;
     print a summary (or the record as JSON) and write the record to a file. Exit 0 when the run succeeded
     (or, a nightly, was skipped: nothing new to learn). `retry`: instead, the next attempt of that ended run
-    of the workdir (`raytune retry RUN --local`), followed the same way."""
+    of the workdir (`raytune retry RUN --local`), followed the same way. `settle_only`: only what a raytune local
+    that died left (its processes stopped, its runs cancelled: `raytune cancel` of an orphaned run)."""
     config = Path(config_path) if config_path else QUICKSTART
-    if retry is None:
+    if retry is None and not settle_only:
         cfg = parse_config(config.read_bytes(), config_format(config.name))
         if cfg.scaling.use_gpu:
             check_fits(cfg, machine_gpus())
+    # The terminal gets the console's lines and the controller's warnings; its INFO log goes to logs/controller.log.
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
+    for handler in logging.getLogger().handlers:
+        handler.setLevel(logging.WARNING)
+        handler.setFormatter(OneLine())
     logging.getLogger("functions").setLevel(logging.INFO)
     say = Console(sys.stderr if as_json else sys.stdout)
     # Installed before the workdir is taken and kept until the record is printed and the lock let go:
     # a signal at any moment either cancels the run or, once the clean-up has begun, waits for it.
     try:
-        with Interrupts(say) as interrupts, workdir_lock(workdir) as held:
-            return _run(config, held, say, interrupts, as_json, night, retry)
+        with Interrupts(say) as interrupts, workdir_lock(workdir) as held, controller_log(held):
+            return _run(config, held, say, interrupts, as_json, night, retry, settle_only)
     except Interrupted as exc:  # raised only before _run's clean-up guard: nothing was started
         say(f"interrupted ({exc}) before the run started")
         return 128 + exc.signum
@@ -307,6 +355,7 @@ def _run(
     as_json: bool,
     night: dt.date | None,
     retry: str | None,
+    settle_only: bool = False,
 ) -> int:
     tag = uuid.uuid4().hex
     started = time.monotonic()
@@ -345,13 +394,20 @@ def _run(
         )
         local = LocalRun(ctx, platform, workdir, say)
         local.settle_earlier_runs()
+        if settle_only:
+            return
         record = local.retry(retry) if retry else local.launch(config, night)
         record = local.follow(record)
 
     failure, interrupted = interrupts.guard(start_and_follow)
     try:
         why = None
-        if interrupted is not None:
+        ended = _ended(local, record) if interrupted is not None else None
+        if ended is not None:  # the signal came after the run's end: nothing to cancel, its outcome stands
+            say(f"interrupted ({interrupted}) after the run ended {ended.state.value}: stopping what it started")
+            record = ended
+            code = 0 if ended.state in (State.SUCCEEDED, State.SKIPPED) else 1
+        elif interrupted is not None:
             why, code = f"interrupted ({interrupted})", 128 + interrupted.signum
         elif failure is not None:
             why, code = f"raytune local failed: {describe(failure)}", 1
@@ -364,8 +420,10 @@ def _run(
                     record = local.cancel(run_id, why) or record
                 except Exception as again:  # the platform that failed may fail again: the record says why
                     log.error("cancelling %s: %s", run_id, describe(again))
+        elif record is None:
+            assert settle_only, "a run was launched"
+            code = 0
         else:
-            assert record is not None
             code = 0 if record.state in (State.SUCCEEDED, State.SKIPPED) else 1
     finally:
         if platform is not None:
@@ -377,20 +435,33 @@ def _run(
         leftovers = session.stop(workdir)
         if leftovers:  # Ray processes that left their node's process group: expected, logged, not shown
             log.info("stopped %d leftover processes of this run: %s", len(leftovers), leftovers)
-    code = interrupts.exit_code(code)
     if record is None:
         if failure is not None:
             raise failure  # nothing was launched: the CLI prints the error
         return code
-    path = workdir / "records" / f"{record.run_id}.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(record.model_dump_json(indent=2))
+    path = write_record(workdir, record)
     if as_json:
-        print(record.model_dump_json(indent=2))
+        with contextlib.suppress(OSError):  # a terminal that went (SIGHUP): the record file has it
+            print(record.model_dump_json(indent=2), flush=True)
     else:
         for line in summary(record, time.monotonic() - started, path):
             say(line)
     return code
+
+
+def _ended(local: LocalRun | None, record: RunRecord | None) -> RunRecord | None:
+    """The run as stored, if it had ended and settled (its end published) by the time a signal came."""
+    if local is None or record is None:
+        return None
+    current = local.ctx.store.get(record.run_id)
+    return current if current is not None and current.state.terminal and current.settled else None
+
+
+def write_record(workdir: Path, record: RunRecord) -> Path:
+    path = workdir / "records" / f"{record.run_id}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(record.model_dump_json(indent=2))
+    return path
 
 
 def _newest_run(local: LocalRun) -> str | None:

@@ -1,6 +1,7 @@
-"""SIGINT and SIGTERM for `raytune local`: the first one, while the run is in progress, raises
-Interrupted; any later one, or one that comes once the clean-up has begun, is only remembered (it sets
-the exit code), so the clean-up is never cut short whatever the moment the signal lands.
+"""SIGINT, SIGTERM and SIGHUP (the terminal closed) for `raytune local`: the first one, while the run is in
+progress, raises Interrupted; any later one, or one that comes once the clean-up has begun, is only remembered,
+so the clean-up is never cut short whatever the moment the signal lands (and a run that ended keeps its exit
+code: a signal after its end cancels nothing).
 
 Race-free by construction: the handler disarms itself before it raises, so at most one Interrupted is
 ever raised, and `disarm()` is a single attribute store."""
@@ -12,11 +13,11 @@ from collections.abc import Callable
 from types import FrameType, TracebackType
 from typing import Any
 
-SIGNALS = (signal.SIGINT, signal.SIGTERM)
+SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 class Interrupted(BaseException):
-    """SIGINT or SIGTERM: the run is cancelled and everything it started is stopped."""
+    """SIGINT, SIGTERM or SIGHUP: the run is cancelled and everything it started is stopped."""
 
     def __init__(self, signum: int):
         super().__init__(signal.Signals(signum).name)
@@ -64,7 +65,3 @@ class Interrupts:
         except Interrupted as interrupted:
             return None, interrupted
         return None, None
-
-    def exit_code(self, code: int) -> int:
-        """A signal that came while stopping turns a normal exit code into 128 + its number."""
-        return 128 + self.late[0] if self.late and code < 128 else code

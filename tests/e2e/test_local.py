@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -82,7 +83,12 @@ def check_success(out: str, err: str, workdir: Path) -> dict:
     assert [h["state"] for h in record["history"]] == ["RECEIVED", "SUBMITTED", "RUNNING", "SUCCEEDED"]
     assert "is SUBMITTED" in err and "worker group: 2 nodes" in err
     assert ": RUNNING" in err and "worker group: 0 nodes" in err
-    assert "worker nodes 2 -> 0" in err and "event -> local/run-events: SUCCEEDED" in err
+    assert "event -> local/run-events: SUCCEEDED" in err
+    # One line per event on the terminal; the controller's own log (transitions, sizing) is in logs/controller.log
+    controller = (workdir / "logs" / "controller.log").read_text()
+    assert "worker nodes 2 -> 0" in controller and "worker nodes" not in err
+    run_id = record["run_id"]
+    assert err.count(f"{run_id}: SUCCEEDED") == 1 and "RUNNING -> SUCCEEDED" not in err
     # One line per progress event, none twice; evaluations at each epoch's end.
     progress = [line.split("]", 1)[1].strip() for line in err.splitlines() if "  step " in line]
     assert len(progress) == len(set(progress)) and "step 14/14" in progress[-1]
@@ -155,7 +161,7 @@ def wait_for(proc: subprocess.Popen, text: str, lines: list[str], timeout: float
     [
         ("head start", "uploaded ", signal.SIGINT, "CANCELLED"),
         ("training", "  step ", signal.SIGTERM, "CANCELLED"),
-        ("shutdown", "worker group: 0 nodes", signal.SIGINT, "SUCCEEDED"),
+        ("shutdown", "worker group: 0 nodes", signal.SIGINT, "SUCCEEDED"),  # after the end: exit 0, nothing cancelled
     ],
 )
 def test_an_interrupt_at_any_moment_leaves_nothing_behind(tmp_path, phase, trigger, sig, state):
@@ -168,7 +174,8 @@ def test_an_interrupt_at_any_moment_leaves_nothing_behind(tmp_path, phase, trigg
     proc.send_signal(sig)
     out, err = finish(proc, timeout=120)
     text = "".join(lines) + out
-    assert proc.returncode == 128 + sig, text[-3000:] + err[-3000:]
+    assert proc.returncode == (0 if state == "SUCCEEDED" else 128 + sig), text[-3000:] + err[-3000:]
+    assert ("cancelling the run" in text + err) == (state == "CANCELLED")
     assert not (left := marked_processes(mark)), (
         f"processes left after an interrupt during {phase}:\n" + processes_text(left)
     )
@@ -178,6 +185,54 @@ def test_an_interrupt_at_any_moment_leaves_nothing_behind(tmp_path, phase, trigg
     if state == "CANCELLED":
         assert f"interrupted ({signal.Signals(sig).name})" in record["reason"]
         assert f"interrupted ({signal.Signals(sig).name})" in text
+
+
+def test_closing_the_terminal_cancels_the_run_and_stops_everything(tmp_path):
+    """SIGHUP, and the terminal's pipes gone with it: the same as Ctrl-C, though nothing can be printed."""
+    home = tmp_path / "home"
+    home.mkdir()
+    proc, mark = start(tmp_path / "w", "--json", home=home)
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and ": RUNNING" not in proc.stderr.readline():
+        assert proc.poll() is None
+    proc.send_signal(signal.SIGHUP)
+    proc.stdout.close()
+    proc.stderr.close()
+    assert proc.wait(timeout=120) == 128 + signal.SIGHUP
+    assert not (left := marked_processes(mark)), processes_text(left)
+    [record_file] = (tmp_path / "w" / "records").glob("*.json")
+    record = json.loads(record_file.read_text())
+    assert record["state"] == "CANCELLED" and record["settled"] and "interrupted (SIGHUP)" in record["reason"]
+
+
+def test_an_orphaned_run_is_followed_to_its_end_and_cancelled_from_its_record(tmp_path):
+    """Its raytune local killed (SIGKILL): `logs -f` says so and returns instead of waiting forever, and `cancel`
+    settles the run from the workdir (its processes stopped) without signalling the dead pid in .lock."""
+    home, workdir = tmp_path / "home", tmp_path / "w"
+    home.mkdir()
+    proc, mark = start(workdir, home=home)
+    lines: list[str] = []
+    wait_for(proc, ": RUNNING", lines)
+    proc.kill()
+    proc.wait()
+    [run_id] = re.findall(r"launch: run (\S+) is", "".join(lines))
+    env = {**os.environ, "HOME": str(home)}
+
+    def raytune(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [RAYTUNE, *args, "--workdir", str(workdir)], env=env, cwd=home, capture_output=True, text=True, timeout=300
+        )
+
+    started = time.monotonic()
+    followed = raytune("logs", run_id, "-f")
+    assert followed.returncode == 0 and "no raytune local holds" in followed.stdout, followed.stdout[-2000:]
+    assert time.monotonic() - started < 30
+    cancelled = raytune("cancel", run_id, "--timeout", "120", "--interval", "0.5")
+    assert cancelled.returncode == 0, cancelled.stdout + cancelled.stderr[-3000:]
+    assert f"{run_id}: CANCELLED" in cancelled.stdout
+    assert not (left := marked_processes(mark)), processes_text(left)
+    record = json.loads((workdir / "records" / f"{run_id}.json").read_text())
+    assert record["state"] == "CANCELLED" and "its raytune local ended before it did" in record["reason"]
 
 
 def test_a_new_run_settles_what_a_killed_one_left(tmp_path):

@@ -111,13 +111,18 @@ def test_three_nights(tmp_path):
     assert "champion: promoted" in err
     check_report(Path(evaluation["report_path"]), 3, tmp_path)
 
+    logged = len((workdir / "logs" / "controller.log").read_text())
     second, err = night(workdir, config, "2026-12-02", home)
     assert second["state"] == "SKIPPED" and second["settled"]
     assert [h["state"] for h in second["history"]] == ["RECEIVED", "SKIPPED"]
     assert "nothing new since nightly-20261201" in second["reason"]
     assert second["inputs"]["fingerprint"] == first["inputs"]["fingerprint"]
     assert "event -> local/run-events: SKIPPED" in err
-    assert "worker nodes" not in err and not (workdir / "checkpoints" / "nightly-20261202").exists(), "no cluster work"
+    assert err.count("nothing new since nightly-20261201") == 1, err  # the reason once, in the launch line
+    tonight = (workdir / "logs" / "controller.log").read_text()[logged:]
+    assert "worker nodes" not in tonight and not (workdir / "checkpoints" / "nightly-20261202").exists(), (
+        "no cluster work"
+    )
 
     tiny.product_dataset(16, seed=2).to_parquet(str(shards / "part-1.parquet"))  # new data arrives
     third, err = night(workdir, config, "2026-12-03", home)

@@ -6,6 +6,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -87,10 +91,13 @@ def test_submit_status_logs_cancel_through_the_deployment(deployed, capsys, buck
     )
     assert cli(["status", run_id, "--lines", "3"]) == 0
     status = capsys.readouterr().out
-    assert "RayJob     {'jobStatus': 'RUNNING'" in status and "gemma3-tuning-head-x: Running" in status
+    assert "RayJob     jobStatus            RUNNING" in status and "gemma3-tuning-head-x: Running" in status
     assert "driver line 29" in status and "driver line 20" not in status
     assert cli(["logs", run_id]) == 0
     assert capsys.readouterr().out.startswith("driver line 0\n")
+    h.kube.logs[("default", submitter)] += "\x1b[36m(RayTrainWorker pid=7)\x1b[0m coloured\n"
+    assert cli(["logs", run_id, "--tail", "2"]) == 0  # the last lines; colours only on a terminal
+    assert capsys.readouterr().out == "raytune-progress step 3/12\n(RayTrainWorker pid=7) coloured\n"
 
     assert cli(["cancel", run_id, "--timeout", "60", "--interval", "0.5"]) == 0
     assert f"{run_id}: CANCELLED" in capsys.readouterr().out
@@ -129,6 +136,23 @@ def test_missing_settings_are_one_clear_line(capsys, monkeypatch, tmp_path):
     (tmp_path / "raytune.toml").write_text('runs_bucket = "r"\nbucket_typo = 1\n')
     assert cli(["runs"]) == 2
     assert "unknown settings ['bucket_typo']" in capsys.readouterr().err
+
+
+def test_missing_credentials_are_one_line_not_a_traceback(tmp_path):
+    """A fresh machine without `gcloud auth application-default login` (and not on GCE): the real CLI process."""
+    keep = {k: v for k, v in os.environ.items() if k in ("PATH", "LANG", "TMPDIR")}
+    env = {**keep, "HOME": str(tmp_path), "CLOUDSDK_CONFIG": str(tmp_path / "gcloud"), "NO_GCE_CHECK": "True"}
+    raytune = str(Path(sys.executable).parent / "raytune")
+    done = subprocess.run(
+        [raytune, "runs", "--bucket", "runs", "--project", "raytune-test"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert done.stderr.startswith("error: no Google credentials found") and len(done.stderr.strip().splitlines()) == 1
 
 
 def test_local_workdirs_are_named_never_guessed_and_submit_never_switches_target(capsys, monkeypatch, tmp_path):

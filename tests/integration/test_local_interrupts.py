@@ -68,12 +68,12 @@ def test_a_signal_at_any_moment_interrupts_the_run_or_waits_for_the_clean_up(pro
                 assert interrupted.signum == signal.SIGINT
                 outcomes["interrupted"] += 1
             else:
-                assert interrupts.late == [signal.SIGINT] and interrupts.exit_code(0) == 128 + signal.SIGINT
+                assert interrupts.late == [signal.SIGINT]
                 outcomes["late"] += 1
     assert outcomes["interrupted"] and outcomes["late"], outcomes  # both sides of the disarm were hit
 
 
-def test_only_the_first_signal_interrupts_later_ones_set_the_exit_code():
+def test_only_the_first_signal_interrupts_later_ones_are_remembered():
     said: list[str] = []
     with Interrupts(said.append) as interrupts:
 
@@ -86,7 +86,17 @@ def test_only_the_first_signal_interrupts_later_ones_set_the_exit_code():
         os.kill(os.getpid(), signal.SIGINT)  # while stopping: remembered, the clean-up goes on
         busy(0.05)
     assert interrupts.late == [signal.SIGINT] and said == ["still stopping; one moment"]
-    assert interrupts.exit_code(128 + signal.SIGTERM) == 128 + signal.SIGTERM  # the interrupt's own code stays
+
+
+def test_closing_the_terminal_is_an_interrupt_too():
+    with Interrupts(lambda _: None) as interrupts:
+
+        def body() -> None:
+            os.kill(os.getpid(), signal.SIGHUP)
+            busy(0.05)
+
+        failure, interrupted = interrupts.guard(body)
+    assert failure is None and interrupted is not None and interrupted.signum == signal.SIGHUP
 
 
 def test_an_error_in_the_run_is_returned_and_disarms():
@@ -97,7 +107,6 @@ def test_an_error_in_the_run_is_returned_and_disarms():
 
         failure, interrupted = interrupts.guard(body)
         assert isinstance(failure, RuntimeError) and interrupted is None and not interrupts.armed
-        assert interrupts.exit_code(1) == 1
 
 
 def test_the_previous_handlers_come_back():
