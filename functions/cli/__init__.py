@@ -13,6 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from functions.cli.checks import missing_paths, placeholders
 from functions.core import config as configs
 from functions.core import manifests
 from functions.core.errors import PermanentError
@@ -43,6 +44,12 @@ def cmd_validate(args: argparse.Namespace) -> int:
     from functions.core.advice import right_sizing
 
     cfg = _load(args.config)
+    if missing := missing_paths(args.config, cfg):
+        for problem in missing:
+            print(f"error: {problem}", file=sys.stderr)
+        return 2
+    for left in placeholders(args.config):
+        print(f"warning: {left} (submit refuses it until it is edited)", file=sys.stderr)
     scaling = cfg.scaling
     hardware = f"{scaling.gpus_per_node} {scaling.accelerator}" if scaling.use_gpu else "CPU"
     print(

@@ -15,6 +15,7 @@ from typing import Any
 from functions.cli import settings as cli_settings
 from functions.cli import tokens
 from functions.cli.backends import Backend, CloudBackend, LocalBackend, RetryEnded, follow, records
+from functions.cli.checks import placeholders
 from functions.core import joblog
 from functions.core.runs import RunRecord, State
 
@@ -326,6 +327,8 @@ def cmd_submit(args: argparse.Namespace) -> int:
             raise RuntimeError("--name and --via-topic are the deployment's: a local run is named by its config")
         print(f"submit --local: running {config} on the local default (raytune local)", file=sys.stderr)
         return driver.run(str(config), Path(args.workdir) if args.workdir else None)
+    if left := placeholders(str(config)):
+        raise RuntimeError("; ".join(left) + ": edit it first (nothing was uploaded)")
     backend = deployment_for(args)
     run_id = backend.submit(config, args.name, args.via_topic)
     print(run_id)

@@ -282,3 +282,23 @@ def test_label_keys_kubernetes_refuses_are_rejected_at_validation(key):
 @pytest.mark.parametrize("example", sorted((ROOT / "examples").glob("*.*")), ids=lambda p: p.name)
 def test_every_example_is_a_valid_config(example):
     parse_config(example.read_bytes(), config_format(example.name))
+
+
+def test_validate_flags_the_examples_placeholders_and_missing_local_paths(tmp_path, capsys):
+    """Issue 23: examples/cloud.yaml validated as is, and a dataset path that does not exist passed validate."""
+    example = str(ROOT / "examples" / "cloud.yaml")
+    assert cli(["validate", example]) == 0  # valid, and flagged
+    err = capsys.readouterr().err
+    assert "warning: " in err and "'my-a4-reservation' is a placeholder of the example" in err and "'my-project'" in err
+    assert "cloud.yaml:16:" in err  # the line to edit
+    assert cli(["submit", example]) == 2  # refused before anything is uploaded (no deployment needed to say so)
+    assert "edit it first (nothing was uploaded)" in capsys.readouterr().err
+    edited = tmp_path / "mine.yaml"
+    text = (ROOT / "examples" / "cloud.yaml").read_text()
+    edited.write_text(text.replace("my-a4-reservation", "team-a4").replace("my-project", "team-project-1"))
+    assert cli(["validate", str(edited)]) == 0
+    assert "placeholder" not in capsys.readouterr().err
+    missing = tmp_path / "missing.json"
+    missing.write_text(json.dumps({"dataset": {"id": str(tmp_path / "nowhere.parquet")}}))
+    assert cli(["validate", str(missing)]) == 2
+    assert f"dataset.id {tmp_path / 'nowhere.parquet'} does not exist on this machine" in capsys.readouterr().err
