@@ -139,7 +139,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
         for r in records(backend.store)
         if (not args.state or r.state.value == args.state.upper())
         and (not since or r.created_at >= since)
-        and (not args.name or (r.config or {}).get("name") == args.name)
+        and (not args.name or (r.config or {}).get("name") == args.name or r.run_id.startswith(f"{args.name}-"))
     ]
     now = dt.datetime.now(dt.UTC)
     rows = [row(r, now) for r in found]
@@ -400,7 +400,9 @@ def add_parsers(sub: Any) -> None:
         help="only runs in this state (RUNNING, failed, ...)",
     )
     runs.add_argument("--since", help="only runs created within this long, e.g. 6h, 2d")
-    runs.add_argument("--name", help="only runs of this config name")
+    runs.add_argument(
+        "--name", help="only runs of this config name, or whose id starts with it (the uploaded object's name)"
+    )
     runs.add_argument("--json", action="store_true", help="the rows as JSON")
     runs.set_defaults(func=cmd_runs)
 

@@ -19,7 +19,7 @@ import datetime as dt
 import enum
 from typing import Any, Literal
 
-from functions.core import disruption
+from functions.core import disruption, joblog
 from functions.core.allocation import Admission
 from functions.core.champion import Promotion
 from functions.core.config import DeadlineSpec, EvaluationSpec, RunConfig
@@ -275,6 +275,17 @@ def _submitted(record: RunRecord, facts: Facts) -> Step:
     lost = [*facts.lost, *disruption.from_ray(facts.job)] if state == State.FAILED else []
     if lost:
         return _lost_nodes(record, facts, reason, lost, summary)
+    if state == State.FAILED and record.nightly and joblog.transient_cause(reason):
+        # A nightly's day has one run id: a passing outage (the Hub, GCS, a 503) must not lose the night.
+        return _again(
+            record,
+            facts,
+            f"failed for a cause that may pass: {reason}",
+            f"failed: {reason}",
+            [],
+            summary,
+            "transient failure",
+        )
     return _end(record, facts, state, reason, job=summary, collect_result=True)
 
 
@@ -284,11 +295,31 @@ def _lost_nodes(
     """A job that failed because it lost its nodes (not because training failed) is submitted again as the
     next attempt, which resumes from the run's last checkpoint (Ray Train restores the run of the same name
     from its storage), after a backoff, while scaling.max_attempts allows; the run keeps its worker group."""
+    more = f" (+{len(lost) - 1} more)" if len(lost) > 1 else ""
+    return _again(
+        record,
+        facts,
+        f"lost its nodes: {lost[0]}{more}",
+        f"lost its nodes: {reason or 'the job failed'}",
+        lost,
+        summary,
+        "lost nodes",
+    )
+
+
+def _again(
+    record: RunRecord,
+    facts: Facts,
+    why: str,
+    outcome: str,
+    lost: list[str],
+    summary: dict[str, Any] | None,
+    by: str,
+) -> Step:
+    """The next attempt after a failure that may pass (`why`), bounded by scaling.max_attempts, after a backoff."""
     limit = int((record.config or {}).get("scaling", {}).get("max_attempts", 1))
     number = record.attempt
-    why = f"attempt {number} of {limit} lost its nodes: {lost[0]}" + (
-        f" (+{len(lost) - 1} more)" if len(lost) > 1 else ""
-    )
+    why = f"attempt {number} of {limit} {why}"
     if number >= limit:
         return _end(
             record,
@@ -302,8 +333,8 @@ def _lost_nodes(
     backoff = retry_backoff(number + 1)
     now = facts.now
     attempts = [
-        *record.closed_attempts(now, f"lost its nodes: {reason or 'the job failed'}", lost, _held_now(record, now)),
-        record.next_attempt(now, "lost nodes", now + dt.timedelta(seconds=backoff), keeps_nodes=True),
+        *record.closed_attempts(now, outcome, lost, _held_now(record, now)),
+        record.next_attempt(now, by, now + dt.timedelta(seconds=backoff), keeps_nodes=True),
     ]
     return move(
         State.QUEUED,

@@ -59,3 +59,18 @@ def root_cause(text: str) -> str | None:
         return None
     causes = [line for line in found if not WRAPPERS.search(line.split(":", 1)[0])]
     return (causes or found)[-1][:REASON_LIMIT]
+
+
+# Root causes worth a second try for a nightly (the service answered later): network and server-side errors, not
+# the preflight's verdicts (a missing or gated model, bad data, a Hub unreachable from where the run starts).
+TRANSIENT_CAUSE = re.compile(
+    r"^(?!.*Preflight)(?:[\w.]*\.)?(ConnectionError|ConnectionResetError|ReadTimeout|ConnectTimeout|TimeoutError|"
+    r"ServiceUnavailable|TooManyRequests|InternalServerError|BrokenPipeError)\b|HTTP (?:429|5\d\d)\b|"
+    r"\b(?:502|503|504) (?:Bad Gateway|Service Unavailable|Gateway Time-?out)"
+)
+
+
+def transient_cause(reason: str | None) -> bool:
+    """Whether a failed job's reason names a cause that may pass by itself (functions/core/decide.py retries a
+    nightly once more for it)."""
+    return bool(reason and TRANSIENT_CAUSE.search(reason))

@@ -30,7 +30,7 @@ from functions.core.decide import Facts
 from functions.core.errors import describe, is_transient
 from functions.core.policy import Policy
 from functions.core.result import Progress
-from functions.core.runs import RunRecord, State
+from functions.core.runs import RETRYABLE, RunRecord, State
 from functions.handlers import launch, steps, watch
 from functions.handlers.context import Context
 from functions.handlers.settings import Settings
@@ -243,11 +243,14 @@ class LocalRun:
             event = message_published(body, uuid.uuid4().hex, published=published)
         else:
             event = object_finalized(BUCKET, blob.name, blob.generation, blob.size, blob.time_created)
+        asked = self.ctx.clock()
         record = launch.handle(event, self.ctx)
         assert record is not None, "a configs/ upload is never ignored"
         self.say(
             f"launch: run {record.run_id} is {record.state.value}" + (f" ({record.reason})" if record.reason else "")
         )
+        if hint := retry_hint(record, asked, self.workdir):
+            self.say(hint)
         if not record.state.terminal:
             self.say(f"worker group: {len(self.platform.nodes)} nodes")
         return record
@@ -447,6 +450,17 @@ def _run(
         for line in summary(record, time.monotonic() - started, path):
             say(line)
     return code
+
+
+def retry_hint(record: RunRecord, asked: dt.datetime, workdir: Path) -> str | None:
+    """For a launch that found its run ended before it was asked (a night run again: the day's id is taken), how
+    to start that run's next attempt instead."""
+    if record.state not in RETRYABLE or not record.settled or record.created_at >= asked:
+        return None
+    return (
+        f"{record.run_id} ran before and is {record.state.value}: `raytune retry {record.run_id} --workdir {workdir}` "
+        "starts its next attempt from its last checkpoint"
+    )
 
 
 def _ended(local: LocalRun | None, record: RunRecord | None) -> RunRecord | None:

@@ -87,3 +87,17 @@ def test_only_transient_errors_for_too_long_end_the_follow(monkeypatch):
     monkeypatch.setattr(driver, "STALLED_S", 0.05)
     with pytest.raises(TransientError):
         local_run([]).follow(running_record())
+
+
+def test_a_night_run_again_after_it_failed_says_how_to_retry_it(tmp_path):
+    failed = running_record().model_copy(
+        update={"run_id": "nightly-20261203", "state": State.FAILED, "settled": True, "created_at": NOW}
+    )
+    later = NOW + dt.timedelta(hours=1)
+    hint = driver.retry_hint(failed, later, tmp_path)
+    assert hint == (
+        f"nightly-20261203 ran before and is FAILED: `raytune retry nightly-20261203 --workdir {tmp_path}` "
+        "starts its next attempt from its last checkpoint"
+    )
+    assert driver.retry_hint(failed, NOW - dt.timedelta(seconds=1), tmp_path) is None  # created by this launch
+    assert driver.retry_hint(failed.model_copy(update={"state": State.SUCCEEDED}), later, tmp_path) is None

@@ -223,3 +223,23 @@ def test_the_pending_deadline_is_the_longest_of_the_capacity_options():
     )
     assert failed.state == State.FAILED and "deadlines.pending_seconds 14400" in failed.reason
     assert "FailedScaleUp: GCE out of resources" in failed.reason
+
+
+@pytest.mark.parametrize(
+    ("message", "kind", "retried"),
+    [
+        ("requests.exceptions.ConnectionError: HTTPSConnectionPool(host='huggingface.co')", "nightly", True),
+        ("huggingface_hub.errors.HfHubHTTPError: 503 Service Unavailable", "nightly", True),
+        ("trainer.preflight.PreflightError: model google/x is gated: ConnectionError", "nightly", False),
+        ("ValueError: no image in row 3", "nightly", False),
+        ("requests.exceptions.ConnectionError: HTTPSConnectionPool(host='huggingface.co')", "upload", False),
+    ],
+)
+def test_a_nightly_that_failed_for_a_cause_that_may_pass_gets_another_attempt(message, kind, retried):
+    """The scheduler's id for a night is the same all day: one passing outage must not lose the night."""
+    run = record(State.RUNNING, submitted=100, config=GPU, kind=kind)
+    step = decide(run, Facts(now=NOW, job_seen=True, job={**FAILED_JOB, "message": message}))
+    assert (step.state == State.QUEUED) == retried, step.reason
+    if retried:
+        assert "attempt 1 of 3 failed for a cause that may pass" in step.reason
+        assert step.attempts[1].by == "transient failure" and step.attempts[0].outcome.startswith("failed: ")
