@@ -50,7 +50,23 @@ def _hub(kind: str, repo: str, revision: str | None) -> None:
         hint = "" if token else " (or it is private and HF_TOKEN is not set)"
         raise PreflightError(f"{kind} {repo} does not exist on the Hugging Face Hub{hint}") from err
     except Exception as err:
-        log.warning("could not check %s %s on the Hub: %s", kind, repo, err)
+        # No answer from the Hub: fine if the files are cached here (a run on nodes that ran one); otherwise the
+        # download would fail the same way after every restart, so the run ends now, saying so.
+        if _cached(kind, repo, revision):
+            log.warning("could not check %s %s on the Hub (%s); using the cached copy", kind, repo, err)
+            return
+        raise PreflightError(
+            f"{kind} {repo}: the Hugging Face Hub did not answer ({type(err).__name__}) and it is not in the cache "
+            f"here ({os.environ.get('HF_HOME') or '~/.cache/huggingface'}): check the network, or pre-load it"
+        ) from err
+
+
+def _cached(kind: str, repo: str, revision: str | None) -> bool:
+    from huggingface_hub import try_to_load_from_cache
+
+    filename = "config.json" if kind == "model" else "README.md"
+    found = try_to_load_from_cache(repo, filename, revision=revision, repo_type=kind)
+    return isinstance(found, str)
 
 
 def _source(kind: str, location: str, revision: str | None = None) -> None:

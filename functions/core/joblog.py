@@ -17,7 +17,7 @@ RAY_PREFIX = re.compile(
     r"^(\s*(\([^()]*(pid=|raylet|gcs_server)[^()]*\)|\[\d{4}-\d\d-\d\d [^\]]*\]|\[repeated \d+x[^\]]*\]))+\s*"
 )
 EXCEPTION_LINE = re.compile(
-    r"^(?P<type>[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt|Failure))(\((?P<inner>[\w.]+)\))?(: (?P<text>.*))?$"
+    r"^(?P<type>[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt|Failure|Invalid))(\((?P<inner>[\w.]+)\))?(: (?P<text>.*))?$"
 )
 # Exceptions that only carry another one: the cause is further up or inside them.
 WRAPPERS = re.compile(
@@ -47,13 +47,18 @@ def progress(text: str) -> Iterator[Progress]:
             continue  # a line cut by the log's end
 
 
+# Exceptions of side threads that say nothing about why the job failed (Ray Train's placement-group cleaner
+# meeting another local cluster on the machine).
+NOISE = re.compile(r"Found multiple active Ray instances")
+
+
 def root_cause(text: str) -> str | None:
     """The last exception line of the innermost error, e.g. `FileNotFoundError: /data/x.parquet`."""
     found: list[str] = []
     for raw in text.splitlines():
         line = clean(raw)
         match = EXCEPTION_LINE.match(line)
-        if match and not line.startswith(("During handling", "The above exception")):
+        if match and not line.startswith(("During handling", "The above exception")) and not NOISE.search(line):
             found.append(line)
     if not found:
         return None

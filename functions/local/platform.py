@@ -330,6 +330,9 @@ class LocalRay:
                 submission_id=job,
                 runtime_env={
                     "env_vars": {
+                        # Every process of the job talks to this cluster only, never to another local one on the
+                        # machine (Ray's address "auto" finds them all: "Found multiple active Ray instances").
+                        "RAY_ADDRESS": f"127.0.0.1:{self.head.port}" if self.head else "",
                         "PYTHONPATH": str(ROOT),
                         "RAYTUNE_CODE_SHA256": self.code_sha256(),
                         WORKER_RESOURCE_ENV: group_name(run_id),

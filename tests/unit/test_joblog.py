@@ -41,3 +41,15 @@ def test_progress_events_survive_prefixes_and_cut_lines():
 
 def test_clean():
     assert clean("\x1b[33m(raylet)\x1b[0m [2026-12-02 10:00:00,1 E 1 2] oops") == "oops"
+
+
+def test_a_side_threads_noise_is_never_the_root_cause():
+    """Issue 23: a run that failed on bad parquet was reported as Ray Train's placement-group cleaner meeting
+    another local cluster."""
+    text = (
+        "Traceback (most recent call last):\n"
+        "pyarrow.lib.ArrowInvalid: Parquet magic bytes not found in footer\n"
+        "(PlacementGroupCleaner pid=9) ConnectionError: Found multiple active Ray instances: {'127.0.0.1:6379', "
+        "'127.0.0.1:41234'}\n"
+    )
+    assert root_cause(text) == "pyarrow.lib.ArrowInvalid: Parquet magic bytes not found in footer"
