@@ -25,7 +25,7 @@ def no_hub(monkeypatch, tmp_path):
 
 
 def test_an_unreachable_hub_and_no_cached_copy_fail_fast(no_hub):
-    with pytest.raises(preflight.PreflightError, match="the Hugging Face Hub did not answer .* not in the cache"):
+    with pytest.raises(preflight.PreflightError, match=r"the Hugging Face Hub did not answer .* not in the cache"):
         preflight.check(ModelSpec(id="google/gemma-3-4b-it"), DatasetSpec(id="tiny://products"))
 
 
