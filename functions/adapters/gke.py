@@ -309,6 +309,9 @@ class GkePlatform:
         pending = [p["metadata"]["name"] for p in pods if (p.get("status") or {}).get("phase") == "Pending"]
         return stuck.explain(pods, {name: kube.events(namespace, name) for name in pending[:4]})
 
+    def job_log(self, cfg: RunConfig, job: str) -> str:
+        return self._kube(cfg.cluster).job_log(cfg.cluster.namespace, job)
+
     def disruptions(self, cfg: RunConfig, run_id: str, since: dt.datetime | None) -> list[str]:
         kube = self._kube(cfg.cluster)
         namespace = cfg.cluster.namespace

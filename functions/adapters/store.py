@@ -38,6 +38,8 @@ EVENT_CLAIMS = "events/claims/"  # one object per run and state: who publishes i
 STALE_CLAIM = dt.timedelta(minutes=5)
 ORPHAN_AFTER = dt.timedelta(minutes=10)
 QUARANTINED_ALLOCATIONS = "quarantine/clusters/"
+LOGS = "logs/"  # logs/<run id>/<job>.log: each attempt's driver log, kept when it ends
+MAX_LOG_BYTES = 8 * 1024 * 1024
 # No stored object of the controller's is near this (a record with its result and history is tens of KiB): a
 # larger one was put there by someone else, and is never read into memory whole (the watcher has 512 MiB).
 MAX_STORED_BYTES = 4 * 1024 * 1024
@@ -136,6 +138,19 @@ class RunStore:
 
     def unmark_active(self, run_id: str) -> None:
         self.blobs.delete(f"{ACTIVE}{run_id}")
+
+    def keep_log(self, run_id: str, job: str, text: str) -> None:
+        """An ended attempt's driver log, kept after its RayJob (and the submitter pod with its log) is gone: its
+        last MAX_LOG_BYTES. Written once; a second writer of the same attempt's log finds it there."""
+        data = text.encode()[-MAX_LOG_BYTES:]
+        try:
+            self.blobs.write(f"{LOGS}{run_id}/{job}.log", data, if_generation_match=0)
+        except Conflict:
+            pass
+
+    def log(self, run_id: str, job: str) -> str | None:
+        found = self.blobs.read(f"{LOGS}{run_id}/{job}.log", limit=MAX_LOG_BYTES)
+        return None if found is None else found[0].decode("utf-8", "replace")
 
     def active(
         self, now: dt.datetime | None = None, quarantined: builtins.list[tuple[str, str]] | None = None

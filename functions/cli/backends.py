@@ -157,7 +157,10 @@ class CloudBackend:
         return None  # the watcher follows every cloud run
 
     def log(self, record: RunRecord) -> str:
-        """The job's driver log: the KubeRay submitter pod's (it runs `ray job submit` and follows the logs)."""
+        """The job's driver log: as kept in the runs bucket once the attempt ended (its RayJob and submitter pod
+        go), else live from KubeRay's submitter pod (it runs `ray job submit` and follows the logs)."""
+        if (kept := self.store.log(record.run_id, record.job_name)) is not None:
+            return kept
         cfg = self._cfg(record)
         kube = self.platform.reachable(cfg.cluster) if cfg else None
         if cfg is None or kube is None:

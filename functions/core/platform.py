@@ -72,6 +72,9 @@ class Platform(Protocol):
         """What took the run's worker nodes away since `since` (preemption, a node shut down or gone, an eviction),
         one line each naming the node and when, as Kubernetes (or the local cluster) says it; [] when nothing did."""
 
+    def job_log(self, cfg: RunConfig, job: str) -> str:
+        """The job's driver log so far ('' when there is none yet or any more)."""
+
     def waiting_reason(self, cfg: RunConfig, run_id: str) -> str | None:
         """Why a submitted job still waits, from its cluster's pods and their Events; None when nothing is wrong."""
 

@@ -167,6 +167,8 @@ def move(ctx: Context, record: RunRecord, step: Step) -> RunRecord:
     changes["queue_position"] = step.queue_position if target == State.QUEUED else None
     if step.collect_result:
         changes["result"] = collect_result(ctx, record.run_config(), record.run_id)
+    if step.collect_result or (target == State.QUEUED and step.attempts):
+        keep_log(ctx, record)  # the attempt ended: its log outlives its RayJob
 
     def change(current: RunRecord) -> RunRecord | None:
         if target.terminal and current.state == State.QUEUED:
@@ -225,6 +227,17 @@ def publish_state(ctx: Context, record: RunRecord) -> None:
 
 
 STATE_KEYS = ("run_id", "state", "reason", "name", "source", "queue_position")
+
+
+def keep_log(ctx: Context, record: RunRecord) -> None:
+    """Copy the ended attempt's driver log into the runs bucket (logs/), redacted, for `raytune logs` after the
+    RayJob and its submitter pod are gone; best effort: the record's reason already says why it ended."""
+    try:
+        text = ctx.platform.job_log(record.run_config(), record.job_name)
+        if text:
+            ctx.store.keep_log(record.run_id, record.job_name, redact(text))
+    except Exception as exc:
+        log.warning("%s: cannot keep its driver log: %s", record.run_id, describe(exc))
 
 
 def collect_result(ctx: Context, cfg: RunConfig, run_id: str) -> RunResult | None:

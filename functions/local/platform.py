@@ -358,6 +358,9 @@ class LocalRay:
             "endTime": _iso(info.end_time),
         }
 
+    def job_log(self, cfg: RunConfig, job: str) -> str:
+        return self.job_logs(job)
+
     def job_logs(self, run_id: str) -> str:
         """The driver's log so far, read from the file rather than through the dashboard: no HTTP call to
         fail or hang on a busy machine, and still there after the cluster's idle teardown."""

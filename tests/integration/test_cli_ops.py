@@ -20,6 +20,7 @@ from functions.cli.backends import CloudBackend
 from functions.cli.settings import CliSettings
 from functions.core.policy import Policy, cancel_digest
 from functions.core.runs import State
+from tests.conftest import HF_TOKEN
 from tests.fakes.http_events import post, storage_event
 from tests.integration.test_functions import QUICK, wait_for
 
@@ -99,9 +100,18 @@ def test_submit_status_logs_cancel_through_the_deployment(deployed, capsys, buck
     assert cli(["logs", run_id, "--tail", "2"]) == 0  # the last lines; colours only on a terminal
     assert capsys.readouterr().out == "raytune-progress step 3/12\n(RayTrainWorker pid=7) coloured\n"
 
+    h.kube.logs[("default", submitter)] += f"HF_TOKEN={HF_TOKEN} leaked by a careless print\n"
     assert cli(["cancel", run_id, "--timeout", "60", "--interval", "0.5"]) == 0
     assert f"{run_id}: CANCELLED" in capsys.readouterr().out
     assert h.kube.get("rayjobs", run_id) is None
+    # The ended attempt's driver log is kept in the runs bucket (redacted): `logs` still has it once the
+    # submitter pod is gone with the RayJob (Issue 23: "no driver log ... yet" after the end).
+    del h.kube.logs[("default", submitter)]
+    h.kube.objects.pop(("pods", "default", submitter))
+    assert cli(["logs", run_id, "--tail", "1"]) == 0
+    kept = capsys.readouterr().out
+    assert "leaked by a careless print" in kept and HF_TOKEN not in kept
+    assert storage_client().bucket(bucket).get_blob(f"logs/{run_id}/{run_id}.log") is not None
 
     assert cli(["compare", run_id, uploaded]) == 0
     compared = capsys.readouterr().out
