@@ -79,3 +79,23 @@ def transient_cause(reason: str | None) -> bool:
     """Whether a failed job's reason names a cause that may pass by itself (functions/core/decide.py retries a
     nightly once more for it)."""
     return bool(reason and TRANSIENT_CAUSE.search(reason))
+
+
+# Ray Train's failure policy deciding about a failed worker group (ray/train/v2/_internal/execution/
+# failure_handling/default.py, _log_decision): RETRY restarts the group from the last checkpoint in the same job.
+FAILURE_DECISION = re.compile(
+    r"\[FailurePolicy\] (?P<decision>RETRY|RAISE)\n\s*Source: (?P<source>[^\n]+)\n"
+    r"\s*Error count: (?P<count>\d+) \(max allowed: (?P<limit>[^)]+)\)\n(?P<error>(?:(?!\[FailurePolicy\]).*\n?){1,40})"
+)
+
+
+def failed_attempts(text: str) -> Iterator[str]:
+    """One line per failure Ray Train decided on in the driver log: 'worker group failure 1 of 3 (at most 2
+    restarts): <root cause>; restarting from the last checkpoint' (or '...: giving up')."""
+    cleaned = "\n".join(clean(line) for line in text.splitlines())
+    for match in FAILURE_DECISION.finditer(cleaned):
+        limit = match["limit"]
+        cause = root_cause(match["error"]) or match["error"].strip().splitlines()[0][:REASON_LIMIT]
+        then = "restarting from the last checkpoint" if match["decision"] == "RETRY" else "giving up"
+        restarts = "no restart" if limit == "0" else f"at most {limit} restarts"
+        yield f"{match['source']} failure {match['count']} ({restarts}): {cause}; {then}"

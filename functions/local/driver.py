@@ -213,6 +213,7 @@ class LocalRun:
         self.ctx, self.platform, self.workdir, self.say = ctx, platform, workdir, say
         self.log_seen = 0
         self.log_job = ""
+        self.failures_seen = 0  # Ray Train's failure decisions shown for this job
         self.steps_seen: set[tuple[int, bool]] = set()
 
     def settle_earlier_runs(self) -> None:
@@ -298,13 +299,17 @@ class LocalRun:
     def show_progress(self, job: str) -> None:
         text = self.platform.job_logs(job)
         if job != self.log_job:  # a new attempt: its own driver log, and it retrains the steps after its checkpoint
-            self.log_job, self.log_seen, self.steps_seen = job, 0, set()
+            self.log_job, self.log_seen, self.steps_seen, self.failures_seen = job, 0, set(), 0
         fresh, self.log_seen = text[self.log_seen :], len(text)
         for event in joblog.progress(fresh):
             key = (event.step, event.eval_loss is not None)
             if key not in self.steps_seen:  # Ray can forward a worker's line twice
                 self.steps_seen.add(key)
                 self.say("  " + progress_line(event))
+        failures = list(joblog.failed_attempts(text))  # the whole log: a decision may span two reads
+        for failure in failures[self.failures_seen :]:
+            self.say(f"  {failure}")
+        self.failures_seen = max(self.failures_seen, len(failures))
 
     def cancel(self, run_id: str, why: str) -> RunRecord | None:
         """Cancel through the same decisions as a cancel message: stop the job, record, settle."""

@@ -89,6 +89,8 @@ def test_a_node_lost_mid_training_ends_in_a_second_attempt_from_the_checkpoint(t
     states = [h["state"] for h in record["history"]]
     assert states[:4] == ["RECEIVED", "SUBMITTED", "RUNNING", "QUEUED"] and states[-1] == "SUCCEEDED"
     assert "attempt 1 of 2 lost its nodes" in err and "attempt 2 resumes from the last checkpoint" in err
+    # Ray Train's own verdict on the lost worker group is one console line, with its cause (no restart: max_failures 0)
+    assert "worker group failure 1 (no restart): " in err and "; giving up" in err, err[-4000:]
     metrics = record["result"]["metrics"]
     assert metrics["resumed"] is True and metrics["global_step"] == 36
     resumed_from = metrics["resumed_from_step"]

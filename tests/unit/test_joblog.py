@@ -53,3 +53,29 @@ def test_a_side_threads_noise_is_never_the_root_cause():
         "'127.0.0.1:41234'}\n"
     )
     assert root_cause(text) == "pyarrow.lib.ArrowInvalid: Parquet magic bytes not found in footer"
+
+
+def test_each_failed_worker_group_is_one_line_with_its_cause():
+    """Issue 23: after RUNNING the console said nothing for minutes while Ray Train's restarts failed."""
+    from functions.core.joblog import failed_attempts
+
+    text = (
+        "(TrainController pid=41) [FailurePolicy] RETRY\n"
+        "(TrainController pid=41)   Source: worker group\n"
+        "(TrainController pid=41)   Error count: 1 (max allowed: 2)\n"
+        "(TrainController pid=41) Error: Training failed due to worker errors:\n"
+        "(TrainController pid=41) Traceback (most recent call last):\n"
+        "(TrainController pid=41) ray.exceptions.RayTaskError(AttributeError): ray::train_fn()\n"
+        "(TrainController pid=41) AttributeError: 'dict' object has no attribute 'convert'\n"
+        "(TrainController pid=41) [FailurePolicy] RAISE\n"
+        "(TrainController pid=41)   Source: worker group\n"
+        "(TrainController pid=41)   Error count: 3 (max allowed: 2)\n"
+        "(TrainController pid=41) Error: Training failed due to worker errors:\n"
+        "(TrainController pid=41) AttributeError: 'dict' object has no attribute 'convert'\n"
+    )
+    assert list(failed_attempts(text)) == [
+        "worker group failure 1 (at most 2 restarts): AttributeError: 'dict' object has no attribute 'convert'; "
+        "restarting from the last checkpoint",
+        "worker group failure 3 (at most 2 restarts): AttributeError: 'dict' object has no attribute 'convert'; "
+        "giving up",
+    ]
