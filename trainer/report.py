@@ -18,7 +18,9 @@ body{font:14px/1.45 system-ui,sans-serif;margin:2em;color:#222}
 table{border-collapse:collapse;margin:1em 0}th,td{border:1px solid #ccc;padding:.4em .6em;vertical-align:top}
 th{background:#f3f3f3;text-align:left}td.num{text-align:right;font-variant-numeric:tabular-nums}
 .better{color:#176b2c;font-weight:600}.worse{color:#a32020}img{display:block;border-radius:4px}
-td.text{max-width:22em}
+td.text{max-width:22em;overflow-wrap:anywhere}
+code{overflow-wrap:anywhere}
+#verdict{font-weight:600}
 """
 
 
@@ -61,6 +63,15 @@ def render(run_id: str, cfg: RunConfig, evaluation: Evaluation, samples: list[Sa
         f"{'lower' if e.metric == 'eval_loss' else 'higher'} than the {html.escape(baseline)}'s by more than "
         f"{e.margin}; the run-finished event and the run record say whether it did."
     )
+    gain = evaluation.gain(e.metric)
+    verdict = (
+        f"{e.metric} was not measured for both models: not promoted."
+        if gain is None
+        else f"Better than the {html.escape(baseline)} by {gain:.4f} &gt; margin {e.margin}: promoted, unless the "
+        "champion changed while this run trained (the run record has the final verdict)."
+        if gain > e.margin
+        else f"Gain over the {html.escape(baseline)} {gain:.4f}, not above margin {e.margin}: not promoted."
+    )
     rows = "".join(
         "<tr>"
         f"<td><img src='{thumbnail(s.image)}' alt='{html.escape(s.product, quote=True)}'></td>"
@@ -80,7 +91,7 @@ def render(run_id: str, cfg: RunConfig, evaluation: Evaluation, samples: list[Sa
         f"<code>{html.escape(cfg.dataset.id)}</code>; {evaluation.samples} held-out samples (chosen by a stable "
         f"hash of <code>{html.escape(cfg.dataset.key_field or cfg.dataset.product_field)}</code>), greedy "
         f"decoding up to {e.max_new_tokens} tokens. Challenger: this run's adapter; baseline: the "
-        f"{html.escape(baseline)}.</p><p>{rule}</p></section>"
+        f"{html.escape(baseline)}.</p><p>{rule}</p><p id='verdict'>{verdict}</p></section>"
         f"<section><h2>Metrics</h2>{_metrics(evaluation, cfg, baseline)}</section>"
         "<section><h2>Samples</h2><table id='samples'><tr><th>image</th><th>product, category</th>"
         f"<th>reference</th><th>challenger</th><th>{html.escape(baseline)}</th></tr>{rows}</table></section>"

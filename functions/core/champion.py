@@ -20,7 +20,6 @@ from functions.core.config import EvaluationSpec, RunConfig
 from functions.core.result import Evaluation, RunResult, Scores
 
 CHAMPIONS_PREFIX = "champions/"
-LOWER_WINS = frozenset({"eval_loss"})
 
 
 class Champion(BaseModel):
@@ -95,9 +94,9 @@ def judge(run_id: str, result: RunResult | None, spec: EvaluationSpec, current: 
     baseline = getattr(evaluation.baseline, spec.metric)
     scores = {"metric": spec.metric, "challenger": challenger, "baseline": baseline, "champion_run_id": keep}
     against = f"champion {evaluation.champion_run_id}" if evaluation.champion_run_id else "the base model"
-    if challenger is None or baseline is None:
+    gain = evaluation.gain(spec.metric)
+    if gain is None or challenger is None or baseline is None:
         return Promotion(promoted=False, reason=f"{spec.metric} was not measured for both models", **scores)
-    gain = baseline - challenger if spec.metric in LOWER_WINS else challenger - baseline
     verdict = f"{spec.metric} {challenger:.4f} vs {baseline:.4f} of {against}: "
     if gain > spec.margin:
         scores["champion_run_id"] = run_id

@@ -41,6 +41,9 @@ class Scores(Lenient):
     bleu: float | None = None
 
 
+LOWER_WINS = frozenset({"eval_loss"})  # metrics where lower is better
+
+
 class Evaluation(Lenient):
     """The new adapter (challenger) against the baseline on the same held-out samples: the champion's
     adapter as it was when the run started, or the base model when the config name had none."""
@@ -51,6 +54,14 @@ class Evaluation(Lenient):
     baseline_kind: str  # "champion" | "base"
     champion_run_id: str | None = None  # the champion evaluated against (None: the base model)
     report_path: str | None = None  # report.html beside the adapter
+
+    def gain(self, metric: str) -> float | None:
+        """How much the challenger beats the baseline on `metric` (positive: better; eval_loss wins lower);
+        None when either was not measured. The champion rule (functions/core/champion.py) and the report use it."""
+        new, old = getattr(self.challenger, metric), getattr(self.baseline, metric)
+        if new is None or old is None:
+            return None
+        return float(old - new if metric in LOWER_WINS else new - old)
 
 
 class RunResult(Lenient):
