@@ -100,7 +100,22 @@ def cmd_local(args: argparse.Namespace) -> int:
     if args.config:
         _load(args.config)  # a bad config fails here, naming the file, before any process starts
     night = args.night or (dt.datetime.now(dt.UTC).date() if args.nightly else None)
-    return local.run(args.config, Path(args.workdir) if args.workdir else None, as_json=args.json, night=night)
+    workdir = Path(args.workdir) if args.workdir else None
+    if args.detach:
+        return local.detach(local_args(args), workdir)
+    return local.run(args.config, workdir, as_json=args.json, night=night)
+
+
+def local_args(args: argparse.Namespace) -> list[str]:
+    """`raytune local`'s own arguments as given, for the detached process."""
+    found = [args.config] if args.config else []
+    if args.nightly:
+        found.append("--nightly")
+    if args.night:
+        found += ["--night", args.night.isoformat()]
+    if args.json:
+        found.append("--json")
+    return found
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
@@ -204,6 +219,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run_local.add_argument(
         "--json", action="store_true", help="print the final run record as JSON (progress to stderr)"
+    )
+    run_local.add_argument(
+        "--detach",
+        action="store_true",
+        help="run in the background (the terminal may close): prints the run id and its workdir, then "
+        "`raytune runs/status/logs -f/cancel --workdir DIR` from any terminal",
     )
     run_local.add_argument(
         "--nightly",

@@ -15,6 +15,8 @@ import datetime as dt
 import fcntl
 import logging
 import os
+import re
+import subprocess
 import sys
 import time
 import uuid
@@ -117,14 +119,53 @@ def holder(workdir: Path) -> int | None:
         return None
 
 
+def candidates(requested: Path | None) -> list[Path]:
+    """The workdirs a run may take: the one asked for, else the default and the next free .raytune/local-N."""
+    return [requested] if requested else [DEFAULT_WORKDIR, *(Path(f"{DEFAULT_WORKDIR}-{n}") for n in range(2, 10))]
+
+
+def detach(args: list[str], requested: Path | None, wait_s: float = 180) -> int:
+    """`raytune local ... --detach`: the same run in a process of its own session (no terminal: closing this one
+    does nothing to it), its console in <workdir>/logs/console.log; returns once its run is launched, naming the
+    run and how to follow it from any terminal."""
+    free = [w.resolve() for w in candidates(requested) if holder(w.resolve()) is None]
+    if not free:
+        raise RuntimeError(f"{requested or 'every default workdir'} is in use by another raytune local")
+    workdir = free[0]
+    (workdir / "logs").mkdir(parents=True, exist_ok=True)
+    console = workdir / "logs" / "console.log"
+    start = console.stat().st_size if console.exists() else 0
+    raytune = Path(sys.executable).parent / "raytune"
+    with open(console, "ab") as out:
+        proc = subprocess.Popen(
+            [str(raytune), "local", *args, "--workdir", str(workdir)],
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        text = console.read_bytes()[start:].decode(errors="replace")
+        if launched := re.search(r"launch: run (\S+) is (\S+)", text):
+            run_id = launched[1]
+            print(f"run {run_id} is {launched[2].rstrip('.')} in the background (pid {proc.pid}), in {workdir}")
+            print(f"  raytune status {run_id} --workdir {workdir}    raytune logs {run_id} -f --workdir {workdir}")
+            print(f"  raytune cancel {run_id} --workdir {workdir}    its console: {console}")
+            return 0
+        if proc.poll() is not None:
+            sys.stderr.write(text[-4000:])
+            return proc.returncode or 1
+        time.sleep(0.2)
+    print(f"raytune local is starting in the background (pid {proc.pid}), in {workdir}; its console: {console}")
+    return 0
+
+
 @contextlib.contextmanager
 def workdir_lock(requested: Path | None) -> Iterator[Path]:
     """Hold the workdir for this run. The default one taken by a run in progress: the next free
     `.raytune/local-N`; an explicit one: an error naming who holds it."""
-    candidates = (
-        [requested] if requested else [DEFAULT_WORKDIR, *(Path(f"{DEFAULT_WORKDIR}-{n}") for n in range(2, 10))]
-    )
-    for workdir in candidates:
+    for workdir in candidates(requested):
         workdir = workdir.resolve()
         workdir.mkdir(parents=True, exist_ok=True)
         handle = open(workdir / ".lock", "a+")  # noqa: SIM115 - held for the run

@@ -205,6 +205,37 @@ def test_closing_the_terminal_cancels_the_run_and_stops_everything(tmp_path):
     assert record["state"] == "CANCELLED" and record["settled"] and "interrupted (SIGHUP)" in record["reason"]
 
 
+def test_a_detached_run_outlives_its_terminal_and_is_followed_from_another(tmp_path):
+    """`raytune local --detach`: returns once the run is launched, naming it; the run goes on in a session of
+    its own (no terminal to lose) and another terminal follows it to the end."""
+    home, workdir = tmp_path / "home", tmp_path / "w"
+    home.mkdir()
+    proc, mark = start(workdir, "--detach", home=home)
+    out, err = finish(proc, timeout=300)
+    assert proc.returncode == 0, out + err[-3000:]
+    [run_id] = re.findall(r"^run (\S+) is \w+ in the background", out, re.MULTILINE)
+    env = {**os.environ, "HOME": str(home)}
+    followed = subprocess.run(
+        [RAYTUNE, "logs", run_id, "-f", "--workdir", str(workdir)],
+        env=env,
+        cwd=home,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert followed.returncode == 0 and "Running entrypoint for job" in followed.stdout, followed.stderr[-2000:]
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not (workdir / "records" / f"{run_id}.json").exists():
+        time.sleep(0.5)
+    record = json.loads((workdir / "records" / f"{run_id}.json").read_text())
+    assert record["state"] == "SUCCEEDED" and record["settled"]
+    assert "run " + run_id in (workdir / "logs" / "console.log").read_text()
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and marked_processes(mark):
+        time.sleep(0.5)
+    assert not (left := marked_processes(mark)), processes_text(left)
+
+
 def test_an_orphaned_run_is_followed_to_its_end_and_cancelled_from_its_record(tmp_path):
     """Its raytune local killed (SIGKILL): `logs -f` says so and returns instead of waiting forever, and `cancel`
     settles the run from the workdir (its processes stopped) without signalling the dead pid in .lock."""
