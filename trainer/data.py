@@ -47,15 +47,75 @@ def _parquet_files(location: str) -> list[str]:
     return sorted(str(p) for p in target.rglob(f"*{DATA_FILE_SUFFIX}"))
 
 
+# Local datasets in the layouts `datasets` loads itself (docs/datasets.md): data files of one kind, or an image
+# folder with a metadata file. gs:// locations hold parquet shards (copied to the node, fingerprinted nightly).
+FORMATS = {".parquet": "parquet", ".jsonl": "json", ".json": "json", ".csv": "csv"}
+METADATA = ("metadata.jsonl", "metadata.csv", "metadata.parquet")
+
+
+def _local(location: str):
+    """A local file or folder as a dataset, and the folder its relative image paths start from."""
+    import datasets
+
+    path = Path(location)
+    if not path.exists():
+        raise ValueError(f"dataset {location} does not exist")
+    if path.is_dir() and any((path / name).exists() for name in METADATA):
+        return datasets.load_dataset("imagefolder", data_dir=str(path), split="train"), path
+    files = [path] if path.is_file() else sorted(f for f in path.rglob("*") if f.suffix in FORMATS)
+    kinds = {FORMATS.get(f.suffix) for f in files}
+    if not files or None in kinds:
+        raise ValueError(
+            f"dataset {location}: no data files of a known kind ({', '.join(FORMATS)}, or an image folder with "
+            f"{' / '.join(METADATA)}); see docs/datasets.md"
+        )
+    if len(kinds) > 1:
+        raise ValueError(f"dataset {location} mixes {sorted(k for k in kinds if k)} files: keep one kind")
+    dataset = datasets.load_dataset(kinds.pop(), data_files=[str(f) for f in files], split="train")
+    return dataset, path if path.is_dir() else path.parent
+
+
+def _with_images(dataset, spec: DatasetSpec, base: Path | None):
+    """The image column as images, decoded on access, whatever it held: images already, {bytes, path} structs (a
+    parquet written by pyarrow or pandas), bytes, or paths (relative to the data file's folder) and URLs."""
+    import datasets
+
+    field = spec.image_field
+    feature = dataset.features[field]
+    if isinstance(feature, datasets.Image):
+        return dataset
+    if isinstance(feature, datasets.Value) and feature.dtype in ("string", "large_string"):
+
+        def resolved(row: dict) -> dict:
+            where = row[field]
+            if where and base is not None and "://" not in where and not os.path.isabs(where):
+                where = str(base / where)
+            return {field: where}
+
+        dataset = dataset.map(resolved, desc="image paths")
+    import pyarrow as pa
+
+    try:
+        return dataset.cast_column(field, datasets.Image())
+    except (TypeError, ValueError, pa.ArrowException) as err:
+        raise ValueError(
+            f"dataset {spec.id}: column {field!r} holds {feature}, not images (image bytes, "
+            f"{{bytes, path}} structs, or paths/URLs): {err}"
+        ) from err
+
+
 def load(spec: DatasetSpec, seed: int = 0):
     import datasets
 
+    base = None
     if spec.id.startswith("tiny://"):
         from trainer import tiny
 
         dataset = tiny.product_dataset(spec.max_samples or 64, seed=seed)
-    elif spec.id.startswith(("gs://", "/")):
+    elif spec.id.startswith("gs://"):
         dataset = datasets.load_dataset("parquet", data_files=_parquet_files(spec.id), split="train")
+    elif spec.id.startswith("/"):
+        dataset, base = _local(spec.id)
     else:
         dataset = datasets.load_dataset(spec.id, split=spec.split, token=os.environ.get("HF_TOKEN"))
     missing = {spec.product_field, spec.category_field, spec.answer_field, spec.image_field} - set(dataset.column_names)
@@ -63,7 +123,24 @@ def load(spec: DatasetSpec, seed: int = 0):
         raise ValueError(f"dataset {spec.id} lacks the columns {sorted(missing)} (has {dataset.column_names})")
     if spec.max_samples and len(dataset) > spec.max_samples:
         dataset = dataset.select(range(spec.max_samples))
-    return dataset
+    return _with_images(dataset, spec, base)
+
+
+def check_rows(spec: DatasetSpec, rows: int = 4) -> None:
+    """Load the dataset as the trainer will and decode its first rows: a format, column or image the training
+    would fail on, minutes later and on every worker restart, as one ValueError naming the row and column."""
+    dataset = load(spec)
+    for index in range(min(rows, len(dataset))):
+        try:
+            row = dataset[index]
+            row[spec.image_field].convert("RGB")
+        except Exception as err:
+            raise ValueError(
+                f"dataset {spec.id}: row {index}, column {spec.image_field!r}: {type(err).__name__}: {err}"
+            ) from err
+        for field in (spec.product_field, spec.category_field, spec.answer_field):
+            if not isinstance(row[field], str) or not row[field].strip():
+                raise ValueError(f"dataset {spec.id}: row {index}, column {field!r} is {row[field]!r}, not text")
 
 
 def held_out_rank(key: object) -> float:

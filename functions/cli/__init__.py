@@ -48,6 +48,14 @@ def cmd_validate(args: argparse.Namespace) -> int:
         for problem in missing:
             print(f"error: {problem}", file=sys.stderr)
         return 2
+    if cfg.dataset.id.startswith("/"):  # a dataset of your own on this machine: loaded and its first rows read
+        from trainer.data import check_rows
+
+        try:
+            check_rows(cfg.dataset)
+        except ValueError as err:
+            print(f"error: {args.config}: {err}", file=sys.stderr)
+            return 2
     for left in placeholders(args.config):
         print(f"warning: {left} (submit refuses it until it is edited)", file=sys.stderr)
     scaling = cfg.scaling
