@@ -86,7 +86,7 @@ def check_success(out: str, err: str, workdir: Path) -> dict:
     assert "event -> local/run-events: SUCCEEDED" in err
     # One line per event on the terminal; the controller's own log (transitions, sizing) is in logs/controller.log
     controller = (workdir / "logs" / "controller.log").read_text()
-    assert "worker nodes 2 -> 0" in controller and "worker nodes" not in err
+    assert "worker nodes 2 -> 0" in controller and "worker nodes 2 -> 0" not in err
     run_id = record["run_id"]
     assert err.count(f"{run_id}: SUCCEEDED") == 1 and "RUNNING -> SUCCEEDED" not in err
     # One line per progress event, none twice; evaluations at each epoch's end.
