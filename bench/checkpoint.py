@@ -22,29 +22,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-# google/gemma-3-4b-it's config.json (text: Gemma 3 4B; vision: SigLIP so400m at 896 px)
-GEMMA3_4B = {
-    "text_config": {
-        "hidden_size": 2560,
-        "intermediate_size": 10240,
-        "num_hidden_layers": 34,
-        "num_attention_heads": 8,
-        "num_key_value_heads": 4,
-        "head_dim": 256,
-        "vocab_size": 262208,
-    },
-    "vision_config": {
-        "hidden_size": 1152,
-        "intermediate_size": 4304,
-        "num_hidden_layers": 27,
-        "num_attention_heads": 16,
-        "image_size": 896,
-        "patch_size": 14,
-        "vision_use_head": False,
-    },
-    "mm_tokens_per_image": 256,
-}
-
 
 def trainable(model) -> int:
     return sum(p.numel() for p in model.parameters() if p.requires_grad)
@@ -56,6 +33,7 @@ def real_trainable() -> int:
     from peft import get_peft_model
     from transformers import Gemma3Config, Gemma3ForConditionalGeneration
 
+    from bench.trainer_throughput import GEMMA3_4B  # google/gemma-3-4b-it's config.json
     from functions.core.config import LoraSpec
     from trainer.model import lora_config
 
