@@ -5,19 +5,21 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from functions.core import decide as decisions
 from functions.core.config import RunConfig
 from functions.core.decide import Action, Facts, Step
 from functions.core.errors import ClusterGone, NotFound, PermanentError, TransientError, describe, is_transient
 from functions.core.result import RunResult
-from functions.core.runs import RunRecord, State
+from functions.core.runs import Attempt, RunRecord, State
 from functions.core.secrets import redact
 from functions.handlers import lineage, sizing
 from functions.handlers.context import Context
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 MAX_STEPS = 16  # a run needs at most 9; more means two handlers keep undoing each other
 RESULT_LIMIT = 1024 * 1024  # result.json is a few KiB
 
@@ -78,7 +80,7 @@ def observe(ctx: Context, record: RunRecord, action: Action) -> dict[str, Any]:
             "job_seen": True,
             "job": job,
             "stuck": stuck(ctx, cfg, record.run_id, job),
-            "lost": lost(ctx, record, job),
+            "lost": lost(ctx, cfg, record, job),
             "nodes": nodes(ctx, cfg, record, job),
         }
     if action is Action.STOP_JOB:
@@ -100,39 +102,41 @@ def submit(ctx: Context, cfg: RunConfig, record: RunRecord) -> str:
 
 def nodes(ctx: Context, cfg: RunConfig, record: RunRecord, job: dict[str, Any] | None) -> dict[str, str] | None:
     """A running job's nodes and where they came from, read until all of them are known (then not again: a tick
-    stays one status read per run); best effort, like `stuck`."""
+    stays one status read per run)."""
     if job is None or job.get("jobStatus") != "RUNNING" or len(record.nodes) >= cfg.scaling.nodes:
         return None
-    try:
-        return ctx.platform.worker_nodes(cfg, record.run_id)
-    except Exception as exc:
-        log.warning("%s: cannot read its nodes: %s", record.run_id, describe(exc))
-        return None
+    return best_effort(record.run_id, "its nodes", lambda: ctx.platform.worker_nodes(cfg, record.run_id), None)
 
 
-def lost(ctx: Context, record: RunRecord, job: dict[str, Any] | None) -> tuple[str, ...]:
-    """What took a failed or vanished job's nodes, from the platform; best effort (Ray's own message is read
-    by the decision): a failed read makes it a training failure, never a retry storm."""
+def lost(ctx: Context, cfg: RunConfig, record: RunRecord, job: dict[str, Any] | None) -> tuple[str, ...]:
+    """What took a failed or vanished job's nodes, from the platform (Ray's own message is read by the decision):
+    a failed read makes it a training failure, never a retry storm."""
     if job is not None and job.get("jobStatus") != "FAILED" and job.get("jobDeploymentStatus") != "Failed":
         return ()
-    try:
-        cfg = record.run_config()
-        return tuple(redact(line) for line in ctx.platform.disruptions(cfg, record.run_id, record.submitted_at))
-    except Exception as exc:
-        log.warning("%s: cannot read what happened to its nodes: %s", record.run_id, describe(exc))
-        return ()
+    lines: list[str] = best_effort(
+        record.run_id,
+        "what happened to its nodes",
+        lambda: ctx.platform.disruptions(cfg, record.run_id, record.submitted_at),
+        [],
+    )
+    return tuple(redact(line) for line in lines)
 
 
 def stuck(ctx: Context, cfg: RunConfig, run_id: str, job: dict[str, Any] | None) -> str | None:
-    """Why a waiting job waits (pods and their Events); best effort: the reason is news, not a decision."""
+    """Why a waiting job waits (pods and their Events)."""
     if job is None or (job.get("jobStatus") or None) not in decisions.WAITING:
         return None
-    try:
-        why = ctx.platform.waiting_reason(cfg, run_id)
-    except Exception as exc:
-        log.warning("%s: cannot read why the job waits: %s", run_id, describe(exc))
-        return None
+    why = best_effort(run_id, "why the job waits", lambda: ctx.platform.waiting_reason(cfg, run_id), None)
     return redact(why) if why else None
+
+
+def best_effort(run_id: str, what: str, read: Callable[[], T], default: T) -> T:
+    """A read that is news for the record, not a decision: its failure is logged and `default` stands."""
+    try:
+        return read()
+    except Exception as exc:
+        log.warning("%s: cannot read %s: %s", run_id, what, describe(exc))
+        return default
 
 
 def trainer_env(ctx: Context) -> dict[str, str]:
@@ -151,8 +155,9 @@ def move(ctx: Context, record: RunRecord, step: Step) -> RunRecord:
         changes["inputs"] = step.inputs
     if step.promotion is not None:
         changes["promotion"] = step.promotion
+    attempts = record.attempts
     if step.attempts is not None:
-        changes["attempts"] = [
+        attempts = changes["attempts"] = [
             a.model_copy(update={"cost": priced(ctx, a.gpu_node_seconds or 0.0, a.nodes)})
             if a.ended_at is not None and a.cost is None
             else a
@@ -162,7 +167,7 @@ def move(ctx: Context, record: RunRecord, step: Step) -> RunRecord:
         changes["nodes"] = step.nodes
     if step.gpu_node_seconds is not None:
         changes["gpu_node_seconds"] = step.gpu_node_seconds
-        changes["cost"] = cost(ctx, record, step)
+        changes["cost"] = cost(ctx, step.gpu_node_seconds, attempts, record.nodes if step.nodes is None else step.nodes)
     # Where a run stood in line stays on it when it ends there (cancelled, queue deadline).
     changes["queue_position"] = step.queue_position if target == State.QUEUED else None
     if step.collect_result:
@@ -195,17 +200,16 @@ def move(ctx: Context, record: RunRecord, step: Step) -> RunRecord:
     return updated
 
 
-def cost(ctx: Context, record: RunRecord, step: Step) -> float | None:
-    """The GPU cost over the run's attempts, each at the price of the capacity its nodes came from (the
-    settings' price per option, else the one price); None without prices."""
-    assert step.gpu_node_seconds is not None
+def cost(ctx: Context, gpu_node_seconds: float, attempts: list[Attempt], nodes: dict[str, str]) -> float | None:
+    """The GPU cost over the run's attempts: the ended ones' own costs, and the current one's seconds at the price
+    of its nodes' capacity (the settings' price per option, else the one price); None without prices."""
     if ctx.settings.node_hour_price is None and not ctx.settings.node_hour_prices:
         return None
-    attempts = step.attempts if step.attempts is not None else record.attempts
-    parts = [(a.gpu_node_seconds or 0.0, a.nodes) for a in attempts]
-    current = step.gpu_node_seconds - sum(seconds for seconds, _ in parts)
-    parts.append((max(0.0, current), record.nodes if step.nodes is None else step.nodes))
-    costs = [priced(ctx, seconds, nodes) for seconds, nodes in parts if seconds]
+    ended = [a for a in attempts if a.ended_at is not None]
+    current = gpu_node_seconds - sum(a.gpu_node_seconds or 0.0 for a in ended)
+    costs = [a.cost for a in ended if a.gpu_node_seconds]
+    if current > 0:
+        costs.append(priced(ctx, current, nodes))
     if any(c is None for c in costs):
         return None  # a capacity without a price: no cost rather than a wrong one
     return round(sum(c for c in costs if c is not None), 2)
