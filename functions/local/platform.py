@@ -175,15 +175,13 @@ class LocalRay:
         log = self.logs / f"{name}.log"
         log.parent.mkdir(parents=True, exist_ok=True)
         log.unlink(missing_ok=True)
-        for attempt in tenacity.Retrying(
+        retrying = tenacity.Retrying(
             retry=tenacity.retry_if_exception_type(NodeDidNotStart),
             stop=tenacity.stop_after_attempt(START_ATTEMPTS),
             before_sleep=lambda state: logger.warning("%s; starting it again", state.outcome.exception()),
             reraise=True,
-        ):
-            with attempt:
-                return self._ray_start_once(args, env, port, log, taken)
-        raise AssertionError("tenacity returns or raises")
+        )
+        return retrying(self._ray_start_once, args, env, port, log, taken)
 
     def _ray_start_once(
         self, args: list[str], env: dict[str, str], port: int, log: Path, taken: tuple[int, ...]
