@@ -17,8 +17,9 @@ from pathlib import Path
 # Every process started here carries this variable (its value names the run), and so do their children:
 # what a run started can be found and stopped, and nothing else on a shared machine.
 TAG = "RAYTUNE_LOCAL_TAG"
-# Below the kernel's ephemeral range (32768-60999 by default), so an outgoing connection does not take a
-# worker port between the check and Ray's bind.
+# Every port a service is given comes from below the kernel's ephemeral range (32768-60999 by default): the
+# kernel hands ports there to any outgoing connection on the machine, which can take one between its choice and
+# the service's bind (seen on CI: Ray's client server lost its port to one, and the head went down with it).
 RANGE_LOW, RANGE_HIGH = 11000, 32000
 
 
@@ -26,18 +27,26 @@ def free_port() -> int:
     return free_ports(1)[0]
 
 
-def free_ports(count: int, taken: Collection[int] = ()) -> list[int]:
-    """`count` distinct ports free now, none in `taken`: held open together while chosen, since one after
-    the other the kernel may hand out the same just-closed port twice."""
+def free_ports(count: int, taken: Collection[int] = (), attempts: int = 2000) -> list[int]:
+    """`count` distinct ports free now, none in `taken`, at random places in the range: held open together while
+    chosen, so none is handed out twice."""
     with ExitStack() as stack:
         chosen: list[int] = []
-        while len(chosen) < count:
+        for _ in range(attempts):
+            if len(chosen) == count:
+                return chosen
+            port = random.randrange(RANGE_LOW, RANGE_HIGH)
+            if port in taken or port in chosen:
+                continue
             sock = stack.enter_context(socket.socket())
-            sock.bind(("127.0.0.1", 0))
-            port = int(sock.getsockname()[1])
-            if port not in taken:
-                chosen.append(port)
-        return chosen
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            chosen.append(port)
+        if len(chosen) == count:
+            return chosen
+    raise RuntimeError(f"no {count} free ports between {RANGE_LOW} and {RANGE_HIGH}")
 
 
 def _bindable(port: int) -> bool:
@@ -49,11 +58,13 @@ def _bindable(port: int) -> bool:
         return True
 
 
-def free_port_range(count: int, attempts: int = 200) -> tuple[int, int]:
-    """A run of `count` ports that are all free now, at a random place (two runs rarely pick the same)."""
+def free_port_range(count: int, taken: Collection[int] = (), attempts: int = 200) -> tuple[int, int]:
+    """A run of `count` ports that are all free now and none in `taken`, at a random place (two runs rarely pick
+    the same)."""
     for _ in range(attempts):
         low = random.randrange(RANGE_LOW, RANGE_HIGH - count)
-        if all(_bindable(port) for port in range(low, low + count)):
+        span = range(low, low + count)
+        if not any(port in span for port in taken) and all(_bindable(port) for port in span):
             return low, low + count - 1
     raise RuntimeError(f"no {count} free ports in a row between {RANGE_LOW} and {RANGE_HIGH}")
 

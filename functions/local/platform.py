@@ -187,7 +187,7 @@ class LocalRay:
         self, args: list[str], env: dict[str, str], port: int, log: Path, taken: tuple[int, ...]
     ) -> emulators.Service:
         since = log.stat().st_size if log.exists() else 0  # a retry appends to the log of the attempt before
-        low, high = emulators.free_port_range(WORKER_PORTS)
+        low, high = emulators.free_port_range(WORKER_PORTS, taken=(port, *taken))
         components = (
             "node-manager",
             "object-manager",
@@ -196,7 +196,7 @@ class LocalRay:
             "runtime-env-agent",
             "metrics-export",
         )
-        chosen = emulators.free_ports(len(components), taken=(port, *taken))
+        chosen = emulators.free_ports(len(components), taken=(port, *taken, *range(low, high + 1)))
         ports = [f"--{component}-port={number}" for component, number in zip(components, chosen, strict=True)]
         ports += [f"--min-worker-port={low}", f"--max-worker-port={high}"]
         command = [self.ray, "start", "--block", "--disable-usage-stats", "--node-ip-address=127.0.0.1", *ports, *args]

@@ -82,6 +82,10 @@ def test_the_ports_of_a_node_are_distinct_and_avoid_the_taken_ones():
         taken = tuple(emulators.free_ports(3))
         ports = emulators.free_ports(6, taken=taken)
         assert len(set(ports)) == 6 and not set(ports) & set(taken)
+        # never where the kernel hands out ports to outgoing connections (CI: Ray's client server lost its port)
+        assert all(emulators.RANGE_LOW <= p < emulators.RANGE_HIGH for p in (*taken, *ports))
+        low, high = emulators.free_port_range(100, taken=taken)
+        assert not set(range(low, high + 1)) & set(taken)
 
 
 @pytest.mark.parametrize(
