@@ -1,13 +1,19 @@
-"""Controller benchmark: cold import of main.py, and launch / watch handler latency with the number of
-API calls each makes, on fake-gcs-server and the Kubernetes API fake (the same stand-ins as the tests).
+"""Controller benchmark: the launch handler and the watch tick of this checkout against another version of it
+(`--against DIR`: a checkout, e.g. `git worktree add /tmp/before <commit>`), interleaved in one run.
 
-    .venv/bin/python bench/controller.py [--runs 20]
+Each version runs in a process of its own (`--serve ROOT`) with its own fake-gcs-server and Kubernetes API fake
+(the stand-ins of the tests): the parent asks each in turn to launch the next run or to time a tick, so load on
+the machine falls on both alike. Reported per version: wall and CPU time (the controller's process, the fake
+Kubernetes API in it included; fake-gcs-server is a process of its own) and the API calls each makes.
+
+    .venv/bin/python bench/controller.py --against /tmp/before [--sizes 1,10,100,1000] [--repeats 5]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -16,20 +22,18 @@ import time
 from collections import Counter
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+HERE = Path(__file__).resolve()
+ROOT = HERE.parents[1]
+RUNS_PER_RAYCLUSTER = 50
 
 
-def cold_import(repeats: int) -> list[float]:
+def cold_import(root: Path) -> float:
     probe = "import time; t = time.perf_counter(); import main; print(time.perf_counter() - t)"
-    return [
-        float(
-            subprocess.run(
-                [sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, check=True
-            ).stdout.split()[-1]
-        )
-        for _ in range(repeats)
-    ]
+    done = subprocess.run([sys.executable, "-c", probe], cwd=root, capture_output=True, text=True, check=True)
+    return float(done.stdout.split()[-1])
+
+
+# The served side: one version's controller on its own emulators.
 
 
 class CountingBlobs:
@@ -48,73 +52,19 @@ class CountingBlobs:
         return counted
 
 
-def _upload(client, config: bytes, name: str):
-    blob = client.bucket("bench-runs").blob(f"configs/{name}.json")
-    blob.upload_from_string(config)
-    return blob
-
-
 def config_for(i: int) -> bytes:
     """1-node runs, 50 per RayCluster (max_worker_nodes 64): every run is admitted, none queues."""
-    cluster = {"ray_cluster": f"bench-{i // 50}", "max_worker_nodes": 64}
+    cluster = {"ray_cluster": f"bench-{i // RUNS_PER_RAYCLUSTER}", "max_worker_nodes": 64}
     return json.dumps({"name": "bench", "scaling": {"nodes": 1}, "cluster": cluster}).encode()
 
 
-def total_workers(kube) -> int:
-    return sum(
-        kube.get("rayclusters", name)["spec"]["workerGroupSpecs"][0]["replicas"] for name in kube.names("rayclusters")
-    )
-
-
-def tick_table(repeats: int, launch_one, tick, kube) -> None:
-    """The watch tick as live runs grow (1, 10, 50, 100 RUNNING runs, nothing changing), and the scale-down
-    delay after the last of them ends: the tick that sees it end (the trainer's notice triggers it at once)."""
-    live = 0
-    print(
-        f"\n| live runs | quiet tick min / median / max (ms, {repeats} repeats) | last run ends: tick to 0 workers (ms) |"
-    )
-    print("|---|---|---|")
-    for target in (1, 10, 50, 100):
-        while live < target:
-            launch_one(config_for(live), f"tick-{live}")
-            live += 1
-        for name in kube.names("rayjobs"):
-            kube.set_status("rayjobs", name, {"jobStatus": "RUNNING", "jobDeploymentStatus": "Running"})
-        tick()  # records move to RUNNING once
-        samples = []
-        for _ in range(repeats):
-            started = time.perf_counter()
-            tick()
-            samples.append((time.perf_counter() - started) * 1000)
-        print(f"| {target} | {min(samples):.0f} / {statistics.median(samples):.0f} / {max(samples):.0f} | ", end="")
-        if target == 100:
-            for name in kube.names("rayjobs"):
-                kube.set_status("rayjobs", name, {"jobStatus": "SUCCEEDED", "jobDeploymentStatus": "Complete"})
-            started = time.perf_counter()
-            tick()
-            print(f"{(time.perf_counter() - started) * 1000:.0f} (workers left {total_workers(kube)}) |")
-        else:
-            print("- |")
-
-
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--runs", type=int, default=20, help="launches to time")
-    parser.add_argument("--repeats", type=int, default=5, help="repeats of each tick measurement")
-    args = parser.parse_args()
-
-    imports = cold_import(5)
-    print(
-        f"cold import of main.py: median {statistics.median(imports) * 1000:.0f} ms "
-        f"(min {min(imports) * 1000:.0f}, max {max(imports) * 1000:.0f}; 5 fresh interpreters)"
-    )
-
-    import os
-
+def serve(root: Path) -> None:
+    sys.path.insert(0, str(root))
     from functions.adapters.gcs import Bucket, storage_client
     from functions.adapters.gke import GkeClusters, GkePlatform
     from functions.adapters.kube import Kube, api_client
     from functions.adapters.store import RunStore
+    from functions.core.manifests import owner_id
     from functions.handlers.context import Context
     from functions.handlers.launch import handle as launch
     from functions.handlers.settings import Settings
@@ -125,93 +75,216 @@ def main() -> int:
     from tests.fakes.gke import FakeClusterManager
     from tests.fakes.kube import FakeKube
 
-    workdir = Path(tempfile.mkdtemp(prefix="bench-controller-"))
-    gcs = emulators.fake_gcs(workdir / "fake-gcs.log")
+    assert Path(sys.modules["functions"].__file__ or "").is_relative_to(root), "the other version's code"
+    gcs = emulators.fake_gcs(Path(tempfile.mkdtemp(prefix="bench-controller-")) / "fake-gcs.log")
     os.environ["STORAGE_EMULATOR_HOST"] = gcs.url
     kube = FakeKube().start()
-    try:
-        client = storage_client()
-        client.create_bucket("bench-runs")
-        counts: Counter = Counter()
-        manager = FakeClusterManager()
-        manager.add_running(CLUSTER_PATH)
-        platform = GkePlatform(
-            PROJECT,
-            "hf_benchtoken000000000000000000",
-            clusters=GkeClusters(PROJECT, client=manager),
-            kube_factory=lambda cluster: Kube(api_client(kube.url)),
-        )
+    client = storage_client()
+    client.create_bucket("bench-runs")
+    counts: Counter = Counter()
+    manager = FakeClusterManager()
+    manager.add_running(CLUSTER_PATH)
+    platform = GkePlatform(
+        PROJECT,
+        "hf_benchtoken000000000000000000",
+        clusters=GkeClusters(PROJECT, client=manager),
+        kube_factory=lambda cluster: Kube(api_client(kube.url)),
+        owner=owner_id("bench-runs"),
+    )
 
-        class NoPublish:
-            def publish(self, topic, message, **attributes):
-                counts["pubsub.publish"] += 1
-                return "1"
+    class NoPublish:
+        def publish(self, topic, message, **attributes):
+            counts["pubsub.publish"] += 1
+            return "1"
 
-        ctx = Context(
-            settings=Settings(PROJECT, "bench-runs", None, "projects/bench/topics/events", 3600, None),
-            store=RunStore(CountingBlobs(Bucket("bench-runs"), counts)),
-            platform=platform,
-            publisher=NoPublish(),
-        )
-        blobs = []
-        for i in range(args.runs):
-            blob = client.bucket("bench-runs").blob(f"configs/bench-{i}.json")
-            blob.upload_from_string(config_for(i))
-            blobs.append(blob)
+    ctx = Context(
+        settings=Settings(PROJECT, "bench-runs", None, "projects/bench/topics/events", 3600, None),
+        store=RunStore(CountingBlobs(Bucket("bench-runs"), counts)),
+        platform=platform,
+        publisher=NoPublish(),
+    )
+    tick = message_published({"kind": "tick"}, "t")
+    launched = 0
 
-        def upload_event(blob):
-            return object_finalized("bench-runs", blob.name, blob.generation)
+    def measured(call) -> dict:
+        before_kube, before = len(kube.requests), Counter(counts)
+        wall, cpu = time.perf_counter(), time.process_time()
+        call()
+        result = {"wall_ms": (time.perf_counter() - wall) * 1000, "cpu_ms": (time.process_time() - cpu) * 1000}
+        calls = counts - before
+        calls["kube"] = len(kube.requests) - before_kube
+        return {**result, "calls": dict(calls)}
 
-        def measure(call) -> tuple[float, Counter]:
-            before_kube, before = len(kube.requests), Counter(counts)
-            started = time.perf_counter()
-            call()
-            elapsed = time.perf_counter() - started
-            delta = counts - before
-            delta["kube"] = len(kube.requests) - before_kube
-            return elapsed, delta
+    def launch_next() -> dict:
+        nonlocal launched
+        blob = client.bucket("bench-runs").blob(f"configs/bench-{launched}.json")
+        blob.upload_from_string(config_for(launched))
+        launched += 1
+        return measured(lambda: launch(object_finalized("bench-runs", blob.name, blob.generation), ctx))
 
-        # The first launch also builds clients and the GKE connection: reported apart.
-        first, first_calls = measure(lambda: launch(upload_event(blobs[0]), ctx))
-        samples = [measure(lambda b=b: launch(upload_event(b), ctx)) for b in blobs[1 : args.runs]]
-        latencies = [s for s, _ in samples]
-        calls = samples[-1][1]
-        print(
-            f"launch (upload -> SUBMITTED): first {first * 1000:.0f} ms; then median "
-            f"{statistics.median(latencies) * 1000:.0f} ms, p90 {sorted(latencies)[int(0.9 * len(latencies))] * 1000:.0f} ms"
-            f" over {len(latencies)}"
-        )
-        print(f"  API calls per launch: {dict(sorted(calls.items()))} (first: kube {first_calls['kube']})")
-        duplicate, dup_calls = measure(lambda: launch(upload_event(blobs[1]), ctx))
-        print(f"duplicate delivery: {duplicate * 1000:.0f} ms, API calls {dict(sorted(dup_calls.items()))}")
-
-        tick = message_published({"kind": "tick"}, "t")
+    def running() -> None:
+        """Every job RUNNING on a node of its own, as KubeRay and the kubelet would report it."""
         for name in kube.names("rayjobs"):
+            job = kube.get("rayjobs", name)
+            if (job.get("status") or {}).get("jobStatus") == "RUNNING":
+                continue
             kube.set_status("rayjobs", name, {"jobStatus": "RUNNING", "jobDeploymentStatus": "Running"})
-        measure(lambda: watch(tick, ctx))  # records move to RUNNING once
-        live = len(ctx.store.active())
-        quiet, quiet_calls = measure(lambda: watch(tick, ctx))
-        print(
-            f"watch tick, {live} live runs, nothing changed: {quiet * 1000:.0f} ms, "
-            f"API calls {dict(sorted(quiet_calls.items()))}"
-        )
-        ended = kube.names("rayjobs")
-        for name in ended:
+            run_id = job["metadata"]["labels"]["raytune.dev/run-id"]
+            node = f"node-{name}"[:60]
+            kube.put("nodes", {"metadata": {"name": node, "labels": {"cloud.google.com/gke-spot": "true"}}}, "")
+            pod = {"metadata": {"name": f"{name}-w"[:60], "labels": {"raytune.dev/run-id": run_id}}}
+            kube.put("pods", {**pod, "spec": {"nodeName": node}, "status": {"phase": "Running"}})
+        watch(tick, ctx)  # records move to RUNNING and learn their nodes once
+        watch(tick, ctx)
+
+    def end_all() -> dict:
+        for name in kube.names("rayjobs"):
             kube.set_status("rayjobs", name, {"jobStatus": "SUCCEEDED", "jobDeploymentStatus": "Complete"})
-        finish, finish_calls = measure(lambda: watch(tick, ctx))
-        print(
-            f"watch tick, {len(ended)} runs ending at once (records, events, scale-down): {finish * 1000:.0f} ms, "
-            f"API calls {dict(sorted(finish_calls.items()))}"
-        )
-        tick_table(
-            args.repeats,
-            lambda config, name: launch(upload_event(_upload(client, config, name)), ctx),
-            lambda: watch(tick, ctx),
-            kube,
-        )
+        return measured(lambda: watch(tick, ctx))
+
+    profiler = None
+    if os.environ.get("BENCH_PROFILE"):  # where a quiet tick's time goes: cProfile stats of the ticks, written there
+        import cProfile
+
+        profiler = cProfile.Profile()
+
+    def quiet_tick() -> dict:
+        if profiler is None:
+            return measured(lambda: watch(tick, ctx))
+        profiler.enable()
+        try:
+            return measured(lambda: watch(tick, ctx))
+        finally:
+            profiler.disable()
+            profiler.dump_stats(os.environ["BENCH_PROFILE"])
+
+    actions = {
+        "launch": launch_next,
+        "running": lambda: running() or {},
+        "tick": quiet_tick,
+        "end": end_all,
+    }
+    print(json.dumps({"ready": True}), flush=True)
+    try:
+        for line in sys.stdin:
+            print(json.dumps(actions[line.strip()]()), flush=True)
     finally:
         kube.stop()
         gcs.stop()
+
+
+# The parent: both versions side by side.
+
+
+class Served:
+    def __init__(self, label: str, root: Path):
+        self.label = label
+        self.process = subprocess.Popen(
+            [sys.executable, str(HERE), "--serve", str(root)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            cwd=root,
+        )
+        assert json.loads(self.ask(None))["ready"]
+
+    def ask(self, what: str | None) -> str:
+        assert self.process.stdin and self.process.stdout
+        if what is not None:
+            self.process.stdin.write(what + "\n")
+            self.process.stdin.flush()
+        line = self.process.stdout.readline()
+        if not line:
+            raise RuntimeError(f"{self.label}: the served controller exited")
+        return line
+
+    def do(self, what: str) -> dict:
+        return json.loads(self.ask(what))
+
+    def close(self) -> None:
+        if self.process.stdin:
+            self.process.stdin.close()
+        self.process.wait(timeout=60)
+
+
+def spread(values: list[float]) -> str:
+    return f"{min(values):.0f} / {statistics.median(values):.0f} / {max(values):.0f}"
+
+
+def calls_text(calls: dict) -> str:
+    return ", ".join(f"{k} {v}" for k, v in sorted(calls.items())) or "none"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--against", type=Path, help="a checkout of the version to compare with")
+    parser.add_argument("--sizes", default="1,10,100,1000", help="live runs at which the tick is timed")
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--serve", type=Path, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.serve:
+        serve(args.serve.resolve())
+        return 0
+    versions = [("this", ROOT)] + ([("against", args.against.resolve())] if args.against else [])
+    print(f"versions: {', '.join(f'{label} = {root}' for label, root in versions)}; {os.cpu_count()} cores, ", end="")
+    print(f"load average {os.getloadavg()[0]:.2f} at the start")
+
+    imports: dict[str, list[float]] = {label: [] for label, _ in versions}
+    for round_ in range(args.repeats):
+        for label, root in versions[round_ % len(versions) :] + versions[: round_ % len(versions)]:
+            imports[label].append(cold_import(root) * 1000)
+    print("\n| version | cold import of main.py, ms (min / median / max) |\n|---|---|")
+    for label, _ in versions:
+        print(f"| {label} | {spread(imports[label])} |")
+
+    served = [Served(label, root) for label, root in versions]
+    try:
+        sizes = [int(s) for s in args.sizes.split(",")]
+        launches: dict[str, list[dict]] = {s.label: [] for s in served}
+        ticks: dict[tuple[str, int], list[dict]] = {}
+        live = 0
+        for size in sizes:
+            while live < size:
+                for one in served[live % len(served) :] + served[: live % len(served)]:
+                    launches[one.label].append(one.do("launch") | {"at": live})
+                live += 1
+            for one in served:
+                one.do("running")
+            for round_ in range(args.repeats):
+                for one in served[round_ % len(served) :] + served[: round_ % len(served)]:
+                    ticks.setdefault((one.label, size), []).append(one.do("tick"))
+        ends = {one.label: one.do("end") for one in served}
+    finally:
+        for one in served:
+            one.close()
+
+    print(
+        "\n| version | launch, upload to SUBMITTED: wall ms (min / median / max) | CPU ms | "
+        "API calls of the last launch | of the first |\n|---|---|---|---|---|"
+    )
+    for label, seen in launches.items():
+        later = seen[1:]  # the first also builds the clients and the GKE connection
+        print(
+            f"| {label} | {spread([s['wall_ms'] for s in later])} | {spread([s['cpu_ms'] for s in later])} | "
+            f"{calls_text(later[-1]['calls'])} (run {later[-1]['at'] + 1}) | {calls_text(seen[0]['calls'])} |"
+        )
+    print(
+        f"\n| live runs | version | quiet tick wall ms (min / median / max, {args.repeats} repeats) | CPU ms | "
+        "API calls per tick |\n|---|---|---|---|---|"
+    )
+    for size in sizes:
+        for one in served:
+            seen = ticks[(one.label, size)]
+            print(
+                f"| {size} | {one.label} | {spread([s['wall_ms'] for s in seen])} | "
+                f"{spread([s['cpu_ms'] for s in seen])} | {calls_text(seen[-1]['calls'])} |"
+            )
+    print("\n| version | all runs end: the tick that records, publishes and scales down, wall ms | API calls |")
+    print("|---|---|---|")
+    for label, end in ends.items():
+        print(f"| {label} | {end['wall_ms']:.0f} | {calls_text(end['calls'])} |")
+    print(f"\nload average {os.getloadavg()[0]:.2f} at the end")
     return 0
 
 

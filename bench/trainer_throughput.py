@@ -224,10 +224,13 @@ PEAK_BF16_TFLOPS = {"H100": 989, "H200": 989, "B200": 2250, "A100": 312, "L4": 1
 
 
 def flops_per_sample(arch: dict, seq: int, checkpointing: bool) -> float:
-    """Training FLOPs of one sample under LoRA: forward 2N per token (text) and per patch (vision);
-    backward about 2N for the activation gradients (frozen weights get no weight gradient; the LoRA
-    adapters' is negligible); +2N when checkpointing recomputes the forward. Embedding lookups are free,
-    the output layer (lm_head) counts, attention's own O(seq^2) term is added."""
+    """Training FLOPs of one sample under LoRA. Forward: 2N per token for the text tower (lm_head included,
+    embedding lookups free) and 2N per patch for the vision tower, plus self-attention's own O(n^2) term in both
+    towers (scores and weighted sum, 4 n^2 d a layer: the text's causal, half of it; the vision tower's
+    bidirectional over all 4,096 patches of an 896 px image, 2.1 TFLOP, a third of the forward). Backward: about
+    2N for the weight layers (activation gradients only: frozen weights get no weight gradient, the LoRA
+    adapters' is negligible) and 2x the forward for attention, which has no weights and differentiates both of
+    its operands. Checkpointing recomputes the whole forward once more."""
     t, v = arch["text_config"], arch["vision_config"]
     h, layers, inter = t["hidden_size"], t["num_hidden_layers"], t["intermediate_size"]
     q = t["num_attention_heads"] * t["head_dim"]
@@ -238,9 +241,9 @@ def flops_per_sample(arch: dict, seq: int, checkpointing: bool) -> float:
     vision_layer = 4 * vh * vh + 2 * vh * vi
     patches = (v["image_size"] // v["patch_size"]) ** 2
     vision = v["num_hidden_layers"] * vision_layer
-    attention = 2 * 2 * layers * seq * seq * q / 2  # causal QK^T and AV, half the square
-    forward = 2 * text * seq + 2 * vision * patches + attention
-    return forward * (3 if checkpointing else 2)
+    weights = 2 * text * seq + 2 * vision * patches
+    attention = 4 * layers * seq * seq * q / 2 + 4 * v["num_hidden_layers"] * patches * patches * vh
+    return weights * 2 + attention * 3 + ((weights + attention) if checkpointing else 0)
 
 
 def synthetic_batch(arch: dict, batch: int, seq: int, device: Any) -> dict:

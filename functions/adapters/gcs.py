@@ -11,7 +11,7 @@ import datetime as dt
 import functools
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from functions.adapters.google_api import translate
 from functions.adapters.retry import with_retries
@@ -19,6 +19,15 @@ from functions.core import errors
 
 TIMEOUT_S = (5.0, 30.0)  # connect, read: every call has both
 T = TypeVar("T")
+
+
+class Listed(NamedTuple):
+    """One object of a listing: what the list call returns about it without reading it."""
+
+    name: str
+    created: dt.datetime
+    generation: int
+    metadata: dict[str, str]
 
 
 POOL_SIZE = 32  # connections kept per host: the watcher reads records from many threads at once
@@ -142,6 +151,22 @@ class Bucket:
 
         self._retried(call, f"delete {path} in")
 
+    def set_metadata(self, path: str, metadata: dict[str, str]) -> bool:
+        """Patch the object's custom metadata (its bytes and generation stay); False when there is no object."""
+
+        def call() -> bool:
+            blob = self._bucket.blob(path)
+            blob.metadata = metadata
+            try:
+                blob.patch(timeout=TIMEOUT_S)
+            except Exception as exc:
+                if isinstance(translate(exc), errors.NotFound):
+                    return False
+                raise
+            return True
+
+        return self._retried(call, f"patch the metadata of {path} in")
+
     def _list(self, prefix: str, fields: Callable[[Any], T]) -> list[T]:
         """`fields` of every object under `prefix` (one list call)."""
         return self._retried(
@@ -149,13 +174,13 @@ class Bucket:
             f"list {prefix} in",
         )
 
-    def listing(self, prefix: str) -> list[tuple[str, dt.datetime]]:
-        """Names and creation times under `prefix`."""
-        return self._list(prefix, lambda b: (b.name, b.time_created))
+    def listing(self, prefix: str) -> list[Listed]:
+        """Every object under `prefix` with its creation time, generation and custom metadata (one list call)."""
+        return self._list(prefix, lambda b: Listed(b.name, b.time_created, int(b.generation), dict(b.metadata or {})))
 
     def versions(self, prefix: str) -> list[tuple[str, int]]:
         """Names and generations under `prefix` (what a dataset fingerprint is made of)."""
         return self._list(prefix, lambda b: (b.name, int(b.generation)))
 
     def list(self, prefix: str) -> list[str]:
-        return [name for name, _ in self.listing(prefix)]
+        return [entry.name for entry in self.listing(prefix)]

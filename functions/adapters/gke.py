@@ -346,6 +346,7 @@ class GkePlatform:
                 job.get("status", {}).get("jobStatus") not in JOB_ENDED,
                 _created(job),
                 (job["metadata"].get("labels") or {}).get(manifests.RUN_LABEL),
+                job.get("status", {}),
             )
             for job in kube.owned(spec.namespace, "RayJob", labels)
         ]

@@ -6,11 +6,14 @@ from __future__ import annotations
 import builtins
 import datetime as dt
 import logging
+import time
 from collections.abc import Callable
-from typing import Generic, Protocol, TypeVar
+from concurrent.futures import ThreadPoolExecutor
+from typing import Generic, NamedTuple, Protocol, TypeVar
 
 from pydantic import BaseModel
 
+from functions.adapters.gcs import Listed
 from functions.core.allocation import ALLOCATIONS, Allocation, key_path, spec_of
 from functions.core.config import ClusterSpec
 from functions.core.errors import Conflict, Contended
@@ -27,8 +30,9 @@ class Blobs(Protocol):
     def write(self, path: str, data: bytes, if_generation_match: int) -> int: ...
     def copy(self, source: str, destination: str) -> None: ...
     def delete(self, path: str) -> None: ...
+    def set_metadata(self, path: str, metadata: dict[str, str]) -> bool: ...
     def list(self, prefix: str) -> list[str]: ...
-    def listing(self, prefix: str) -> builtins.list[tuple[str, dt.datetime]]: ...
+    def listing(self, prefix: str) -> builtins.list[Listed]: ...
 
 
 RECORDS = "runs/"
@@ -43,6 +47,12 @@ MAX_LOG_BYTES = 8 * 1024 * 1024
 # No stored object of the controller's is near this (a record with its result and history is tens of KiB): a
 # larger one was put there by someone else, and is never read into memory whole (the watcher has 512 MiB).
 MAX_STORED_BYTES = 4 * 1024 * 1024
+# An active run's marker carries its record's generation as last written (custom metadata), so the tick's one
+# listing of the markers tells which records changed since this process read them: only those are read again.
+RECORD_GENERATION = "record-generation"
+RECHECK_S = 300.0  # a record served from memory is read again after this long (a writer that died between
+# writing a record and noting it on the marker leaves the marker behind: at most this long)
+PARALLEL_READS = 16  # records read at once: a hung read holds one thread, not the tick
 
 
 def move_aside(blobs: Blobs, path: str, destination: str) -> None:
@@ -57,8 +67,16 @@ class Stored(Generic[M]):
     run records, RayCluster allocations (functions/core/allocation.py), the champion of each config name
     (functions/core/champion.py), the last successful nightly's inputs (functions/core/fingerprint.py)."""
 
-    def __init__(self, blobs: Blobs, model: type[M], path: Callable[[str], str], attempts: int = 8):
+    def __init__(
+        self,
+        blobs: Blobs,
+        model: type[M],
+        path: Callable[[str], str],
+        attempts: int = 8,
+        written: Callable[[str, M], None] | None = None,
+    ):
         self.blobs, self.model, self.path, self.attempts = blobs, model, path, attempts
+        self.written = written  # told of every object this store wrote, with its new generation
 
     def get(self, key: str) -> M | None:
         """The object with the generation it was read at; None when absent, ValueError when unreadable or
@@ -75,7 +93,10 @@ class Stored(Generic[M]):
     def write(self, key: str, new: M, if_generation_match: int) -> M:
         """Write `new` if the stored generation is still `if_generation_match` (0: absent), else Conflict."""
         generation = self.blobs.write(self.path(key), new.model_dump_json(indent=2).encode(), if_generation_match)
-        return new.model_copy(update={"generation": generation})
+        stored = new.model_copy(update={"generation": generation})
+        if self.written is not None:
+            self.written(key, stored)
+        return stored
 
     def swap(self, key: str, change: Callable[[M | None], M | None], attempts: int | None = None) -> M | None:
         """Read-modify-write: `change` sees the object as stored (None: absent) and returns its successor
@@ -96,10 +117,17 @@ def _generation(stored: BaseModel | None) -> int:
     return 0 if stored is None else int(getattr(stored, "generation", 0))
 
 
+class Remembered(NamedTuple):
+    record: RunRecord
+    read_at: float  # time.monotonic()
+
+
 class RunStore:
     def __init__(self, blobs: Blobs):
         self.blobs = blobs
-        self.records = Stored(blobs, RunRecord, lambda run_id: f"{RECORDS}{run_id}.json")
+        self.records = Stored(blobs, RunRecord, lambda run_id: f"{RECORDS}{run_id}.json", written=self._written)
+        # The active records as this process last read or wrote them: a quiet tick reads none (active()).
+        self.remembered: dict[str, Remembered] = {}
 
     def get(self, run_id: str) -> RunRecord | None:
         """The record stored as runs/<run_id>.json; ValueError when it is not one, or names another run (read by
@@ -130,6 +158,19 @@ class RunStore:
         None when there is no record."""
         return self.records.swap(run_id, lambda record: None if record is None else change(record), attempts)
 
+    def _written(self, run_id: str, record: RunRecord) -> None:
+        """Note the record's new generation on its marker (absent for settled runs: nothing is noted). A failed
+        note leaves readers reading the record itself until the marker is noted again (active())."""
+        if run_id in self.remembered:  # only the active runs this process watches are remembered
+            self.remembered[run_id] = Remembered(record, time.monotonic())
+        self._note(run_id, record.generation)
+
+    def _note(self, run_id: str, generation: int) -> None:
+        try:
+            self.blobs.set_metadata(f"{ACTIVE}{run_id}", {RECORD_GENERATION: str(generation)})
+        except Exception as exc:
+            log.warning("%s: cannot note its record's generation on its marker: %s", run_id, exc)
+
     def mark_active(self, run_id: str) -> None:
         try:
             self.blobs.write(f"{ACTIVE}{run_id}", b"", if_generation_match=0)
@@ -138,6 +179,7 @@ class RunStore:
 
     def unmark_active(self, run_id: str) -> None:
         self.blobs.delete(f"{ACTIVE}{run_id}")
+        self.remembered.pop(run_id, None)
 
     def keep_log(self, run_id: str, job: str, text: str) -> None:
         """An ended attempt's driver log, kept after its RayJob (and the submitter pod with its log) is gone: its
@@ -155,30 +197,56 @@ class RunStore:
     def active(
         self, now: dt.datetime | None = None, quarantined: builtins.list[tuple[str, str]] | None = None
     ) -> builtins.list[RunRecord]:
-        """Records the watcher still has to look at, oldest first. Given `now`, a marker whose record never
-        came (its launch died between the two writes and was not redelivered) is dropped once it is old:
-        a redelivery marks the run again before it writes the record. A record that cannot be read as one
-        is moved aside (`quarantined` gets its run id and why) so it cannot stall every other run."""
-        records = []
-        for path, created in self.blobs.listing(ACTIVE):
-            run_id = path.removeprefix(ACTIVE)
-            try:
-                record = self.get(run_id)
-                if record is not None and record.config is not None:
-                    record.run_config()  # not a config even by the rules it was accepted under: unreadable
-            except ValueError as err:  # corrupt JSON or not a record (pydantic's ValidationError is one)
-                why = " ".join(str(err).split())[:300]
+        """Records the watcher still has to look at, oldest first: one listing of the markers, and a read of each
+        record whose marker notes a generation other than the one this process has (all of them the first time),
+        at most PARALLEL_READS at once. Given `now`, a marker whose record never came (its launch died between
+        the two writes and was not redelivered) is dropped once it is old: a redelivery marks the run again
+        before it writes the record. A record that cannot be read as one is moved aside (`quarantined` gets its
+        run id and why) so it cannot stall every other run."""
+        markers = self.blobs.listing(ACTIVE)
+        live = {marker.name.removeprefix(ACTIVE) for marker in markers}
+        for gone in set(self.remembered) - live:
+            self.remembered.pop(gone, None)
+        fresh, stale = {}, []
+        for marker in markers:
+            run_id = marker.name.removeprefix(ACTIVE)
+            known = self.remembered.get(run_id)
+            if (
+                known is not None
+                and marker.metadata.get(RECORD_GENERATION) == str(known.record.generation)
+                and time.monotonic() - known.read_at < RECHECK_S
+            ):
+                fresh[run_id] = known.record.model_copy()
+            else:
+                stale.append(marker)
+        with ThreadPoolExecutor(max_workers=max(1, min(PARALLEL_READS, len(stale)))) as pool:
+            reads = list(pool.map(self._read_active, stale))
+        for marker, (record, why) in zip(stale, reads, strict=True):
+            run_id = marker.name.removeprefix(ACTIVE)
+            if why is not None:
                 self.quarantine(run_id, why)
                 if quarantined is not None:
                     quarantined.append((run_id, why))
-                continue
-            if record is not None and record.format > RECORD_FORMAT:
+            elif record is not None and record.format > RECORD_FORMAT:
                 log.warning("%s: a format %d record (a newer release's): left to it", run_id, record.format)
             elif record is not None:
-                records.append(record)
-            elif now is not None and now - created > ORPHAN_AFTER:
-                self.blobs.delete(path)
-        return sorted(records, key=lambda r: r.created_at)
+                fresh[run_id] = record
+                self.remembered[run_id] = Remembered(record.model_copy(), time.monotonic())
+                if marker.metadata.get(RECORD_GENERATION) != str(record.generation):
+                    self._note(run_id, record.generation)  # a marker an older release or a failed note left
+            elif now is not None and now - marker.created > ORPHAN_AFTER:
+                self.blobs.delete(marker.name)
+        return sorted(fresh.values(), key=lambda r: r.created_at)
+
+    def _read_active(self, marker: Listed) -> tuple[RunRecord | None, str | None]:
+        """The record and None, or None and why it is unreadable (even by the rules it was accepted under)."""
+        try:
+            record = self.get(marker.name.removeprefix(ACTIVE))
+            if record is not None and record.config is not None:
+                record.run_config()
+            return record, None
+        except ValueError as err:  # corrupt JSON or not a record (pydantic's ValidationError is one)
+            return None, " ".join(str(err).split())[:300]
 
     def claim_event(self, run_id: str, state: str, now: dt.datetime) -> bool:
         """Whether this caller publishes the run's event for `state`: the first to create the claim does;
@@ -215,6 +283,7 @@ class Allocations:
     def __init__(self, blobs: Blobs, rebuild: Callable[[ClusterSpec, str], Allocation] | None = None):
         self.blobs, self.rebuild = blobs, rebuild
         self.stored = Stored(blobs, Allocation, lambda path: path)  # keyed by key_path(cluster)
+        self.remembered: dict[str, Allocation] = {}  # by path, as last read by all()
 
     def get(self, cluster: ClusterSpec) -> Allocation | None:
         return self._read(key_path(cluster), cluster)
@@ -239,13 +308,21 @@ class Allocations:
         return stored or Allocation(cluster=cluster)
 
     def all(self) -> builtins.list[Allocation]:
-        """Every RayCluster the controller ever sized (an unreadable one rebuilt, as by get)."""
+        """Every RayCluster the controller ever sized (an unreadable one rebuilt, as by get), from one listing:
+        an allocation whose generation is the one this process last read is not read again."""
         found = []
-        for path in self.blobs.list(ALLOCATIONS):
-            try:
-                alloc = self._read(path, spec_of(path))
-            except ValueError:  # not even a name this controller writes: left for a person
-                continue
+        listed = self.blobs.listing(ALLOCATIONS)
+        self.remembered = {
+            e.name: a for e in listed if (a := self.remembered.get(e.name)) and a.generation == e.generation
+        }
+        for entry in listed:
+            alloc = self.remembered.get(entry.name)
+            if alloc is None:
+                try:
+                    alloc = self._read(entry.name, spec_of(entry.name))
+                except ValueError:  # not even a name this controller writes: left for a person
+                    continue
             if alloc is not None:
-                found.append(alloc)
+                self.remembered[entry.name] = alloc
+                found.append(alloc.model_copy())
         return found

@@ -67,6 +67,13 @@ USES: tuple[Use, ...] = tuple(
         "storage.objects.list",
         *_OBJECT_WRITE,
     )
+    + _uses(
+        FUNCTIONS,
+        "bucket:runs",
+        "GCS objects.patch (google-cloud-storage)",
+        "an active run's marker notes its record's generation, so the watch tick lists instead of reading",
+        "storage.objects.update",
+    )
     + _uses(FUNCTIONS, "bucket:configs", "GCS objects.get", "an uploaded run config", "storage.objects.get")
     + _uses(
         FUNCTIONS,

@@ -38,6 +38,7 @@ class Leftover:
     active: bool  # a job not ended / a cluster with worker nodes
     created: dt.datetime | None = None  # its creationTimestamp: young objects get a grace period
     run_id: str | None = None  # a RayJob's run (its label): a retried run's later attempts have names of their own
+    status: dict[str, Any] | None = None  # a RayJob's status as listed: the tick's runs read theirs from here
 
 
 class Platform(Protocol):
@@ -84,4 +85,5 @@ class Platform(Protocol):
     def stop(self, spec: ClusterSpec, job: str) -> None: ...
 
     def leftovers(self, spec: ClusterSpec) -> list[Leftover]:
-        """The RayJobs and RayClusters with this deployment's labels in the cluster's namespace."""
+        """The RayJobs and RayClusters with this deployment's labels in the cluster's namespace (a list call of
+        each kind): what the leak sweep judges, and where a tick reads its runs' job statuses from."""

@@ -24,7 +24,7 @@ import datetime as dt
 import enum
 from typing import Any
 
-from pydantic import BaseModel, Field, field_serializer, model_validator
+from pydantic import BaseModel, Field, PrivateAttr, field_serializer, model_validator
 
 from functions.core.champion import Promotion
 from functions.core.config import RunConfig, stored_config
@@ -139,6 +139,7 @@ class RunRecord(BaseModel):
     cancel_reason: str | None = None  # who or what asked, e.g. "interrupted (SIGINT)"
     settled: bool = False  # terminal and its run-finished event published
     generation: int = Field(0, exclude=True)  # GCS generation this copy was read at
+    _validated: tuple[dict[str, Any], RunConfig] | None = PrivateAttr(None)  # run_config() of `config`
 
     @model_validator(mode="before")
     @classmethod
@@ -152,10 +153,14 @@ class RunRecord(BaseModel):
         return RECORD_FORMAT  # what this release writes is its own format (newer records are never written)
 
     def run_config(self) -> RunConfig:
-        """The run's accepted config (never rejected now for a rule added since it was accepted)."""
+        """The run's accepted config (never rejected now for a rule added since it was accepted), validated once
+        per config: a tick asks for it at every step of every run."""
         if self.config is None:
             raise ValueError(f"{self.run_id}: a {self.state.value} record has no accepted config")
-        return stored_config(self.config)
+        validated = self._validated
+        if validated is None or validated[0] is not self.config:  # copies with another config validate theirs
+            validated = self._validated = (self.config, stored_config(self.config))
+        return validated[1]
 
     def moved(self, state: State, now: dt.datetime, reason: str | None = None, **changes: Any) -> RunRecord:
         """This record in `state` (the same state: only `reason` and `changes` are updated)."""

@@ -20,8 +20,11 @@ from functions.handlers.context import Context
 log = logging.getLogger(__name__)
 
 
-def tidy(ctx: Context, live: list[RunRecord]) -> list[Exception]:
-    """Idle teardown and leak sweep; each cluster's trouble is returned so one cannot stall the others."""
+def tidy(
+    ctx: Context, live: list[RunRecord], surveyed: dict[tuple[str, str, str], list[Leftover]] | None = None
+) -> list[Exception]:
+    """Idle teardown and leak sweep; each cluster's trouble is returned so one cannot stall the others. `surveyed`:
+    the Ray objects the tick listed at its start, by namespace (the others are listed here)."""
     troubles: list[Exception] = []
     allocs = ctx.allocations.all()
     for alloc in allocs:
@@ -30,7 +33,7 @@ def tidy(ctx: Context, live: list[RunRecord]) -> list[Exception]:
                 teardown(ctx, alloc)
             elif not alloc.deleted:
                 # Groups of ended runs leave the spec once drained; a size a lost write left behind is repaired.
-                sizing.sync_workers(ctx, alloc.cluster)
+                sizing.sync_workers(ctx, alloc.cluster, read=alloc)
         except Exception as exc:
             log.warning("RayCluster %s: idle teardown or sizing failed: %s", alloc.cluster.ray_cluster, describe(exc))
             troubles.append(exc)
@@ -44,7 +47,10 @@ def tidy(ctx: Context, live: list[RunRecord]) -> list[Exception]:
     live_jobs = {r.job_name for r in live}
     for (region, gke, namespace), spec in namespaces.items():
         try:
-            sweep(ctx, spec, {k[3] for k in known if k[:3] == (region, gke, namespace)}, live_jobs)
+            found = (surveyed or {}).get((region, gke, namespace))
+            if found is None:
+                found = ctx.platform.leftovers(spec)
+            sweep(ctx, spec, found, {k[3] for k in known if k[:3] == (region, gke, namespace)}, live_jobs)
         except Exception as exc:
             log.warning("%s/%s: leak sweep failed: %s", gke, namespace, describe(exc))
             troubles.append(exc)
@@ -79,8 +85,8 @@ def teardown(ctx: Context, alloc: Allocation, attempts: int = 3) -> None:
     )
 
 
-def sweep(ctx: Context, spec: ClusterSpec, sized: set[str], live: set[str]) -> None:
-    """Stop RayJobs that are not the current attempt of a live run (`live`: their names; a finished run's RayJob,
+def sweep(ctx: Context, spec: ClusterSpec, found: list[Leftover], sized: set[str], live: set[str]) -> None:
+    """Of `found` (the leftovers the tick listed), stop RayJobs that are not the current attempt of a live run (`live`: their names; a finished run's RayJob,
     or a retried run's earlier one, is removed quietly; a running one with no live run is a leak) and delete RayClusters of this deployment it has no allocation for. Only objects
     labelled with this deployment (its runs bucket) are looked at, and each is checked against fresh state
     right before it goes: what the tick listed at its start may be stale (a launch can admit a run and create
@@ -91,7 +97,7 @@ def sweep(ctx: Context, spec: ClusterSpec, sized: set[str], live: set[str]) -> N
     def young(leftover: Leftover) -> bool:
         return leftover.created is not None and (ctx.clock() - leftover.created).total_seconds() < grace
 
-    for leftover in ctx.platform.leftovers(spec):
+    for leftover in found:
         if leftover.kind == "RayJob":
             if leftover.name in live:
                 continue  # read this tick: the current attempt of a live run

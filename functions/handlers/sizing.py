@@ -37,16 +37,9 @@ def admit(ctx: Context, record: RunRecord, cfg: RunConfig) -> Admission:
     """Hold the run's nodes in its RayCluster's allocation, or keep it queued; first in, first served."""
     outcome: list[Admission] = []
 
-    def change(alloc: Allocation) -> Allocation | None:
-        # A newcomer first drops the ended runs (their records read fresh): the nodes they leave up serve it
-        # instead of new ones (the group never shrinks partially). A run that holds nodes already skips it.
-        cleaned = (
-            None
-            if record.run_id in alloc.holders
-            else allocation.release(alloc, live_check(ctx, keep=record.run_id), ctx.clock())
-        )
-        new, admission = allocation.admit(
-            cleaned or alloc,
+    def admitted(alloc: Allocation) -> tuple[Allocation | None, Admission]:
+        return allocation.admit(
+            alloc,
             record.run_id,
             cfg.scaling.nodes,
             record.arrived,
@@ -54,8 +47,19 @@ def admit(ctx: Context, record: RunRecord, cfg: RunConfig) -> Admission:
             cfg.cluster.idle_delete_seconds,
             ctx.settings.policy.max_worker_nodes,
         )
+
+    def change(alloc: Allocation) -> Allocation | None:
+        new, admission = admitted(alloc)
+        if not admission.admitted:
+            # Only a run that would wait reads the others' records (fresh): runs that ended without the watcher
+            # having released them yet give up their place, and it is admitted into the room they leave. A
+            # launch that fits reads none, however many runs hold the RayCluster.
+            cleaned = allocation.release(alloc, live_check(ctx, keep=record.run_id), ctx.clock())
+            if cleaned is not None:
+                new, admission = admitted(cleaned)
+                new = new or cleaned
         outcome.append(admission)
-        return new or cleaned
+        return new
 
     ctx.allocations.update(cfg.cluster, change)
     return outcome[-1]
@@ -71,12 +75,15 @@ def release(ctx: Context, spec: ClusterSpec, sync: bool = True) -> None:
         sync_workers(ctx, spec)
 
 
-def sync_workers(ctx: Context, spec: ClusterSpec, launching: tuple[RunConfig, str] | None = None) -> int:
-    """Bring the worker groups to the allocation; returns the nodes they hold. A launch (given its run's
-    config and id) may create the RayCluster and adds its run's group. Every write is conditional on the
-    RayCluster as read and on its stamp being older than the allocation, so a stale writer loses."""
-    for _ in range(ATTEMPTS):
-        alloc = ctx.allocations.get(spec)
+def sync_workers(
+    ctx: Context, spec: ClusterSpec, launching: tuple[RunConfig, str] | None = None, read: Allocation | None = None
+) -> int:
+    """Bring the worker groups to the allocation (`read`: as just listed, for the first try); returns the nodes
+    they hold. A launch (given its run's config and id) may create the RayCluster and adds its run's group. Every
+    write is conditional on the RayCluster as read and on its stamp being older than the allocation, so a stale
+    writer loses."""
+    for attempt in range(ATTEMPTS):
+        alloc = read if attempt == 0 and read is not None else ctx.allocations.get(spec)
         if alloc is None:
             return 0
         workers = ctx.platform.workers(spec)

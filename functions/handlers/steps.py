@@ -24,8 +24,10 @@ MAX_STEPS = 16  # a run needs at most 9; more means two handlers keep undoing ea
 RESULT_LIMIT = 1024 * 1024  # result.json is a few KiB
 
 
-def run(ctx: Context, record: RunRecord, facts: Facts) -> RunRecord:
-    """Act on one run until the decision is NOTHING; returns the record as last written or read."""
+def run(ctx: Context, record: RunRecord, facts: Facts, listed: dict[str, dict[str, Any]] | None = None) -> RunRecord:
+    """Act on one run until the decision is NOTHING; returns the record as last written or read. `listed`: the
+    tick's listing of RayJob statuses by name; the run's job is taken from it at its first look (after a step of
+    this tick changed it, it is read again)."""
     for _ in range(MAX_STEPS):
         step = decisions.decide(record, facts)
         if step.action is Action.NOTHING:
@@ -38,12 +40,14 @@ def run(ctx: Context, record: RunRecord, facts: Facts) -> RunRecord:
             if not record.settled:
                 return record  # another handler holds the event's claim and settles it
         else:
-            facts = facts.learned(**observe(ctx, record, step.action))
+            facts = facts.learned(**observe(ctx, record, step.action, listed))
     log.error("%s: no decision reached after %d steps; next tick looks again", record.run_id, MAX_STEPS)
     return record
 
 
-def observe(ctx: Context, record: RunRecord, action: Action) -> dict[str, Any]:
+def observe(
+    ctx: Context, record: RunRecord, action: Action, listed: dict[str, dict[str, Any]] | None = None
+) -> dict[str, Any]:
     """Do a step on the platform and say what it showed, as Facts fields."""
     cfg = record.run_config()
     if action is Action.FINGERPRINT:
@@ -70,7 +74,9 @@ def observe(ctx: Context, record: RunRecord, action: Action) -> dict[str, Any]:
             return {"submit_error": redact(describe(exc))}  # API errors can quote what was sent
     if action is Action.OBSERVE_JOB:
         try:
-            job = ctx.platform.job_status(cfg, record.job_name)
+            job = listed.pop(record.job_name, None) if listed is not None else None
+            if job is None:  # not listed (gone, or submitted since): read by name
+                job = ctx.platform.job_status(cfg, record.job_name)
         except ClusterGone as gone:
             return {"cluster_gone": describe(gone)}
         except Exception as exc:

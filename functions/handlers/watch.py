@@ -13,8 +13,10 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from functions.core import events
+from functions.core.config import ClusterSpec
 from functions.core.decide import Facts, cluster_key
 from functions.core.errors import describe, is_transient
+from functions.core.platform import Leftover
 from functions.core.runs import RunRecord, State
 from functions.handlers import housekeeping, sizing, steps
 from functions.handlers.context import Context, current
@@ -84,11 +86,11 @@ def request_retry(ctx: Context, run_id: str, by: str) -> RunRecord | None:
     return record
 
 
-def reconcile_one(ctx: Context, record: RunRecord) -> RunRecord | Exception:
+def reconcile_one(ctx: Context, record: RunRecord, listed: dict[str, dict] | None = None) -> RunRecord | Exception:
     """One run's steps; its trouble is returned, never raised, so it cannot stall the others. Its cluster
     is sized once after the tick (reconcile_all), not once per ended run."""
     try:
-        return steps.run(ctx, record, Facts(now=ctx.clock(), scaled=True))
+        return steps.run(ctx, record, Facts(now=ctx.clock(), scaled=True), listed)
     except Exception as exc:
         if is_transient(exc):
             log.warning("%s: transient error, next tick retries: %s", record.run_id, exc)
@@ -116,7 +118,11 @@ def reconcile_all(ctx: Context) -> list[RunRecord]:
                 run_id=run_id,
                 state="QUARANTINED",
             )
-    outcomes = _each(ctx, records)
+    surveyed = survey(ctx, records)
+    listed = {
+        o.name: o.status for found in surveyed.values() for o in found if o.kind == "RayJob" and o.status is not None
+    }
+    outcomes = _each(ctx, records, listed)
     reconciled = [o for o in outcomes if isinstance(o, RunRecord)]
     ended = {
         cluster_key(cfg): cfg for cfg in (r.run_config() for r in reconciled if r.state.terminal and r.may_hold_nodes)
@@ -133,7 +139,7 @@ def reconcile_all(ctx: Context) -> list[RunRecord]:
         reconciled = [moved.get(r.run_id, r) for r in reconciled]
         outcomes += [o for o in again if isinstance(o, Exception)]
     # tidy sizes every RayCluster's groups to its allocation: the ended runs' groups go to zero there.
-    outcomes += housekeeping.tidy(ctx, [r for r in reconciled if not r.state.terminal])
+    outcomes += housekeeping.tidy(ctx, [r for r in reconciled if not r.state.terminal], surveyed)
     failures = [o for o in outcomes if isinstance(o, Exception)]
     if any(is_transient(f) for f in failures):
         raise next(f for f in failures if is_transient(f))
@@ -149,8 +155,35 @@ def _readable(ctx: Context, run_id: str) -> RunRecord | None:
         return None
 
 
-def _each(ctx: Context, records: list[RunRecord]) -> list[RunRecord | Exception]:
+Namespace = tuple[str, str, str]  # region, GKE cluster, namespace
+
+
+def survey(ctx: Context, records: list[RunRecord]) -> dict[Namespace, list[Leftover]]:
+    """This deployment's RayJobs and RayClusters in every namespace the tick's runs use, one listing of each kind
+    per namespace, all at once (a hung one holds its thread): the runs read their job statuses from it, and the
+    leak sweep judges it. A namespace whose listing fails is left out: its runs read their jobs one by one."""
+    namespaces: dict[Namespace, ClusterSpec] = {}
+    for record in records:
+        if record.config is not None:
+            spec = record.run_config().cluster
+            namespaces.setdefault((spec.region, spec.gke_cluster, spec.namespace), spec)
+
+    def listing(spec: ClusterSpec) -> list[Leftover] | None:
+        try:
+            return ctx.platform.leftovers(spec)
+        except Exception as exc:
+            log.warning("%s/%s: cannot list its Ray objects: %s", spec.gke_cluster, spec.namespace, describe(exc))
+            return None
+
+    if not namespaces:
+        return {}
+    with ThreadPoolExecutor(max_workers=min(PARALLEL_RUNS, len(namespaces))) as pool:
+        found = dict(zip(namespaces, pool.map(listing, namespaces.values()), strict=True))
+    return {key: leftovers for key, leftovers in found.items() if leftovers is not None}
+
+
+def _each(ctx: Context, records: list[RunRecord], listed: dict[str, dict] | None = None) -> list[RunRecord | Exception]:
     if not records:
         return []
     with ThreadPoolExecutor(max_workers=min(PARALLEL_RUNS, len(records))) as pool:
-        return list(pool.map(lambda record: reconcile_one(ctx, record), records))
+        return list(pool.map(lambda record: reconcile_one(ctx, record, listed), records))

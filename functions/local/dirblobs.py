@@ -7,6 +7,7 @@ import builtins
 import datetime as dt
 from pathlib import Path
 
+from functions.adapters.gcs import Listed
 from functions.core.errors import PermanentError
 
 
@@ -32,7 +33,11 @@ class DirBlobs:
     def delete(self, path: str) -> None:
         raise PermanentError("the local bucket is read-only outside `raytune local`")
 
-    def listing(self, prefix: str) -> builtins.list[tuple[str, dt.datetime]]:
+    def set_metadata(self, path: str, metadata: dict[str, str]) -> bool:
+        raise PermanentError("the local bucket is read-only outside `raytune local`")
+
+    def listing(self, prefix: str) -> builtins.list[Listed]:
+        """Objects as fake-gcs-server keeps them: no metadata (readers read the objects themselves)."""
         folder = self.root / prefix.rsplit("/", 1)[0] if "/" in prefix else self.root
         if not folder.is_dir():
             return []
@@ -40,8 +45,9 @@ class DirBlobs:
         for file in folder.iterdir():
             name = file.relative_to(self.root).as_posix()
             if file.is_file() and name.startswith(prefix):
-                found.append((name, dt.datetime.fromtimestamp(file.stat().st_mtime, dt.UTC)))
+                stat = file.stat()
+                found.append(Listed(name, dt.datetime.fromtimestamp(stat.st_mtime, dt.UTC), stat.st_mtime_ns, {}))
         return sorted(found)
 
     def list(self, prefix: str) -> builtins.list[str]:
-        return [name for name, _ in self.listing(prefix)]
+        return [entry.name for entry in self.listing(prefix)]

@@ -31,7 +31,7 @@ def test_one_401_refreshes_and_never_fails_a_running_run(controller, bucket):
     record = launch(h, bucket, "auth")
     h.kube.set_status("rayjobs", record.run_id, RUNNING)
     tick(h)
-    h.kube.fail("GET", "/rayjobs/", 401, times=1)
+    h.kube.fail("GET", "/rayjobs", 401, times=1)
     tick(h)
     assert h.refreshes, "credentials were refreshed"
     assert h.ctx.store.get(record.run_id).state == State.RUNNING
@@ -43,7 +43,7 @@ def test_a_failing_status_read_is_retried_next_tick_not_a_failure(controller, bu
     record = launch(h, bucket, "flaky-read")
     h.kube.set_status("rayjobs", record.run_id, RUNNING)
     tick(h)
-    h.kube.fail("GET", "/rayjobs/", 403, times=2)  # refreshed and refused again
+    h.kube.fail("GET", "/rayjobs", 403, times=2)  # refreshed and refused again
     try:
         tick(h)
     except Exception:
@@ -56,6 +56,8 @@ def test_a_hung_api_call_holds_one_run_not_the_tick(controller, bucket):
     first, second = launch(h, bucket, "hung"), launch(h, bucket, "free")
     for run in (first, second):
         h.kube.set_status("rayjobs", run.run_id, RUNNING)
+    # The tick's listing of the RayJobs hangs, and so does the read of the first run's job it falls back to.
+    h.kube.hang("GET", "/rayjobs", 30, times=4)
     h.kube.hang("GET", f"/rayjobs/{first.run_id}", 30, times=8)
     started = time.monotonic()
     try:

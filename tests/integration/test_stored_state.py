@@ -159,7 +159,7 @@ def test_a_run_whose_gke_cluster_was_deleted_fails_after_the_pending_deadline(co
     h.kube.set_status("rayjobs", good.run_id, RUNNING)
     watch(functions_server)
     h.gke.clusters.clear()  # deleted in the console
-    h.kube.fail("GET", "/rayjobs/", 503, times=1000)  # and its API server with it
+    h.kube.fail("GET", "/rayjobs", 503, times=1000)  # and its API server with it
     watch(functions_server)
     record = h.ctx.store.get(good.run_id)
     assert record.state == State.RUNNING and "does not exist (deleted?): its RayJob cannot be followed" in record.reason
