@@ -1,0 +1,119 @@
+"""What a watch tick and a launch read (issue 25), on fake-gcs-server and the Kubernetes API fake: a quiet tick
+lists the active markers and the Ray objects once and reads no record, however many runs are live; a record
+another process writes is seen on the next tick through its marker's note; a launch that fits reads no other
+run's record."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+from functions.adapters import store as store_module
+from functions.adapters.gcs import Bucket
+from functions.adapters.store import ACTIVE, RECORD_GENERATION, RunStore
+from functions.core.runs import State
+from tests.integration.test_functions import QUICK
+from tests.integration.test_invariants import launch, tick
+
+RUNNING = {"jobStatus": "RUNNING", "jobDeploymentStatus": "Running"}
+ROOMY = {**QUICK, "scaling": {"nodes": 1}, "cluster": {"max_worker_nodes": 64}}  # every run fits
+
+
+@pytest.fixture
+def reads(monkeypatch):
+    """Every GCS object read of the controller, by path prefix."""
+    counted: Counter = Counter()
+    original = Bucket.read
+
+    def read(self, path, *args, **kwargs):
+        counted[path.split("/")[0]] += 1
+        return original(self, path, *args, **kwargs)
+
+    monkeypatch.setattr(Bucket, "read", read)
+    return counted
+
+
+def running(h, runs):
+    """The runs' jobs RUNNING, each worker pod on a node of its own (as the kubelet reports them)."""
+    for run in runs:
+        h.kube.set_status("rayjobs", run.run_id, RUNNING)
+        node = f"node-{run.run_id}"
+        h.kube.put("nodes", {"metadata": {"name": node, "labels": {"cloud.google.com/gke-spot": "true"}}}, "")
+        pod = {"metadata": {"name": f"{run.run_id}-w", "labels": {"raytune.dev/run-id": run.run_id}}}
+        h.kube.put("pods", {**pod, "spec": {"nodeName": node}, "status": {"phase": "Running"}})
+    tick(h)
+    tick(h)
+
+
+def quiet_tick(h, reads) -> tuple[int, Counter]:
+    reads.clear()
+    before = len(h.kube.requests)
+    tick(h)
+    kube = Counter(
+        (
+            method,
+            path.rsplit("/", 1)[-1]
+            if path.endswith(("rayjobs", "rayclusters", "pods"))
+            else path.split("/")[-2] + " by name",
+        )
+        for method, path, _ in h.kube.requests[before:]
+    )
+    return sum(reads.values()), kube
+
+
+def test_a_quiet_tick_reads_no_record_and_its_calls_do_not_grow_with_the_runs(controller, bucket, reads):
+    h = controller
+    runs = [launch(h, bucket, f"quiet-{i}", ROOMY) for i in range(2)]
+    running(h, runs)
+    few = quiet_tick(h, reads)
+    runs += [launch(h, bucket, f"quiet-{i}", ROOMY) for i in range(2, 8)]
+    running(h, runs)
+    many = quiet_tick(h, reads)
+    assert few[0] == many[0] == 0, "no record or allocation is read when none changed"
+    assert many[1][("GET", "rayjobs")] == 1 and many[1][("GET", "rayclusters")] == 1
+    assert few[1] == many[1], f"the Kubernetes calls grew with the runs: {few[1]} -> {many[1]}"
+    assert all(h.ctx.store.get(r.run_id).state == State.RUNNING for r in runs)
+
+
+def test_a_record_another_process_writes_is_read_on_the_next_tick(controller, bucket, reads):
+    h = controller
+    run = launch(h, bucket, "elsewhere", ROOMY)
+    running(h, [run])
+    # Another instance (a launch handler, an operator's CLI) asks for the cancel: its own store, its own memory.
+    other = RunStore(Bucket(bucket))
+    other.update(run.run_id, lambda r: r.model_copy(update={"cancel_requested": True}))
+    noted = dict(h.ctx.store.blobs.listing(f"{ACTIVE}{run.run_id}")[0].metadata)
+    assert noted[RECORD_GENERATION] == str(other.get(run.run_id).generation)
+    tick(h)
+    assert h.kube.get("rayjobs", run.run_id) is None, "the cancel was acted on: the job is stopped"
+
+
+def test_a_write_whose_note_was_lost_is_read_within_the_recheck(controller, bucket, reads, monkeypatch):
+    h = controller
+    run = launch(h, bucket, "unnoted", ROOMY)
+    running(h, [run])
+    blobs = Bucket(bucket)
+    record = h.ctx.store.get(run.run_id)
+    # A writer that died between writing the record and noting it on the marker.
+    changed = record.model_copy(update={"cancel_requested": True})
+    blobs.write(f"runs/{run.run_id}.json", changed.model_dump_json().encode(), if_generation_match=record.generation)
+    monkeypatch.setattr(store_module, "RECHECK_S", 0.0)
+    tick(h)
+    assert h.kube.get("rayjobs", run.run_id) is None
+    # ... and the marker is noted again, for the other readers.
+    noted = h.ctx.store.blobs.listing(f"{ACTIVE}{run.run_id}")
+    assert not noted or noted[0].metadata[RECORD_GENERATION] != str(record.generation)
+
+
+def test_a_launch_that_fits_reads_no_other_runs_record(controller, bucket, reads):
+    h = controller
+    launch(h, bucket, "first", ROOMY)
+    reads.clear()
+    launch(h, bucket, "second", ROOMY)
+    second = reads["runs"]
+    for i in range(6):
+        launch(h, bucket, f"more-{i}", ROOMY)
+    reads.clear()
+    launch(h, bucket, "last", ROOMY)
+    assert reads["runs"] == second, "the reads of a launch grew with the runs holding the RayCluster"
