@@ -4,11 +4,13 @@ A marker and JSON survive Ray's log prefixes and colours."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
+from collections.abc import Iterator
 from typing import Any
 
-from functions.core.result import PROGRESS_MARKER
+from functions.core.result import PHASE_MARKER, PROGRESS_MARKER
 
 KEPT = ("loss", "eval_loss", "learning_rate", "grad_norm", "mean_token_accuracy")
 
@@ -41,3 +43,31 @@ def callback() -> Any:
                 print(line, flush=True)
 
     return ProgressCallback()
+
+
+class Timeline:
+    """The phases of a job's start and end: each printed as it begins and as it ends (with its seconds) when
+    `shown` (the driver, rank 0), and kept in `seconds` for result.json."""
+
+    def __init__(self, shown: bool = True) -> None:
+        self.shown = shown
+        self.seconds: dict[str, float] = {}
+
+    def _print(self, phase: str, seconds: float | None = None) -> None:
+        if self.shown:
+            event = {"phase": phase} if seconds is None else {"phase": phase, "seconds": seconds}
+            print(PHASE_MARKER + json.dumps(event), flush=True)
+
+    def begun(self, phase: str) -> None:
+        self._print(phase)
+
+    def ended(self, phase: str, seconds: float) -> None:
+        self.seconds[phase] = round(seconds, 2)
+        self._print(phase, self.seconds[phase])
+
+    @contextlib.contextmanager
+    def phase(self, phase: str) -> Iterator[None]:
+        self.begun(phase)
+        started = time.monotonic()
+        yield
+        self.ended(phase, time.monotonic() - started)

@@ -111,7 +111,7 @@ def cmd_local(args: argparse.Namespace) -> int:
     workdir = Path(args.workdir) if args.workdir else None
     if args.detach:
         return local.detach(local_args(args), workdir)
-    return local.run(args.config, workdir, as_json=args.json, night=night)
+    return local.run(args.config, workdir, as_json=args.json, night=night, timings=args.timings)
 
 
 def local_args(args: argparse.Namespace) -> list[str]:
@@ -123,6 +123,8 @@ def local_args(args: argparse.Namespace) -> list[str]:
         found += ["--night", args.night.isoformat()]
     if args.json:
         found.append("--json")
+    if args.timings:
+        found.append("--timings")
     return found
 
 
@@ -227,6 +229,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run_local.add_argument(
         "--json", action="store_true", help="print the final run record as JSON (progress to stderr)"
+    )
+    run_local.add_argument(
+        "--timings",
+        action="store_true",
+        help="at the end, print where the run's time went: the local cluster's start and stop, each state, "
+        "and the job's phases (the same timings are in the record)",
     )
     run_local.add_argument(
         "--detach",

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 from pydantic import ValidationError
 
-from functions.core.result import PROGRESS_MARKER, Progress
+from functions.core.result import PHASE_MARKER, PROGRESS_MARKER, Phase, Progress
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 # "(RayTrainWorker pid=123, ip=10.0.0.1)", "[2026-12-02 10:00:00,123 E 123 456]", "(raylet) ", repeat counts.
@@ -36,15 +36,17 @@ def clean(line: str) -> str:
     return RAY_PREFIX.sub("", strip_ansi(line)).strip()
 
 
-def progress(text: str) -> Iterator[Progress]:
+def progress(text: str) -> Iterator[Progress | Phase]:
+    """The trainer's progress and phase lines, in the order it printed them."""
     for line in text.splitlines():
-        at = line.find(PROGRESS_MARKER)
-        if at < 0:
-            continue
-        try:
-            yield Progress.model_validate(json.loads(line[at + len(PROGRESS_MARKER) :]))
-        except (ValueError, ValidationError):
-            continue  # a line cut by the log's end
+        for marker, model in ((PROGRESS_MARKER, Progress), (PHASE_MARKER, Phase)):
+            at = line.find(marker)
+            if at < 0:
+                continue
+            try:
+                yield model.model_validate(json.loads(line[at + len(marker) :]))
+            except (ValueError, ValidationError):
+                continue  # a line cut by the log's end
 
 
 # Exceptions of side threads that say nothing about why the job failed (Ray Train's placement-group cleaner

@@ -82,10 +82,21 @@ class RunResult(Lenient):
     hub_repo: str | None = None  # export.hub_repo it was pushed to
     hub_revision: str | None = None  # the commit the push made there
     wall_seconds: float | None = None
+    # Where the job's own time went, phase by phase in order (seconds): the driver's (preflight, starting the
+    # workers) and rank 0's (loading the model, preparing the samples, training, the final report).
+    timings: dict[str, float] = {}
 
 
 # Progress lines: rank 0 of the trainer prints `RAYTUNE_PROGRESS {...}` at every log and evaluation.
 PROGRESS_MARKER = "RAYTUNE_PROGRESS "
+# Phase lines: the driver and rank 0 print `RAYTUNE_PHASE {"phase": ...}` as a phase of the job starts, and again
+# with its `seconds` when it ends, so the time before the first step is never silent.
+PHASE_MARKER = "RAYTUNE_PHASE "
+
+
+class Phase(Lenient):
+    phase: str
+    seconds: float | None = None  # None: it has just begun
 
 
 class Progress(Lenient):

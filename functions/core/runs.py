@@ -135,6 +135,9 @@ class RunRecord(BaseModel):
     queue_position: int | None = None  # 1-based place in its RayCluster's queue while QUEUED
     attempts: list[Attempt] = []  # when the job was submitted more than once: each submission, oldest first
     nodes: dict[str, str] = {}  # the current attempt's nodes, each with the capacity it came from
+    # Where an ended run's time went (seconds): in each state it passed through (attempts summed), then the job's
+    # own phases from its result ("job: loading the model", ...). Written when it ends.
+    timings: dict[str, float] = {}
     cancel_requested: bool = False
     cancel_reason: str | None = None  # who or what asked, e.g. "interrupted (SIGINT)"
     settled: bool = False  # terminal and its run-finished event published
@@ -170,7 +173,7 @@ class RunRecord(BaseModel):
             self.history if state == self.state else [*self.history, Transition(state=state, at=now, reason=reason)]
         )
         keep_reason = state == self.state and reason is None
-        return self.model_copy(
+        moved = self.model_copy(
             update={
                 "state": state,
                 "updated_at": now,
@@ -179,6 +182,20 @@ class RunRecord(BaseModel):
                 **changes,
             }
         )
+        if state.terminal:
+            moved.timings = moved.timeline()
+        return moved
+
+    def timeline(self) -> dict[str, float]:
+        """Seconds in each state the run passed through, in order (a state entered again adds to its sum), and
+        the job's own phases as its result reports them."""
+        spans: dict[str, float] = {}
+        for entered, left in zip(self.history, self.history[1:], strict=False):
+            spans[entered.state.value] = round(
+                spans.get(entered.state.value, 0.0) + (left.at - entered.at).total_seconds(), 2
+            )
+        job = self.result.timings if self.result is not None else {}
+        return {**spans, **{f"job: {phase}": seconds for phase, seconds in job.items()}}
 
     def entered(self, state: State) -> dt.datetime | None:
         """When the run last entered `state`, if it ever did."""

@@ -31,7 +31,7 @@ from functions.core.config import config_format, parse_config
 from functions.core.decide import Facts
 from functions.core.errors import describe, is_transient
 from functions.core.policy import Policy
-from functions.core.result import Progress
+from functions.core.result import Phase, Progress
 from functions.core.runs import RETRYABLE, RunRecord, State
 from functions.handlers import launch, steps, watch
 from functions.handlers.context import Context
@@ -243,6 +243,16 @@ def summary(record: RunRecord, wall_s: float, record_path: Path) -> list[str]:
     return lines
 
 
+def timeline(record: RunRecord, local: dict[str, float], wall_s: float) -> list[str]:
+    """`raytune local --timings`: where the run's wall time went, the local cluster's own start and stop first,
+    then the record's timings (its states, then the job's phases inside RUNNING)."""
+    rows = [(f"local: {what}", seconds) for what, seconds in local.items()] + list(record.timings.items())
+    width = max((len(name) for name, _ in rows), default=0)
+    lines = [f"timeline of {record.run_id} ({wall_s:.1f}s in all; job phases run inside RUNNING):"]
+    lines += [f"  {name.ljust(width)}  {seconds:6.1f}s" for name, seconds in rows]
+    return lines
+
+
 def _num(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.4f}"
 
@@ -256,6 +266,7 @@ class LocalRun:
         self.log_job = ""
         self.failures_seen = 0  # Ray Train's failure decisions shown for this job
         self.steps_seen: set[tuple[int, bool]] = set()
+        self.phases_seen: set[tuple[str, bool]] = set()
 
     def settle_earlier_runs(self) -> None:
         """Runs an earlier `raytune local` of this workdir left live (it was killed): their cluster is gone,
@@ -341,8 +352,15 @@ class LocalRun:
         text = self.platform.job_logs(job)
         if job != self.log_job:  # a new attempt: its own driver log, and it retrains the steps after its checkpoint
             self.log_job, self.log_seen, self.steps_seen, self.failures_seen = job, 0, set(), 0
+            self.phases_seen = set()
         fresh, self.log_seen = text[self.log_seen :], len(text)
         for event in joblog.progress(fresh):
+            if isinstance(event, Phase):
+                seen = (event.phase, event.seconds is not None)
+                if seen not in self.phases_seen:
+                    self.phases_seen.add(seen)
+                    self.say(f"  {event.phase}" + ("..." if event.seconds is None else f": {event.seconds:.1f}s"))
+                continue
             key = (event.step, event.eval_loss is not None)
             if key not in self.steps_seen:  # Ray can forward a worker's line twice
                 self.steps_seen.add(key)
@@ -368,8 +386,9 @@ def run(
     night: dt.date | None = None,
     retry: str | None = None,
     settle_only: bool = False,
+    timings: bool = False,
 ) -> int:
-    """`raytune local [CONFIG] [--nightly [--night DATE]]`: upload the config, launch, follow to the end;
+    """`raytune local [CONFIG] [--nightly [--night DATE]] [--timings]`: upload the config, launch, follow to the end;
     print a summary (or the record as JSON) and write the record to a file. Exit 0 when the run succeeded
     (or, a nightly, was skipped: nothing new to learn). `retry`: instead, the next attempt of that ended run
     of the workdir (`raytune retry RUN --local`), followed the same way. `settle_only`: only what a raytune local
@@ -390,7 +409,7 @@ def run(
     # a signal at any moment either cancels the run or, once the clean-up has begun, waits for it.
     try:
         with Interrupts(say) as interrupts, workdir_lock(workdir) as held, controller_log(held):
-            return _run(config, held, say, interrupts, as_json, night, retry, settle_only)
+            return _run(config, held, say, interrupts, as_json, night, retry, settle_only, timings)
     except Interrupted as exc:  # raised only before _run's clean-up guard: nothing was started
         say(f"interrupted ({exc}) before the run started")
         return 128 + exc.signum
@@ -405,6 +424,7 @@ def _run(
     night: dt.date | None,
     retry: str | None,
     settle_only: bool = False,
+    timings: bool = False,
 ) -> int:
     tag = uuid.uuid4().hex
     started = time.monotonic()
@@ -478,7 +498,8 @@ def _run(
         if platform is not None:
             if record is not None:
                 platform.save_job_log(record.job_name)
-            platform.shutdown()
+            with platform.timed("stopping the cluster"):
+                platform.shutdown()
         if gcs is not None:
             gcs.stop()
         leftovers = session.stop(workdir)
@@ -494,6 +515,10 @@ def _run(
             print(record.model_dump_json(indent=2), flush=True)
     else:
         for line in summary(record, time.monotonic() - started, path):
+            say(line)
+    if timings:
+        assert platform is not None, "a run was launched on it"
+        for line in timeline(record, platform.timings, time.monotonic() - started):
             say(line)
     return code
 
