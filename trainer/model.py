@@ -11,8 +11,8 @@ from functions.core.config import LoraSpec, ModelSpec, TrainingSpec
 
 def resolve_source(spec: ModelSpec, workdir: str | None = None) -> str:
     """Where from_pretrained loads the model and processor: the hub id or path, or for tiny://gemma3 a
-    folder the tiny model is saved to first (on the driver: under torch.distributed only rank 0 saves),
-    so it loads through the same path (dtype, attention, quantization) as a hub model."""
+    folder the tiny model is saved to first, so it loads through the same path (dtype, attention,
+    quantization) as a hub model. Outside torch.distributed: under it only rank 0 saves (shared_source)."""
     if spec.id != TINY:
         return spec.id
     import tempfile
@@ -21,6 +21,25 @@ def resolve_source(spec: ModelSpec, workdir: str | None = None) -> str:
     from trainer import tiny
 
     return str(tiny.save(Path(tempfile.mkdtemp(prefix="tiny-gemma3-", dir=workdir))))
+
+
+def shared_source(spec: ModelSpec, folder: str, builds: bool) -> str:
+    """resolve_source for a training worker: tiny://gemma3 is built into `folder` by the worker that `builds`
+    (local rank 0: transformers saves on rank 0 only) while its node's other workers wait at a barrier, so the
+    driver never imports transformers for it. A hub model is its id."""
+    if spec.id != TINY:
+        return spec.id
+    from pathlib import Path
+
+    import torch.distributed as dist
+
+    from trainer import tiny
+
+    if builds:
+        tiny.save(Path(folder))
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+    return folder
 
 
 def load_processor(spec: ModelSpec, source: str):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib
 import json
 import logging
 import math
@@ -19,6 +20,7 @@ import shutil
 import sys
 import tempfile
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -163,6 +165,43 @@ def gpu_device(cfg: RunConfig):
 
 def train_loop(loop_config: dict) -> None:
     import ray.train
+
+    from trainer import progress
+
+    cfg = RunConfig.model_validate(loop_config["config"])
+    context = ray.train.get_context()
+    timeline = progress.Timeline(shown=context.get_world_rank() == 0)
+    # The driver began this phase before Ray Train started the workers (one clock on one machine, NTP on GKE).
+    timeline.ended(loop_config["starting"], time.time() - loop_config["fit_started"])
+    with timeline.phase("importing torch, transformers, trl and peft"):
+        hide_unused_bitsandbytes(cfg)
+        for module in ("trl", "peft", "ray.train.huggingface.transformers", "trainer.collator", "trainer.data"):
+            importlib.import_module(module)
+    from trainer import model as models
+
+    output_dir = tempfile.mkdtemp(prefix=f"{loop_config['run_id']}-rank{context.get_world_rank()}-")
+    os.environ["TENSORBOARD_LOGGING_DIR"] = os.path.join(output_dir, TENSORBOARD_DIR)
+    builds = context.get_local_rank() == 0
+    with timeline.phase("resolving the model"):
+        source = models.shared_source(cfg.model, loop_config["tiny_folder"], builds)
+    try:
+        _train(loop_config, cfg, context, timeline, source, output_dir)
+    finally:
+        if builds and source != cfg.model.id:
+            shutil.rmtree(source, ignore_errors=True)
+        shutil.rmtree(output_dir, ignore_errors=True)  # Ray Train has copied what it keeps
+
+
+def hide_unused_bitsandbytes(cfg: RunConfig) -> None:
+    """peft and transformers import bitsandbytes whenever it is installed (about 1-2 s a process here); a run
+    that neither quantizes nor uses its 8-bit optimizer gets it hidden, as if it were not installed
+    (importlib's find_spec answers None for a None entry of sys.modules)."""
+    if cfg.model.quantization == "none" and cfg.training.optim != "paged_adamw_8bit":
+        sys.modules.setdefault("bitsandbytes", None)  # type: ignore[assignment]
+
+
+def _train(loop_config: dict, cfg: RunConfig, context: Any, timeline: Any, source: str, output_dir: str) -> None:
+    import ray.train
     from ray.train.huggingface.transformers import prepare_trainer
     from trl import SFTTrainer
 
@@ -170,19 +209,19 @@ def train_loop(loop_config: dict) -> None:
     from trainer import model as models
     from trainer.collator import VisionSFTCollator
 
-    cfg = RunConfig.model_validate(loop_config["config"])
-    context = ray.train.get_context()
-    output_dir = tempfile.mkdtemp(prefix=f"{loop_config['run_id']}-rank{context.get_world_rank()}-")
-    os.environ["TENSORBOARD_LOGGING_DIR"] = os.path.join(output_dir, TENSORBOARD_DIR)
-    source = loop_config["model_source"]
-    processor = models.load_processor(cfg.model, source)
+    with timeline.phase("loading the processor"):
+        processor = models.load_processor(cfg.model, source)
     collator = VisionSFTCollator(
         processor, cfg.dataset, cfg.prompts, cfg.training.max_length, assistant_only=cfg.training.assistant_only_loss
     )
-    train_set, eval_set = data.split(data.load(cfg.dataset, seed=cfg.training.seed), cfg.dataset)
-    champion = json.loads(os.environ[CHAMPION_ENV]) if os.environ.get(CHAMPION_ENV) else None
-    model = models.load_model(cfg.model, source, device=gpu_device(cfg))
+    with timeline.phase("preparing the samples"):
+        train_set, eval_set = data.split(data.load(cfg.dataset, seed=cfg.training.seed), cfg.dataset)
+    champion = loop_config["champion"]
+    with timeline.phase("loading the model"):
+        model = models.load_model(cfg.model, source, device=gpu_device(cfg))
     init = models.init_adapter(cfg.training, champion)
+    timeline.begun("preparing the trainer")
+    prepared = time.monotonic()
     trainer = SFTTrainer(
         model=models.warm_start(model, init) if init else model,
         args=sft_config(cfg, output_dir, evaluate=eval_set is not None),
@@ -198,6 +237,8 @@ def train_loop(loop_config: dict) -> None:
         trainer.add_callback(checkpoints)
     trainer = prepare_trainer(trainer)
     checkpoint = ray.train.get_checkpoint()
+    timeline.ended("preparing the trainer", time.monotonic() - prepared)
+    timeline.begun(f"training on {len(train_set)} samples")
     started = time.monotonic()
     resumed_from = None
     if checkpoint:
@@ -209,6 +250,7 @@ def train_loop(loop_config: dict) -> None:
             trainer.train(resume_from_checkpoint=os.path.join(restored, "checkpoint"))
     else:
         trainer.train()
+    timeline.ended(f"training on {len(train_set)} samples", time.monotonic() - started)
     final = {key: value for key, value in trainer.state.log_history[-1].items() if isinstance(value, (int, float))}
     logged = [entry for entry in trainer.state.log_history if "num_tokens" in entry]
     final.update(
@@ -228,8 +270,7 @@ def train_loop(loop_config: dict) -> None:
         ray.train.report(metrics={"final": final}, checkpoint=None)
     else:
         final_adapter = FinalAdapter(trainer, processor, collator, eval_set, champion, cfg, source)
-        final_adapter.report(loop_config["run_id"], final, os.environ["TENSORBOARD_LOGGING_DIR"])
-    shutil.rmtree(output_dir, ignore_errors=True)  # Ray Train has copied what it keeps
+        final_adapter.report(loop_config["run_id"], final, os.environ["TENSORBOARD_LOGGING_DIR"], timeline)
 
 
 @dataclasses.dataclass
@@ -247,7 +288,7 @@ class FinalAdapter:
     cfg: RunConfig
     source: str
 
-    def report(self, run_id: str, final: dict, tensorboard_dir: str) -> None:
+    def report(self, run_id: str, final: dict, tensorboard_dir: str, timeline: Any) -> None:
         import ray.train
 
         from trainer import export
@@ -258,26 +299,33 @@ class FinalAdapter:
         with tempfile.TemporaryDirectory() as staging:
             adapter = Path(staging, ADAPTER_DIR)
             model = self.trainer.accelerator.unwrap_model(self.trainer.model)
-            if cfg.model.id == TINY_MODEL:
-                shutil.copytree(self.source, Path(staging, BASE_DIR))
-                model.peft_config["default"].base_model_name_or_path = f"../{BASE_DIR}"
-            else:
-                model.peft_config["default"].base_model_name_or_path = cfg.model.id
-            model.save_pretrained(adapter)
-            self.processor.save_pretrained(adapter)
-            (adapter / PROMPTS_FILE).write_text(cfg.prompts.model_dump_json(indent=2))
+            with timeline.phase("saving the adapter"):
+                if cfg.model.id == TINY_MODEL:
+                    shutil.copytree(self.source, Path(staging, BASE_DIR))
+                    model.peft_config["default"].base_model_name_or_path = f"../{BASE_DIR}"
+                else:
+                    model.peft_config["default"].base_model_name_or_path = cfg.model.id
+                model.save_pretrained(adapter)
+                self.processor.save_pretrained(adapter)
+                (adapter / PROMPTS_FILE).write_text(cfg.prompts.model_dump_json(indent=2))
             if cfg.evaluation.samples:
-                evaluation, samples = evaluate(model, self.processor, self.collator, self.eval_set, cfg, self.champion)
-                Path(staging, REPORT_FILE).write_text(html_report.render(run_id, cfg, evaluation, samples))
+                with timeline.phase(f"evaluating on {cfg.evaluation.samples} samples"):
+                    evaluation, samples = evaluate(
+                        model, self.processor, self.collator, self.eval_set, cfg, self.champion
+                    )
+                    Path(staging, REPORT_FILE).write_text(html_report.render(run_id, cfg, evaluation, samples))
                 final["evaluation"] = evaluation.model_dump(mode="json")
             if cfg.export.merged:
-                folder = export.merged(adapter, self.source, cfg, Path(staging, export.MERGED_DIR))
-                final["merged"] = True
-                if cfg.export.hub_repo:
-                    message = f"raytune {run_id}: {cfg.model.id} merged with its adapter"
-                    final["hub_revision"] = export.push(folder, cfg.export.hub_repo, message)
+                with timeline.phase("exporting the merged model"):
+                    folder = export.merged(adapter, self.source, cfg, Path(staging, export.MERGED_DIR))
+                    final["merged"] = True
+                    if cfg.export.hub_repo:
+                        message = f"raytune {run_id}: {cfg.model.id} merged with its adapter"
+                        final["hub_revision"] = export.push(folder, cfg.export.hub_repo, message)
             if os.path.isdir(tensorboard_dir):
                 shutil.copytree(tensorboard_dir, Path(staging, TENSORBOARD_DIR))
+            final["timings"] = timeline.seconds
+            final["reported_at"] = time.time()  # the driver times the checkpoint's upload and Ray Train's end
             ray.train.report(metrics={"final": final}, checkpoint=ray.train.Checkpoint.from_directory(staging))
 
 
@@ -382,6 +430,7 @@ def summarize(result, cfg: RunConfig, run_id: str, wall_seconds: float, checkpoi
             resumed_from_step=metrics.get("resumed_from_step"),
         ),
         wall_seconds=wall_seconds,
+        timings=metrics.get("timings") or {},
     )
 
 
@@ -414,26 +463,40 @@ def run(cfg: RunConfig, run_id: str) -> RunResult:
     import ray
     from ray.train.torch import TorchTrainer
 
-    from trainer import preflight
-    from trainer.model import resolve_source
+    from trainer import preflight, progress
 
     started = time.monotonic()
-    preflight.check(cfg.model, cfg.dataset)
-    ray.init(ignore_reinit_error=True, log_to_driver=True)
+    timeline = progress.Timeline()
+    with timeline.phase("preflight"):
+        preflight.check(cfg.model, cfg.dataset)
+    with timeline.phase("connecting to Ray"):
+        ray.init(ignore_reinit_error=True, log_to_driver=True)
     scaling_config, run_config = ray_train_configs(cfg, run_id)
-    source = resolve_source(cfg.model)
-    loop_config = {"config": cfg.model_dump(mode="json"), "run_id": run_id, "model_source": source}
+    starting = f"starting {cfg.scaling.num_workers} workers"
+    timeline.begun(starting)
+    loop_config = {
+        "config": cfg.model_dump(mode="json"),
+        "run_id": run_id,
+        # The champion to warm-start from and evaluate against: the driver's environment, not every worker's.
+        "champion": json.loads(os.environ[CHAMPION_ENV]) if os.environ.get(CHAMPION_ENV) else None,
+        # Where each node's workers build tiny://gemma3 (a hub model loads from its id).
+        "tiny_folder": os.path.join(tempfile.gettempdir(), f"tiny-gemma3-{run_id}-{uuid.uuid4().hex[:8]}"),
+        "starting": starting,  # rank 0 ends this phase: its loop has begun
+        "fit_started": time.time(),
+    }
     trainer = TorchTrainer(
         train_loop, train_loop_config=loop_config, scaling_config=scaling_config, run_config=run_config
     )
-    try:
-        result = trainer.fit()
-    finally:
-        if source != cfg.model.id:  # the tiny model built for this run: kept with the adapter, not here
-            shutil.rmtree(source, ignore_errors=True)
-    checkpoints, score = training_checkpoints(result)
-    checkpoints = prune(checkpoints, score, cfg.training.keep_checkpoints)
+    result = trainer.fit()
+    before, after = dict(timeline.seconds), progress.Timeline()
+    if reported_at := result.metrics.get("final", {}).get("reported_at"):
+        after.ended("storing the adapter and stopping the workers", time.time() - reported_at)
+    with after.phase("pruning the checkpoints"):
+        checkpoints, score = training_checkpoints(result)
+        checkpoints = prune(checkpoints, score, cfg.training.keep_checkpoints)
     summary = summarize(result, cfg, run_id, time.monotonic() - started, checkpoints, score)
+    # In the order they ran: the driver's start, the workers' phases (rank 0's), the driver's end.
+    summary.timings = {**before, **summary.timings, **after.seconds}
     write_result(summary, cfg, run_id)
     return summary
 

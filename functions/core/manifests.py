@@ -224,9 +224,11 @@ def ray_cluster(
     }
 
 
-def entrypoint(cfg: RunConfig, run_id: str, python: str = "python") -> str:
-    """The job command; every argument is shell-quoted (Ray runs entrypoints through a shell)."""
+def entrypoint(cfg: RunConfig, run_id: str, python: str = "python", env: dict[str, str] | None = None) -> str:
+    """The job command; every argument is shell-quoted (Ray runs entrypoints through a shell). `env`: variables
+    for the driver alone, set on the command (the local platform's jobs have no runtime env)."""
     args = [
+        *(["env", *(f"{name}={value}" for name, value in env.items())] if env else []),
         python,
         "-m",
         "trainer.train",

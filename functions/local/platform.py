@@ -20,7 +20,9 @@ import shutil
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -49,11 +51,14 @@ START_TIMEOUT_S = 180
 # `ray start` gives a node 30 s to register with the GCS (ray/_private/node.py, raylet_start_wait_time_s, not
 # configurable); a machine busy enough can miss that once, and the node is then started again.
 START_ATTEMPTS = 3
+# A node's raylet and GCS drain for up to 10 s on SIGTERM; nothing in a local node outlives the run (its logs
+# are copied before), so it gets a second, then SIGKILL.
+STOP_GRACE_S = 1.0
 logger = logging.getLogger(__name__)
 
 
 class NodeDidNotStart(TransientError):
-    """A `ray start` exited before it said it was up, START_ATTEMPTS times: transient (a machine that busy may
+    """A `ray start` exited or timed out before it said it was up, START_ATTEMPTS times: transient (a machine that busy may
     not be a minute later), so the submission is tried again on the next tick instead of failing the run."""
 
 
@@ -64,6 +69,13 @@ def _last_line(log: Path, since: int) -> str:
 
 def _iso(ms: int | None) -> str | None:
     return dt.datetime.fromtimestamp(ms / 1000, dt.UTC).isoformat() if ms else None
+
+
+def stop_together(nodes: list[emulators.Service]) -> None:
+    """Stop nodes at once, as KubeRay deletes a group's pods: each `ray start --block` stops its raylet and
+    workers on SIGTERM (about a second); nothing on a node outlives it (the job's logs are read on the head)."""
+    with ThreadPoolExecutor(max_workers=max(len(nodes), 1), thread_name_prefix="ray-stop") as pool:
+        list(pool.map(lambda node: node.stop(grace_s=STOP_GRACE_S), nodes))
 
 
 def machine_gpus() -> int:
@@ -150,6 +162,12 @@ class LocalRay:
             "RAY_AUTH_TOKEN_PATH": str(auth_token(workdir)),
             "RAY_TMPDIR": self.ray_tmp,
             "RAY_USAGE_STATS_ENABLED": "0",
+            "PYTHONPATH": str(ROOT),  # every process of the cluster imports this checkout's trainer
+            # Ray Train's preemption watcher polls for the nodes GKE drains; a local node is never drained.
+            "RAY_TRAIN_ENABLE_PREEMPTION_WATCHER": "0",
+            # Ray Train's controller looks at its workers every 2 s by default: the end of a short local run
+            # waited for it. Four times a second costs a local run nothing it notices.
+            "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "0.25",
             emulators.TAG: tag,
         }
         # The Jobs client in this process authenticates with the same token.
@@ -161,11 +179,19 @@ class LocalRay:
         self.groups: dict[str, list[emulators.Service]] = {}  # each run's worker group: its nodes
         self.slots: dict[int, emulators.Service] = {}  # GPU slices in use: slot -> node
         self.departed: list[tuple[str, dt.datetime, str]] = []  # nodes that died and were replaced: group, when, what
+        self.started = 0  # worker nodes started so far: each gets a Ray folder of its own
         self.generation = 0  # bumped on every scale: the precondition size()/scale() check
         self.stamp = 0  # the allocation version the worker group was last sized for
         self.lock = threading.RLock()
         self._client: Any = None
         self._code_sha256: str | None = None
+        self.timings: dict[str, float] = {}  # the cluster's own start and stop (raytune local --timings)
+
+    @contextlib.contextmanager
+    def timed(self, what: str) -> Iterator[None]:
+        started = time.monotonic()
+        yield
+        self.timings[what] = round(self.timings.get(what, 0.0) + time.monotonic() - started, 2)
 
     def _ray_start(
         self, args: list[str], env: dict[str, str], port: int, name: str, taken: tuple[int, ...] = ()
@@ -209,7 +235,7 @@ class LocalRay:
                 timeout_s=START_TIMEOUT_S,
                 ready=lambda: "Ray runtime started" in log.read_bytes()[since:].decode(errors="replace"),
             )
-        except RuntimeError:  # it exited before it was up: say why, from its own log
+        except (RuntimeError, TimeoutError):  # it exited, or never said it was up: say why, from its own log
             raise NodeDidNotStart(f"{log.stem} did not start ({_last_line(log, since)}; see {log})") from None
         node.name = log.stem
         return node
@@ -217,23 +243,28 @@ class LocalRay:
     def ensure_cluster(self, cfg: RunConfig) -> ClusterReadiness:
         with self.lock:
             if self.head is None:
-                port, self.dashboard_port, client_port = emulators.free_ports(3)
-                self.head = self._ray_start(
-                    [
-                        "--head",
-                        f"--port={port}",
-                        "--num-cpus=0",
-                        f"--dashboard-port={self.dashboard_port}",
-                        f"--ray-client-server-port={client_port}",
-                        f"--temp-dir={self.ray_tmp}",
-                    ],
-                    {},
-                    port,
-                    "ray-head",
-                    taken=(self.dashboard_port, client_port),
-                )
-                emulators.wait_until(lambda: emulators.port_open(self.dashboard_port), "dashboard up", 120)
+                with self.timed("starting the Ray head"):
+                    self._start_head()
         return ClusterReadiness("ready")
+
+    def _start_head(self) -> None:
+        port, self.dashboard_port, client_port = emulators.free_ports(3)
+        self.head = self._ray_start(
+            [
+                "--head",
+                f"--port={port}",
+                "--num-cpus=0",
+                f"--dashboard-port={self.dashboard_port}",
+                f"--ray-client-server-port={client_port}",
+                f"--temp-dir={self.ray_tmp}",
+                "--no-monitor",  # Ray's autoscaler: the controller sizes the local cluster, as KubeRay's on GKE
+            ],
+            {},
+            port,
+            "ray-head",
+            taken=(self.dashboard_port, client_port),
+        )
+        emulators.wait_until(lambda: emulators.port_open(self.dashboard_port), "dashboard up", 120)
 
     @property
     def client(self) -> Any:
@@ -255,7 +286,16 @@ class LocalRay:
         (Ray would otherwise give every local node the same devices)."""
         assert self.head is not None, "the head starts before any worker"
         shape = self.shapes[group]
-        args = [f"--address=127.0.0.1:{self.head.port}", f"--num-cpus={shape.cpus}", f"--num-gpus={shape.gpus}"]
+        self.started += 1
+        args = [
+            f"--address=127.0.0.1:{self.head.port}",
+            f"--num-cpus={shape.cpus}",
+            f"--num-gpus={shape.gpus}",
+            # A Ray folder of its own (under the cluster's, short: socket paths are length-limited): Ray names a
+            # node's sockets `raylet`, `raylet.1`, ... by looking which exist, so two nodes started at once in one
+            # folder take the same name and the second never registers with the GCS (its 30 s time-out).
+            f"--temp-dir={self.ray_tmp}/n{self.started}",
+        ]
         env = {}
         if shape.gpus:
             devices = range(slot * shape.gpus, (slot + 1) * shape.gpus)
@@ -267,8 +307,7 @@ class LocalRay:
         return args, env
 
     def _scale_to(self, groups: dict[str, int]) -> None:
-        """Start each group's missing nodes, stop its extra ones, stop the groups left out. One node at a time:
-        two `ray start` of one cluster at once on this machine time out registering with the GCS."""
+        """Start each group's missing nodes, stop its extra ones, stop the groups left out."""
         for group in [g for g in self.groups if g not in groups]:
             self._resize(group, 0)
             del self.groups[group]
@@ -283,16 +322,37 @@ class LocalRay:
             dead.stop()  # what its process group left
             nodes.remove(dead)
             self.slots = {slot: n for slot, n in self.slots.items() if n is not dead}
-        while len(nodes) < replicas:
-            assert self.head is not None, "the head starts before any worker"
-            slot = min(set(range(len(self.slots) + 1)) - set(self.slots))
-            node = self._ray_start(*self._node_args(group, slot), self.head.port, f"ray-worker-{group}-{len(nodes)}")
-            self.slots[slot] = node
-            nodes.append(node)
-        while len(nodes) > replicas:
-            node = nodes.pop()
-            node.stop()
-            self.slots = {slot: n for slot, n in self.slots.items() if n is not node}
+        if len(nodes) < replicas:
+            with self.timed("starting worker nodes"):
+                self._start_nodes(group, nodes, replicas - len(nodes))
+        if len(nodes) > replicas:
+            extra, nodes[replicas:] = nodes[replicas:], []
+            stop_together(extra)
+            self.slots = {slot: n for slot, n in self.slots.items() if n not in extra}
+
+    def _start_nodes(self, group: str, nodes: list[emulators.Service], count: int) -> None:
+        """`count` more nodes of `group`, started together (as KubeRay creates a group's pods): a node that misses
+        Ray's GCS registration on a busy machine is started again by _ray_start. Every node that came up joins
+        the group even when another failed or an interrupt came, so stopping the cluster stops it."""
+        assert self.head is not None, "the head starts before any worker"
+        free = sorted(set(range(len(self.slots) + count)) - set(self.slots))[:count]
+        names = [f"ray-worker-{group}-{len(nodes) + i}" for i in range(count)]
+        pool = ThreadPoolExecutor(max_workers=count, thread_name_prefix="ray-start")
+        futures = {
+            pool.submit(self._ray_start, *self._node_args(group, slot), self.head.port, name): slot
+            for slot, name in zip(free, names, strict=True)
+        }
+        try:
+            wait(futures)
+        finally:
+            pool.shutdown(wait=True)  # an interrupt while waiting still lets each start finish, then stop it
+            for future, slot in futures.items():
+                if future.done() and not future.cancelled() and future.exception() is None:
+                    self.slots[slot] = future.result()
+                    nodes.append(future.result())
+        for future in futures:
+            if (failure := future.exception()) is not None:
+                raise failure
 
     def size(self, cfg: RunConfig, run_id: str, workers: Workers | None, groups: dict[str, int], stamp: int) -> bool:
         scaling = cfg.scaling
@@ -322,21 +382,20 @@ class LocalRay:
     def submit(self, cfg: RunConfig, run_id: str, job: str, env: dict[str, str]) -> None:
         if self.job_status(cfg, job) is not None:
             return  # submitted before: the submission id is the attempt's job name
+        # No runtime env: the job's processes are the cluster's own (PYTHONPATH and the rest come from the nodes'
+        # environment); the variables meant for the driver are set on its command.
+        variables = {
+            # Every process of the job talks to this cluster only, never to another local one on the
+            # machine (Ray's address "auto" finds them all: "Found multiple active Ray instances").
+            "RAY_ADDRESS": f"127.0.0.1:{self.head.port}" if self.head else "",
+            "RAYTUNE_CODE_SHA256": self.code_sha256(),
+            WORKER_RESOURCE_ENV: group_name(run_id),
+            **env,
+        }
         with jobs_api(f"submit {job}"):
             self.client.submit_job(
-                entrypoint=manifests.entrypoint(cfg, run_id, python=sys.executable),
+                entrypoint=manifests.entrypoint(cfg, run_id, python=sys.executable, env=variables),
                 submission_id=job,
-                runtime_env={
-                    "env_vars": {
-                        # Every process of the job talks to this cluster only, never to another local one on the
-                        # machine (Ray's address "auto" finds them all: "Found multiple active Ray instances").
-                        "RAY_ADDRESS": f"127.0.0.1:{self.head.port}" if self.head else "",
-                        "PYTHONPATH": str(ROOT),
-                        "RAYTUNE_CODE_SHA256": self.code_sha256(),
-                        WORKER_RESOURCE_ENV: group_name(run_id),
-                        **env,
-                    }
-                },
             )
 
     def job_status(self, cfg: RunConfig | None, job: str) -> dict[str, Any] | None:
@@ -442,8 +501,6 @@ class LocalRay:
     def _stop_all(self) -> None:
         self._scale_to({})
         if self.head:
-            # The head's GCS and raylet drain for 10 s on SIGTERM; nothing in them outlives the run (its
-            # logs are copied before), so it gets a second.
-            self.head.stop(grace_s=1)
+            self.head.stop(grace_s=STOP_GRACE_S)
             self.head = None
             self._client = None

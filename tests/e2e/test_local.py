@@ -103,6 +103,20 @@ def check_success(out: str, err: str, workdir: Path) -> dict:
     assert (adapter / base / "config.json").exists(), "the tiny base model is kept with its adapter"
     assert (workdir / "records" / f"{record['run_id']}.json").exists()
     assert (workdir / "logs" / f"{record['run_id']}-driver.log").exists()
+    # No silence before the first step: each phase of the job's start is printed as it begins and as it ends,
+    # and the record keeps the timeline (its states, then the job's phases in the order they ran).
+    lines = [line.split("]", 1)[1].strip() for line in err.splitlines() if line.startswith("[")]
+    first_step = next(i for i, line in enumerate(lines) if line.startswith("step "))
+    for phase in ("starting 2 workers", "importing torch, transformers, trl and peft", "loading the model"):
+        began = lines.index(f"{phase}...")
+        ended = next(i for i, line in enumerate(lines) if re.fullmatch(rf"{re.escape(phase)}: [0-9.]+s", line))
+        assert began < ended < first_step, phase
+    timings = record["timings"]
+    assert list(timings)[:3] == ["RECEIVED", "SUBMITTED", "RUNNING"], timings
+    job = [name.removeprefix("job: ") for name in timings if name.startswith("job: ")]
+    assert job[0] == "preflight" and job.index("starting 2 workers") < job.index("training on 28 samples")
+    assert job[-2:] == ["storing the adapter and stopping the workers", "pruning the checkpoints"], job
+    assert sum(timings[f"job: {name}"] for name in job) <= timings["RUNNING"] + 1
     return record
 
 
@@ -110,11 +124,17 @@ def test_two_runs_at_once_on_a_busy_fresh_machine(tmp_path):
     home = tmp_path / "home"
     home.mkdir()
     with held_ports():
-        runs = [start(tmp_path / f"w{i}", "--json", home=home) for i in range(2)]
+        runs = [start(tmp_path / f"w{i}", "--json", *(["--timings"] if i == 0 else []), home=home) for i in range(2)]
         outputs = [finish(proc) for proc, _ in runs]
     for (proc, mark), (out, err), i in zip(runs, outputs, range(2), strict=True):
         assert proc.returncode == 0, err[-4000:]
         record = check_success(out, err, tmp_path / f"w{i}")
+        if i == 0:  # --timings: where the run's time went, the local cluster's start and stop first
+            timeline = err[err.index(f"timeline of {record['run_id']}") :]
+            for row in ("local: starting the Ray head", "local: starting worker nodes", "RUNNING", "job: preflight"):
+                assert re.search(rf"\n\[ *[0-9.]+s\]   {re.escape(row)} +[0-9.]+s\n", timeline), (row, timeline)
+        else:
+            assert "timeline of" not in err
         assert not (left := marked_processes(mark)), "a process of the run outlived it:\n" + processes_text(left)
     assert not (home / ".ray").exists(), "nothing written to the home directory"
     # The adapter is usable: generate a description with it (the tiny model writes nonsense, but writes).

@@ -11,6 +11,7 @@ import stat
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 import requests
@@ -242,5 +243,73 @@ def test_a_node_that_misses_its_start_is_started_again_and_leaves_nothing(tmp_pa
         orphans = [int(pid) for pid in (tmp_path / "ray.orphans").read_text().split()]
         time.sleep(0.2)
         assert len(orphans) == failures and not [pid for pid in orphans if alive(pid)]  # none would register later
+    finally:
+        platform.shutdown()
+
+
+HANGING_RAY = """#!/bin/sh
+# its first `start` never says it is up (a machine so busy the node neither registers nor gives up)
+n=$(cat "$0.count" 2>/dev/null || echo 0); echo $((n + 1)) > "$0.count"
+if [ "$n" -lt 1 ]; then exec sleep 300; fi
+echo "Ray runtime started."
+exec sleep 300
+"""
+
+
+def test_a_node_start_that_times_out_is_started_again_not_a_permanent_failure(tmp_path, monkeypatch, caplog):
+    from functions.local import platform as local_platform
+
+    monkeypatch.setattr(local_platform, "START_TIMEOUT_S", 1.0)
+    ray = tmp_path / "ray"
+    ray.write_text(HANGING_RAY)
+    ray.chmod(0o755)
+    platform = LocalRay(tmp_path / "work", "tag", gpus=0)
+    platform.ray = str(ray)
+    try:
+        node = platform._ray_start([], {}, 0, "ray-worker-x")
+        assert node.proc.poll() is None and "ray-worker-x did not start" in caplog.text
+        assert int((tmp_path / "ray.count").read_text()) == 2
+        node.stop(grace_s=1)
+    finally:
+        platform.shutdown()
+
+
+def start_time(pid: int) -> float:
+    """A process's start, in seconds since boot (/proc/PID/stat field 22)."""
+    ticks = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def test_a_groups_nodes_start_together_and_every_one_registers(tmp_path):
+    """Real `ray start`s: the group's two nodes are started at once (each in a Ray folder of its own: in one
+    folder the second took the first's socket name and never registered), and Ray sees both."""
+    import uuid
+
+    from functions.core.allocation import group_name
+
+    platform = LocalRay(tmp_path, uuid.uuid4().hex, gpus=0)
+    cpu = RunConfig.model_validate({"scaling": {"nodes": 2, "gpus_per_node": 0}})
+    group = group_name("run-a")
+    try:
+        platform.ensure_cluster(cpu)
+        assert platform.size(cpu, "run-a", None, {group: 2}, 1)
+        first, second = platform.groups[group]
+        assert abs(start_time(first.proc.pid) - start_time(second.proc.pid)) < 1.0, "started together"
+        probe = (
+            f"import json, ray; ray.init(address='127.0.0.1:{platform.head.port}', log_to_driver=False); "
+            "print(json.dumps([n['Resources'] for n in ray.nodes() if n['Alive']]))"
+        )
+        out = subprocess.run(
+            [sys.executable, "-c", probe],
+            env={**os.environ, **platform.env},
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=True,
+        ).stdout
+        alive = json.loads(out.strip().splitlines()[-1])
+        assert sum(group in resources for resources in alive) == 2, alive
+        assert platform.scale(cpu.cluster, platform.workers(cpu.cluster), {group: 0}, 2)
+        assert first.proc.poll() is not None and second.proc.poll() is not None
     finally:
         platform.shutdown()

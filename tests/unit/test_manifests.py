@@ -125,6 +125,16 @@ def test_entrypoint_quotes_every_argument(hostile):
     assert parse_config(args[6]) == cfg
 
 
+@pytest.mark.parametrize("hostile", ["'; rm -rf / #", "$(curl evil)", '{"run_id": "a b"}'])
+def test_a_local_jobs_variables_are_set_on_its_quoted_command(hostile):
+    cfg = reference()
+    command = manifests.entrypoint(cfg, "run-1", python="/venv/bin/python", env={"CHAMPION": hostile, "A": "1"})
+    args = shlex.split(command)
+    assert args[:3] == ["env", f"CHAMPION={hostile}", "A=1"]
+    assert args[3:8] == ["/venv/bin/python", "-m", "trainer.train", "--run-id", "run-1"] and len(args) == 10
+    assert parse_config(args[9]) == cfg
+
+
 def test_runtime_env_pins_the_trainer_versions():
     _, _, job = render_reference()
     runtime = yaml.safe_load(job["spec"]["runtimeEnvYAML"])
