@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from functions.core.config import TINY_MODEL as TINY
 from functions.core.config import LoraSpec, ModelSpec, TrainingSpec
@@ -23,23 +24,27 @@ def resolve_source(spec: ModelSpec, workdir: str | None = None) -> str:
     return str(tiny.save(Path(tempfile.mkdtemp(prefix="tiny-gemma3-", dir=workdir))))
 
 
-def shared_source(spec: ModelSpec, folder: str, builds: bool) -> str:
-    """resolve_source for a training worker: tiny://gemma3 is built into `folder` by the worker that `builds`
-    (local rank 0: transformers saves on rank 0 only) while its node's other workers wait at a barrier, so the
-    driver never imports transformers for it. A hub model is its id."""
+def node_source(spec: ModelSpec, storage_path: str | None, tiny_folder: str, context: Any) -> tuple[str, str]:
+    """What a training worker loads from, and where its files came from. tiny://gemma3 is built on each node by
+    its local rank 0 (transformers saves on rank 0 only) into a folder of the node's own while the node's other
+    workers wait at a barrier, so the driver never imports transformers for it; anything else is made local to
+    the node by trainer/staging.py."""
     if spec.id != TINY:
-        return spec.id
+        from trainer import staging
+
+        return staging.shared(spec, storage_path, context)
     from pathlib import Path
 
     import torch.distributed as dist
 
     from trainer import tiny
 
-    if builds:
+    folder = f"{tiny_folder}-node{context.get_node_rank()}"
+    if context.get_local_rank() == 0:
         tiny.save(Path(folder))
     if dist.is_available() and dist.is_initialized():
         dist.barrier()
-    return folder
+    return folder, "built on this node"
 
 
 def load_processor(spec: ModelSpec, source: str):

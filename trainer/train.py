@@ -181,14 +181,15 @@ def train_loop(loop_config: dict) -> None:
 
     output_dir = tempfile.mkdtemp(prefix=f"{loop_config['run_id']}-rank{context.get_world_rank()}-")
     os.environ["TENSORBOARD_LOGGING_DIR"] = os.path.join(output_dir, TENSORBOARD_DIR)
-    builds = context.get_local_rank() == 0
-    with timeline.phase("resolving the model"):
-        source = models.shared_source(cfg.model, loop_config["tiny_folder"], builds)
+    with timeline.phase("getting the model's files"):
+        source, origin = models.node_source(cfg.model, cfg.storage_path, loop_config["tiny_folder"], context)
+    if timeline.shown:
+        print(f"model {cfg.model.id}: {origin}", flush=True)
     try:
         _train(loop_config, cfg, context, timeline, source, output_dir)
     finally:
-        if builds and source != cfg.model.id:
-            shutil.rmtree(source, ignore_errors=True)
+        if cfg.model.id == TINY_MODEL and context.get_local_rank() == 0:
+            shutil.rmtree(source, ignore_errors=True)  # built for this run (kept with its adapter)
         shutil.rmtree(output_dir, ignore_errors=True)  # Ray Train has copied what it keeps
 
 

@@ -151,3 +151,36 @@ def test_code_check_refuses_stale_code(tmp_path):
     check_code(None)
     with pytest.raises(RuntimeError, match="the RayJob expects"):
         check_code("0" * 64, wait_s=0)
+
+
+def test_a_hub_model_is_fetched_once_per_node_and_staged_for_the_next_run(tmp_path):
+    """A hub id through the whole job: the model's files (the tiny model, served by a Hub stand-in) reach the
+    node once, by local rank 0 while rank 1 waits; rank 0 stages them under the run's storage, and both ranks
+    train on that folder."""
+    from tests.fakes.hub_models import FakeModelHub
+    from trainer import tiny
+    from trainer.staging import MARKER
+
+    folder = tiny.save(tmp_path / "tiny")
+    files = {path.name: path.read_bytes() for path in folder.iterdir() if path.is_file()}
+    hub = FakeModelHub("google/gemma-3-4b-it", files)
+    cfg = tiny_config(tmp_path / "store", max_steps=2, epochs=1)
+    cfg = cfg.model_copy(update={"model": cfg.model.model_copy(update={"id": "google/gemma-3-4b-it"})})
+    log = tmp_path / "job.log"
+    env = {
+        "HF_ENDPOINT": hub.url,
+        "HF_HOME": str(tmp_path / "local-ssd" / "hf"),
+        "HF_HUB_DISABLE_XET": "1",
+        "HF_HUB_DISABLE_TELEMETRY": "1",
+    }
+    try:
+        finish(start_job(cfg, "hub-model", log, env=env), log)
+    finally:
+        hub.shutdown()
+    weights = len(files["model.safetensors"])
+    assert weights <= hub.served_bytes < 2 * weights, "one download for the node's two workers"
+    staged = tmp_path / "store" / "_models" / "google/gemma-3-4b-it" / hub.commit
+    assert json.loads((staged / MARKER).read_text())["files"]["model.safetensors"] == weights
+    assert f"model google/gemma-3-4b-it: from the Hub, staged as {staged}" in log.read_text()
+    result = json.loads((tmp_path / "store" / "hub-model" / "result.json").read_text())
+    assert result["metrics"]["global_step"] == 2

@@ -1,0 +1,205 @@
+"""The model's files, once per model revision and once per node.
+
+A hub model is downloaded from the Hub by the first run of its revision only: that run stages the snapshot
+under the run's storage (`<storage_path>/_models/<repo>/<commit>/`, next to the checkpoints, where the
+trainer may write), and a marker written last says the copy is whole. Every later run copies it from there
+(the bucket is in the cluster's region, read in parallel ranges), and a node that already holds it (its
+local SSD cache, HF_HOME) reads nothing at all. A gs:// model folder is copied to the node the same way.
+
+On each node one worker (local rank 0) fetches while the others wait at a barrier: the bytes cross the
+network once per node."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from functions.core.config import ModelSpec
+
+log = logging.getLogger("raytune.trainer")
+MARKER = "_raytune_staged.json"  # written last: the files, each with its size
+CHUNK = 64 * 1024 * 1024  # a range read in one request
+STREAMS = 16  # ranges read at once
+# Only what from_pretrained reads: weights (safetensors), configs, the tokenizer and processor files.
+PATTERNS = ["*.json", "*.safetensors", "*.model", "*.txt", "*.jinja"]
+
+
+def node_cache() -> Path:
+    """Where a node keeps model copies: its local SSD (HF_HOME on GKE), else the user's HF cache."""
+    return Path(os.environ.get("HF_HOME") or Path.home() / ".cache" / "huggingface") / "raytune-models"
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _whole(folder: Path) -> bool:
+    """A local copy is usable once its marker is there and every file it names has its size."""
+    marker = folder / MARKER
+    if not marker.exists():
+        return False
+    files = json.loads(marker.read_text())["files"]
+    return all((folder / name).is_file() and (folder / name).stat().st_size == size for name, size in files.items())
+
+
+def commit_of(spec: ModelSpec) -> str | None:
+    """The Hub commit the spec's revision names; None when the Hub cannot say (offline): loaded as before."""
+    if os.environ.get("HF_HUB_OFFLINE") == "1":
+        return None
+    from huggingface_hub import HfApi
+
+    try:
+        return HfApi().model_info(spec.id, revision=spec.revision, token=os.environ.get("HF_TOKEN") or None).sha
+    except Exception as exc:  # the preflight has judged the repository; the Hub's load path reports the rest
+        log.warning("cannot resolve %s@%s to a commit, loading from the Hub: %s", spec.id, spec.revision, exc)
+        return None
+
+
+def stage_uri(storage_path: str, repo: str, commit: str) -> str:
+    return f"{storage_path.rstrip('/')}/_models/{repo}/{commit}"
+
+
+def fetch(uri: str, target: Path) -> dict[str, int]:
+    """Copy a staged folder (its marker says which files) or any gs:// or local model folder to `target`, each
+    file read in CHUNK ranges, STREAMS at once. Returns the files and their sizes."""
+    import pyarrow.fs as pafs
+
+    from trainer.storage import filesystem
+
+    fs, root = filesystem(uri.rstrip("/"))
+    listing = fs.get_file_info(pafs.FileSelector(root, recursive=True))
+    files = {
+        info.path[len(root) :].lstrip("/"): info.size
+        for info in listing
+        if info.type == pafs.FileType.File and not info.path.endswith(MARKER)
+    }
+    ranges = []
+    for name, size in files.items():
+        (target / name).parent.mkdir(parents=True, exist_ok=True)
+        with open(target / name, "wb") as out:
+            out.truncate(size)
+        ranges += [(name, offset, min(CHUNK, size - offset)) for offset in range(0, size, CHUNK)]
+
+    def read(piece: tuple[str, int, int]) -> None:
+        name, offset, length = piece
+        with fs.open_input_file(f"{root}/{name}") as source:
+            data = source.read_at(length, offset)
+        with open(target / name, "r+b") as out:
+            os.pwrite(out.fileno(), data, offset)
+
+    with ThreadPoolExecutor(max_workers=STREAMS, thread_name_prefix="model-fetch") as pool:
+        list(pool.map(read, ranges))
+    return files
+
+
+def upload(folder: Path, uri: str, files: dict[str, int]) -> None:
+    """Stage a downloaded snapshot: the files first, the marker last (a reader never sees half a copy)."""
+    import pyarrow.fs as pafs
+
+    from trainer.storage import filesystem
+
+    fs, root = filesystem(uri.rstrip("/"))
+    fs.create_dir(root, recursive=True)
+
+    def put(name: str) -> None:
+        pafs.copy_files(str(folder / name), f"{root}/{name}", destination_filesystem=fs)
+
+    with ThreadPoolExecutor(max_workers=8, thread_name_prefix="model-stage") as pool:
+        list(pool.map(put, files))
+    with fs.open_output_stream(f"{root}/{MARKER}") as out:
+        out.write(json.dumps({"files": files}).encode())
+
+
+def _mark(folder: Path, files: dict[str, int]) -> None:
+    (folder / MARKER).write_text(json.dumps({"files": files}))
+
+
+def _from_hub(spec: ModelSpec, commit: str, target: Path) -> dict[str, int]:
+    from huggingface_hub import snapshot_download
+
+    snapshot_download(
+        spec.id, revision=commit, local_dir=target, allow_patterns=PATTERNS, token=os.environ.get("HF_TOKEN") or None
+    )
+    shutil.rmtree(target / ".cache", ignore_errors=True)  # huggingface_hub's own bookkeeping
+    return {
+        str(path.relative_to(target)): path.stat().st_size
+        for path in sorted(target.rglob("*"))
+        if path.is_file() and path.name != MARKER
+    }
+
+
+def on_node(spec: ModelSpec, storage_path: str | None, stages: bool) -> tuple[str, str]:
+    """Make the model's files local on this node (the caller is its local rank 0); returns (folder or hub id,
+    where the files came from, for people). `stages`: this worker (global rank
+    0) uploads a snapshot fetched from the Hub, so the next run of this revision reads the bucket instead."""
+    if spec.id.startswith("gs://"):
+        folder = node_cache() / "gs" / _digest(spec.id)
+        with _held(folder):
+            if _whole(folder):
+                return str(folder), "from this node's cache"
+            shutil.rmtree(folder, ignore_errors=True)
+            _mark(folder, fetch(spec.id, folder))
+            return str(folder), "copied to this node"
+    if spec.id.startswith("/") or storage_path is None or (commit := commit_of(spec)) is None:
+        return spec.id, "from the Hub (not staged: no commit or storage to stage it under)"
+    folder = node_cache() / "hub" / spec.id / commit
+    with _held(folder):
+        return _hub_on_node(spec, storage_path, commit, folder, stages)
+
+
+def _held(folder: Path) -> Any:
+    """One fetch of a folder at a time on a machine (local Ray nodes share one; a GKE node's workers share its
+    disk): the next finds the copy whole."""
+    from filelock import FileLock
+
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    return FileLock(f"{folder}.lock")
+
+
+def _hub_on_node(spec: ModelSpec, storage_path: str, commit: str, folder: Path, stages: bool) -> tuple[str, str]:
+    if _whole(folder):
+        return str(folder), "from this node's cache"
+    shutil.rmtree(folder, ignore_errors=True)
+    staged = stage_uri(storage_path, spec.id, commit)
+    if _staged(staged):
+        _mark(folder, fetch(staged, folder))
+        return str(folder), f"from the staged copy {staged}"
+    files = _from_hub(spec, commit, folder)
+    if stages:
+        try:
+            upload(folder, staged, files)
+        except Exception as exc:  # the run goes on from its own copy; the next one downloads from the Hub again
+            log.warning("cannot stage %s@%s under %s: %s", spec.id, commit, staged, exc)
+    _mark(folder, files)
+    return str(folder), "from the Hub" + (f", staged as {staged}" if stages else "")
+
+
+def _staged(uri: str) -> bool:
+    import pyarrow.fs as pafs
+
+    from trainer.storage import filesystem
+
+    fs, root = filesystem(uri)
+    return bool(fs.get_file_info(f"{root}/{MARKER}").type == pafs.FileType.File)
+
+
+def shared(spec: ModelSpec, storage_path: str | None, context: Any) -> tuple[str, str]:
+    """on_node for every worker of a node: local rank 0 fetches, the node's others wait at a barrier and load the
+    same folder. Returns (source for from_pretrained, where it came from)."""
+    import torch.distributed as dist
+
+    fetched: list[Any] = [None, None]
+    if context.get_local_rank() == 0:
+        fetched = list(on_node(spec, storage_path, stages=context.get_world_rank() == 0))
+    if dist.is_available() and dist.is_initialized():
+        # every rank learns its node's answer: gathered by all, each takes its own node's local rank 0
+        gathered: list[Any] = [None] * dist.get_world_size()
+        dist.all_gather_object(gathered, (context.get_node_rank(), fetched))
+        fetched = next(f for node, f in gathered if node == context.get_node_rank() and f[0] is not None)
+    return fetched[0], fetched[1]
