@@ -1,12 +1,17 @@
-"""`raytune local` end to end, as a user runs it: wall time of the quickstart (the shipped default), with
-the phases a person waits through, over several runs. Each run gets a fresh workdir and a throwaway HOME.
+"""`raytune local` end to end, as a user runs it: the quickstart (the shipped default) in a fresh workdir and a
+throwaway HOME, this checkout against another version of it (`--against DIR`: a checkout, e.g.
+`git worktree add /tmp/before <commit>`), interleaved in one run (the order rotates each round), so load on the
+machine falls on both alike. Reported per version, min / median / max: wall time, the CPU time of every process
+the run started (a cpuacct cgroup where this user may make one, else the whole machine's busy time, which
+counts neighbours too: the table says which), and the moments a person waits for.
 
-    .venv/bin/python bench/local_e2e.py --runs 5
+    .venv/bin/python bench/local_e2e.py --against /tmp/before --runs 5
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -15,23 +20,27 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
-RAYTUNE = str(Path(sys.executable).parent / "raytune")
+ROOT = Path(__file__).resolve().parents[1]
 STAMP = re.compile(r"^\[\s*([0-9.]+)s\] (.*)$")
+CPUACCT = Path("/sys/fs/cgroup/cpuacct")
+CLI = "import sys; from functions.cli import main; sys.exit(main())"  # raytune, from the code on PYTHONPATH
 
 
-def phases(stdout: str) -> dict[str, float]:
-    """Seconds from start at which each phase began, read off the progress lines."""
+def phases(console: str) -> dict[str, float]:
+    """Seconds from start at which each moment came, read off the console lines."""
     marks = {}
-    for line in stdout.splitlines():
+    for line in console.splitlines():
         match = STAMP.match(line)
         if not match:
             continue
         at, text = float(match.group(1)), match.group(2)
         if "is SUBMITTED" in text:
             marks.setdefault("submitted", at)
-        elif "  step " in text:
+        elif text.startswith("step "):
             marks.setdefault("first step", at)
             marks["last step"] = at
         elif "scaled down" in text:
@@ -39,36 +48,93 @@ def phases(stdout: str) -> dict[str, float]:
     return marks
 
 
-def one_run() -> dict:
-    with tempfile.TemporaryDirectory() as workdir, tempfile.TemporaryDirectory() as home:
+def machine_busy_s() -> float:
+    """Seconds of CPU the whole machine spent outside idle and iowait (/proc/stat)."""
+    fields = [int(value) for value in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    return (sum(fields) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
+
+
+@contextlib.contextmanager
+def cpu_meter() -> Iterator[tuple[dict, callable]]:
+    """(result, join): `join(pid)` puts a process (and so all it starts) in a cgroup of its own; result["cpu_s"] is
+    that cgroup's CPU time once the block ends, or the machine's busy time where no cgroup can be made."""
+    result: dict = {}
+    group = CPUACCT / f"raytune-bench-{uuid.uuid4().hex[:8]}"
+    try:
+        group.mkdir()
+    except OSError:
+        group = None
+    busy = machine_busy_s()
+
+    def join(pid: int) -> None:
+        if group is not None:
+            (group / "cgroup.procs").write_text(str(pid))
+
+    try:
+        yield result, join
+    finally:
+        if group is not None:
+            result["cpu_s"] = int((group / "cpuacct.usage").read_text()) / 1e9
+            result["cpu_of"] = "cgroup"
+            with contextlib.suppress(OSError):  # a process still in it keeps it: removed by the kernel later
+                group.rmdir()
+        else:
+            result["cpu_s"] = machine_busy_s() - busy
+            result["cpu_of"] = "machine"
+
+
+def one_run(root: Path) -> dict:
+    """The quickstart with `root`'s code (first on the path, its nodes and jobs given the same)."""
+    with tempfile.TemporaryDirectory() as workdir, tempfile.TemporaryDirectory() as home, cpu_meter() as (cpu, join):
+        env = {**os.environ, "HOME": home, "PYTHONPATH": str(root)}
         started = time.monotonic()
-        out = subprocess.run(
-            [RAYTUNE, "local", "--workdir", workdir],
-            capture_output=True,
+        proc = subprocess.Popen(
+            [sys.executable, "-c", CLI, "local", "--workdir", workdir],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
             text=True,
-            env={**os.environ, "HOME": home},
+            env=env,
             cwd=home,
-            timeout=900,
         )
+        join(proc.pid)
+        console, _ = proc.communicate(timeout=900)
         wall = time.monotonic() - started
-        if out.returncode != 0:
-            raise SystemExit(f"run failed:\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}")
+        if proc.returncode != 0:
+            raise SystemExit(f"run of {root} failed:\n{console[-4000:]}")
         record = json.loads(next((Path(workdir) / "records").glob("*.json")).read_text())
-        return {"wall_s": wall, "train_s": record["result"]["metrics"]["train_runtime_seconds"], **phases(out.stdout)}
+    train = record["result"]["metrics"]["train_runtime_seconds"]
+    return {"wall_s": wall, **cpu, "train_s": train, **phases(console)}
 
 
-def main() -> int:
+def table(samples: dict[str, list[dict]]) -> list[str]:
+    cores = os.cpu_count()
+    lines = [f"| measure (s; {cores} cores) | " + " | ".join(f"{v}: min / median / max" for v in samples) + " |"]
+    lines.append("|---" * (len(samples) + 1) + "|")
+    first = next(iter(samples.values()))
+    for key in [k for k in first[0] if k != "cpu_of"]:
+        cells = []
+        for runs in samples.values():
+            values = [run[key] for run in runs if key in run]
+            cells.append(f"{min(values):.1f} / {statistics.median(values):.1f} / {max(values):.1f}" if values else "-")
+        name = f"cpu ({first[0]['cpu_of']})" if key == "cpu_s" else key
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--runs", type=int, default=5)
-    args = parser.parse_args()
-    samples = []
-    for i in range(args.runs):
-        samples.append(one_run())
-        print(f"run {i + 1}: " + ", ".join(f"{k} {v:.1f}" for k, v in samples[-1].items()), flush=True)
-    print(f"\n| measure (s) | min | median | max |  ({args.runs} runs, {os.cpu_count()} cores)\n|---|---|---|---|")
-    for key in samples[0]:
-        values = [s[key] for s in samples if key in s]
-        print(f"| {key} | {min(values):.1f} | {statistics.median(values):.1f} | {max(values):.1f} |")
+    parser.add_argument("--against", type=Path, help="a checkout of the version to compare with")
+    args = parser.parse_args(argv)
+    versions = {"this": ROOT} | ({"against": args.against.resolve()} if args.against else {})
+    samples: dict[str, list[dict]] = {name: [] for name in versions}
+    for round_ in range(args.runs):
+        order = list(versions)
+        order = order[round_ % len(order) :] + order[: round_ % len(order)]
+        for name in order:
+            samples[name].append(one_run(versions[name]))
+            print(f"round {round_ + 1} {name}: " + ", ".join(f"{k} {v}" for k, v in samples[name][-1].items()))
+    print("\n".join(["", *table(samples)]))
     return 0
 
 
