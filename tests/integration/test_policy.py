@@ -99,7 +99,8 @@ def test_cancel_only_with_the_submitters_token_or_an_operators_key_through_pubsu
     assert h.ctx.store.get(run_id).state == State.SUBMITTED and not h.ctx.store.get(run_id).cancel_requested
     assert token not in json.dumps(h.ctx.store.get(run_id).model_dump(mode="json"))
     pubsub.publisher.publish(watch_topic, json.dumps({**cancel, "token": token}).encode()).result()
-    wait_for(lambda: h.ctx.store.get(run_id).state == State.CANCELLED)
+    # settled: its end published, which comes after its nodes are released (CANCELLED is written before that)
+    wait_for(lambda: h.ctx.store.get(run_id).state == State.CANCELLED and h.ctx.store.get(run_id).settled)
     assert h.kube.names("rayjobs") == [] and workers(h)["replicas"] == 0
 
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -98,9 +101,13 @@ def real_gemma3_processor():
 
     saved = CACHE / "gemma3-tokenizer"
     if not (saved / "tokenizer_config.json").exists():
-        path = gguf.assemble(CACHE / "gguf" / gguf.MODEL_NAME)
-        AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name).save_pretrained(saved)
-        path.unlink()
+        # Built aside and renamed into place: another test process may be building it at the same time.
+        CACHE.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=CACHE) as building:
+            path = gguf.assemble(Path(building) / "gguf" / gguf.MODEL_NAME)
+            AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name).save_pretrained(Path(building, "out"))
+            with contextlib.suppress(OSError):  # the other process renamed its copy first: the same tokenizer
+                os.rename(Path(building, "out"), saved)
     tokenizer = AutoTokenizer.from_pretrained(
         saved,
         extra_special_tokens={
