@@ -45,6 +45,19 @@ def _scrubbing_factory(make: Callable[..., logging.LogRecord]) -> Callable[..., 
     return factory
 
 
+class StdoutHandler(logging.StreamHandler):
+    """Writes to sys.stdout as it is when a record is emitted, not as it was at setup: whoever swaps it later
+    (a test's capture, a runtime's redirect) still gets the log lines."""
+
+    @property
+    def stream(self) -> Any:
+        return sys.stdout
+
+    @stream.setter
+    def stream(self, value: Any) -> None:
+        pass  # always sys.stdout
+
+
 def setup(level: int = logging.INFO) -> None:
     global _configured
     with _lock:
@@ -53,7 +66,7 @@ def setup(level: int = logging.INFO) -> None:
         logging.setLogRecordFactory(_scrubbing_factory(logging.getLogRecordFactory()))
         # A handler that fails must not print the raw record and traceback to stderr (unscrubbed) instead.
         logging.raiseExceptions = False
-        handler = logging.StreamHandler(sys.stdout)
+        handler = StdoutHandler()
         handler.setFormatter(JsonFormatter())
         root = logging.getLogger()
         root.addHandler(handler)
