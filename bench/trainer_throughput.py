@@ -80,6 +80,8 @@ def interleaved(names: list[str], repeats: int, run: Any) -> dict[str, list[dict
         order = names[round_ % len(names) :] + names[: round_ % len(names)]
         for name in order:
             results[name].append(run(name))
+            # each run as it ends (flushed): a run cut short by its time limit still leaves what it measured
+            print(f"round {round_ + 1} {name}: {json.dumps(results[name][-1])}", flush=True)
             gc.collect()
             _empty_cuda_cache()
     return results
