@@ -40,7 +40,7 @@ def phases(console: str) -> dict[str, float]:
         at, text = float(match.group(1)), match.group(2)
         if "is SUBMITTED" in text:
             marks.setdefault("submitted", at)
-        elif text.startswith("step "):
+        elif text.strip().startswith("step "):
             marks.setdefault("first step", at)
             marks["last step"] = at
         elif "scaled down" in text:
@@ -133,7 +133,9 @@ def main(argv: list[str] | None = None) -> int:
         order = order[round_ % len(order) :] + order[: round_ % len(order)]
         for name in order:
             samples[name].append(one_run(versions[name]))
-            print(f"round {round_ + 1} {name}: " + ", ".join(f"{k} {v}" for k, v in samples[name][-1].items()))
+            print(
+                f"round {round_ + 1} {name}: " + ", ".join(f"{k} {v}" for k, v in samples[name][-1].items()), flush=True
+            )
     print("\n".join(["", *table(samples)]))
     return 0
 

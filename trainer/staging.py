@@ -16,6 +16,8 @@ import json
 import logging
 import os
 import shutil
+import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -171,13 +173,31 @@ def _hub_on_node(spec: ModelSpec, storage_path: str, commit: str, folder: Path, 
         _mark(folder, fetch(staged, folder))
         return str(folder), f"from the staged copy {staged}"
     files = _from_hub(spec, commit, folder)
-    if stages:
-        try:
-            upload(folder, staged, files)
-        except Exception as exc:  # the run goes on from its own copy; the next one downloads from the Hub again
-            log.warning("cannot stage %s@%s under %s: %s", spec.id, commit, staged, exc)
     _mark(folder, files)
-    return str(folder), "from the Hub" + (f", staged as {staged}" if stages else "")
+    if stages:  # in the background: this run trains meanwhile; the job waits for it before it ends (finish)
+        thread = threading.Thread(target=_stage, args=(spec, commit, folder, staged, files), name="model-stage")
+        thread.start()
+        _staging.append(thread)
+    return str(folder), "from the Hub" + (f", staging a copy as {staged}" if stages else "")
+
+
+_staging: list[threading.Thread] = []  # uploads still running in this worker
+
+
+def _stage(spec: ModelSpec, commit: str, folder: Path, staged: str, files: dict[str, int]) -> None:
+    try:
+        upload(folder, staged, files)
+        log.info("staged %s@%s as %s", spec.id, commit, staged)
+    except Exception as exc:  # the run goes on from its own copy; the next one downloads from the Hub again
+        log.warning("cannot stage %s@%s under %s: %s", spec.id, commit, staged, exc)
+
+
+def finish(timeout_s: float = 1800) -> None:
+    """Wait for this worker's background staging (a worker that exits would cut it short, and a copy without
+    its marker is never used, so the next run would download from the Hub again)."""
+    deadline = time.monotonic() + timeout_s
+    while _staging:
+        _staging.pop().join(max(0.0, deadline - time.monotonic()))
 
 
 def _staged(uri: str) -> bool:

@@ -178,6 +178,7 @@ def train_loop(loop_config: dict) -> None:
         for module in ("trl", "peft", "ray.train.huggingface.transformers", "trainer.collator", "trainer.data"):
             importlib.import_module(module)
     from trainer import model as models
+    from trainer import staging
 
     output_dir = tempfile.mkdtemp(prefix=f"{loop_config['run_id']}-rank{context.get_world_rank()}-")
     os.environ["TENSORBOARD_LOGGING_DIR"] = os.path.join(output_dir, TENSORBOARD_DIR)
@@ -188,6 +189,7 @@ def train_loop(loop_config: dict) -> None:
     try:
         _train(loop_config, cfg, context, timeline, source, output_dir)
     finally:
+        staging.finish()  # a copy of the model this worker stages for the next runs, uploaded while it trained
         if cfg.model.id == TINY_MODEL and context.get_local_rank() == 0:
             shutil.rmtree(source, ignore_errors=True)  # built for this run (kept with its adapter)
         shutil.rmtree(output_dir, ignore_errors=True)  # Ray Train has copied what it keeps

@@ -28,6 +28,7 @@ import json, sys
 from functions.core.config import ModelSpec
 from trainer import staging
 source, origin = staging.on_node(ModelSpec(id=sys.argv[1]), sys.argv[2], stages=sys.argv[3] == "1")
+staging.finish()
 print(json.dumps([source, origin]))
 """
 
@@ -76,7 +77,7 @@ def test_the_first_run_stages_the_revision_and_later_runs_read_the_bucket_or_the
     assert [origin.split(",")[0] for _, origin in origins] == ["from the Hub", "from the Hub"]
     assert hub.served_bytes == 2 * weights_bytes(), "README.md and the like are not fetched"
     staged = f"gs://{bucket}/checkpoints/_models/{REPO}/{hub.commit}"
-    assert origins[0][1] == f"from the Hub, staged as {staged}"
+    assert origins[0][1] == f"from the Hub, staging a copy as {staged}"
     for source, _ in origins:
         assert {p.name for p in Path(source).iterdir()} >= set(FILES) - {"README.md"}
         for name, data in FILES.items():

@@ -181,6 +181,6 @@ def test_a_hub_model_is_fetched_once_per_node_and_staged_for_the_next_run(tmp_pa
     assert weights <= hub.served_bytes < 2 * weights, "one download for the node's two workers"
     staged = tmp_path / "store" / "_models" / "google/gemma-3-4b-it" / hub.commit
     assert json.loads((staged / MARKER).read_text())["files"]["model.safetensors"] == weights
-    assert f"model google/gemma-3-4b-it: from the Hub, staged as {staged}" in log.read_text()
+    assert f"model google/gemma-3-4b-it: from the Hub, staging a copy as {staged}" in log.read_text()
     result = json.loads((tmp_path / "store" / "hub-model" / "result.json").read_text())
     assert result["metrics"]["global_step"] == 2
