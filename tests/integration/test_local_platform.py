@@ -161,6 +161,23 @@ def test_a_driver_log_is_found_in_any_ray_session_of_the_workdir(tmp_path):
     assert live_driver_log(tmp_path, "r-1") == old and live_driver_log(tmp_path, "r-2") == new
 
 
+def alive_resources(platform: LocalRay) -> list[dict]:
+    """Ray's own view of the live nodes' resources, from a driver of that cluster (its token, its address only)."""
+    probe = (
+        f"import json, ray; ray.init(address='127.0.0.1:{platform.head.port}', log_to_driver=False); "
+        "print(json.dumps([n['Resources'] for n in ray.nodes() if n['Alive']]))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe],
+        env={**os.environ, **platform.env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    ).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
 def test_local_worker_groups_release_exactly_the_ended_runs_nodes(tmp_path):
     """Two runs' groups on one local Ray cluster (real `ray start` processes): ending one stops exactly its node,
     the other's keeps running (the same process), and Ray still sees the live run's resource."""
@@ -182,20 +199,7 @@ def test_local_worker_groups_release_exactly_the_ended_runs_nodes(tmp_path):
         assert platform.scale(cpu.cluster, workers, {a: 0, b: 1}, 3)
         assert ended.proc.poll() is not None and kept.proc.poll() is None, "only the ended run's node stopped"
         assert platform.workers(cpu.cluster).drained == frozenset({a})
-        # Ray's own view, from a driver of that cluster (its auth token, its address only).
-        probe = (
-            f"import json, ray; ray.init(address='127.0.0.1:{platform.head.port}', log_to_driver=False); "
-            "print(json.dumps([n['Resources'] for n in ray.nodes() if n['Alive']]))"
-        )
-        out = subprocess.run(
-            [sys.executable, "-c", probe],
-            env={**os.environ, **platform.env},
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=True,
-        ).stdout
-        alive = json.loads(out.strip().splitlines()[-1])
+        alive = alive_resources(platform)
         assert any(b in r for r in alive) and not any(a in r for r in alive), alive
     finally:
         platform.shutdown()
@@ -295,19 +299,7 @@ def test_a_groups_nodes_start_together_and_every_one_registers(tmp_path):
         assert platform.size(cpu, "run-a", None, {group: 2}, 1)
         first, second = platform.groups[group]
         assert abs(start_time(first.proc.pid) - start_time(second.proc.pid)) < 1.0, "started together"
-        probe = (
-            f"import json, ray; ray.init(address='127.0.0.1:{platform.head.port}', log_to_driver=False); "
-            "print(json.dumps([n['Resources'] for n in ray.nodes() if n['Alive']]))"
-        )
-        out = subprocess.run(
-            [sys.executable, "-c", probe],
-            env={**os.environ, **platform.env},
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=True,
-        ).stdout
-        alive = json.loads(out.strip().splitlines()[-1])
+        alive = alive_resources(platform)
         assert sum(group in resources for resources in alive) == 2, alive
         assert platform.scale(cpu.cluster, platform.workers(cpu.cluster), {group: 0}, 2)
         assert first.proc.poll() is not None and second.proc.poll() is not None
