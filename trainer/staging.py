@@ -138,8 +138,8 @@ def _from_hub(spec: ModelSpec, commit: str, target: Path) -> dict[str, int]:
 
 def on_node(spec: ModelSpec, storage_path: str | None, stages: bool) -> tuple[str, str]:
     """Make the model's files local on this node (the caller is its local rank 0); returns (folder or hub id,
-    where the files came from, for people). `stages`: this worker (global rank
-    0) uploads a snapshot fetched from the Hub, so the next run of this revision reads the bucket instead."""
+    where the files came from, for people). `stages`: this worker (global rank 0) uploads a snapshot fetched
+    from the Hub to the bucket of `storage_path`, so the next run of this revision reads it there instead."""
     if spec.id.startswith("gs://"):
         folder = node_cache() / "gs" / _digest(spec.id)
         with _held(folder):
@@ -148,11 +148,16 @@ def on_node(spec: ModelSpec, storage_path: str | None, stages: bool) -> tuple[st
             shutil.rmtree(folder, ignore_errors=True)
             _mark(folder, fetch(spec.id, folder))
             return str(folder), "copied to this node"
-    if spec.id.startswith("/") or storage_path is None or (commit := commit_of(spec)) is None:
-        return spec.id, "from the Hub (not staged: no commit or storage to stage it under)"
+    if spec.id.startswith("/"):
+        return spec.id, "a folder on this machine"
+    if (commit := commit_of(spec)) is None:
+        return spec.id, "from the Hub (its commit unknown: neither cached nor staged)"
     folder = node_cache() / "hub" / spec.id / commit
+    # Staged only where other machines read it, a bucket: a local run's storage is on this machine, whose cache
+    # already keeps the copy (a second copy in the workdir would only double 8.6 GB on its disk).
+    bucket = storage_path if storage_path and storage_path.startswith("gs://") else None
     with _held(folder):
-        return _hub_on_node(spec, storage_path, commit, folder, stages)
+        return _hub_on_node(spec, bucket, commit, folder, stages and bucket is not None)
 
 
 def _held(folder: Path) -> Any:
@@ -164,21 +169,21 @@ def _held(folder: Path) -> Any:
     return FileLock(f"{folder}.lock")
 
 
-def _hub_on_node(spec: ModelSpec, storage_path: str, commit: str, folder: Path, stages: bool) -> tuple[str, str]:
+def _hub_on_node(spec: ModelSpec, bucket: str | None, commit: str, folder: Path, stages: bool) -> tuple[str, str]:
     if _whole(folder):
         return str(folder), "from this node's cache"
     shutil.rmtree(folder, ignore_errors=True)
-    staged = stage_uri(storage_path, spec.id, commit)
-    if _staged(staged):
+    staged = stage_uri(bucket, spec.id, commit) if bucket else None
+    if staged and _staged(staged):
         _mark(folder, fetch(staged, folder))
         return str(folder), f"from the staged copy {staged}"
     files = _from_hub(spec, commit, folder)
     _mark(folder, files)
-    if stages:  # in the background: this run trains meanwhile; the job waits for it before it ends (finish)
+    if stages and staged:  # in the background: this run trains meanwhile; the job waits for it before it ends
         thread = threading.Thread(target=_stage, args=(spec, commit, folder, staged, files), name="model-stage")
         thread.start()
         _staging.append(thread)
-    return str(folder), "from the Hub" + (f", staging a copy as {staged}" if stages else "")
+    return str(folder), "from the Hub" + (f", staging a copy as {staged}" if stages and staged else "")
 
 
 _staging: list[threading.Thread] = []  # uploads still running in this worker

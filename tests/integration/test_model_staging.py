@@ -124,3 +124,13 @@ def test_a_gs_model_folder_is_copied_to_the_node_once(tmp_path, bucket, hub):
     assert origin == "copied to this node" and (Path(source) / "README.md").read_bytes() == FILES["README.md"]
     again = finished(node(tmp_path, "n", hub, f"gs://{bucket}/checkpoints", stages=True, model=model))
     assert again == (source, "from this node's cache")
+
+
+def test_a_local_runs_storage_gets_no_second_copy_the_machines_cache_keeps_it(tmp_path, hub):
+    """A workstation run's storage is a local folder: the model is downloaded once into this machine's cache
+    and reused from there; nothing is staged beside the checkpoints."""
+    storage = str(tmp_path / "checkpoints")
+    source, origin = finished(node(tmp_path, "n", hub, storage, stages=True))
+    assert origin == "from the Hub" and not (tmp_path / "checkpoints").exists()
+    assert finished(node(tmp_path, "n", hub, storage, stages=True)) == (source, "from this node's cache")
+    assert hub.served_bytes == weights_bytes()

@@ -153,10 +153,12 @@ def test_code_check_refuses_stale_code(tmp_path):
         check_code("0" * 64, wait_s=0)
 
 
-def test_a_hub_model_is_fetched_once_per_node_and_staged_for_the_next_run(tmp_path):
-    """A hub id through the whole job: the model's files (the tiny model, served by a Hub stand-in) reach the
-    node once, by local rank 0 while rank 1 waits; rank 0 stages them under the run's storage, and both ranks
-    train on that folder."""
+def test_a_hub_model_is_fetched_once_per_node_and_staged_for_the_next_run(tmp_path, bucket):
+    """A hub id through the whole job, its storage on the GCS emulator: the model's files (the tiny model, served by
+    a Hub stand-in) reach the node once, by local rank 0 while rank 1 waits; rank 0 stages them in the bucket
+    while it trains, and both ranks train on that folder."""
+    from google.cloud import storage
+
     from tests.fakes.hub_models import FakeModelHub
     from trainer import tiny
     from trainer.staging import MARKER
@@ -164,8 +166,13 @@ def test_a_hub_model_is_fetched_once_per_node_and_staged_for_the_next_run(tmp_pa
     folder = tiny.save(tmp_path / "tiny")
     files = {path.name: path.read_bytes() for path in folder.iterdir() if path.is_file()}
     hub = FakeModelHub("google/gemma-3-4b-it", files)
-    cfg = tiny_config(tmp_path / "store", max_steps=2, epochs=1)
-    cfg = cfg.model_copy(update={"model": cfg.model.model_copy(update={"id": "google/gemma-3-4b-it"})})
+    cfg = tiny_config(tmp_path / "unused", max_steps=2, epochs=1)
+    cfg = cfg.model_copy(
+        update={
+            "model": cfg.model.model_copy(update={"id": "google/gemma-3-4b-it"}),
+            "storage_path": f"gs://{bucket}/checkpoints",
+        }
+    )
     log = tmp_path / "job.log"
     env = {
         "HF_ENDPOINT": hub.url,
@@ -179,8 +186,10 @@ def test_a_hub_model_is_fetched_once_per_node_and_staged_for_the_next_run(tmp_pa
         hub.shutdown()
     weights = len(files["model.safetensors"])
     assert weights <= hub.served_bytes < 2 * weights, "one download for the node's two workers"
-    staged = tmp_path / "store" / "_models" / "google/gemma-3-4b-it" / hub.commit
-    assert json.loads((staged / MARKER).read_text())["files"]["model.safetensors"] == weights
-    assert f"model google/gemma-3-4b-it: from the Hub, staging a copy as {staged}" in log.read_text()
-    result = json.loads((tmp_path / "store" / "hub-model" / "result.json").read_text())
+    staged = f"checkpoints/_models/google/gemma-3-4b-it/{hub.commit}"
+    gcs = storage.Client().bucket(bucket)
+    assert json.loads(gcs.blob(f"{staged}/{MARKER}").download_as_bytes())["files"]["model.safetensors"] == weights
+    assert gcs.blob(f"{staged}/model.safetensors").download_as_bytes() == files["model.safetensors"]
+    assert f"model google/gemma-3-4b-it: from the Hub, staging a copy as gs://{bucket}/{staged}" in log.read_text()
+    result = json.loads(gcs.blob("checkpoints/hub-model/result.json").download_as_bytes())
     assert result["metrics"]["global_step"] == 2
