@@ -46,16 +46,17 @@ def _scrubbing_factory(make: Callable[..., logging.LogRecord]) -> Callable[..., 
 
 
 class StdoutHandler(logging.StreamHandler):
-    """Writes to sys.stdout as it is when a record is emitted, not as it was at setup: whoever swaps it later
-    (a test's capture, a runtime's redirect) still gets the log lines."""
+    """Writes to the process's own standard output (file descriptor 1, what Cloud Logging collects), whatever
+    sys.stdout was when it was set up: a stream swapped in for a while (a test's capture of one command's
+    output) neither receives the log lines nor, once gone, swallows them."""
 
     @property
     def stream(self) -> Any:
-        return sys.stdout
+        return sys.__stdout__
 
     @stream.setter
     def stream(self, value: Any) -> None:
-        pass  # always sys.stdout
+        pass  # always the process's own
 
 
 def setup(level: int = logging.INFO) -> None:
