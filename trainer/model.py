@@ -13,7 +13,7 @@ from functions.core.config import LoraSpec, ModelSpec, TrainingSpec
 def resolve_source(spec: ModelSpec, workdir: str | None = None) -> str:
     """Where from_pretrained loads the model and processor: the hub id or path, or for tiny://gemma3 a
     folder the tiny model is saved to first, so it loads through the same path (dtype, attention,
-    quantization) as a hub model. Outside torch.distributed: under it only rank 0 saves (shared_source)."""
+    quantization) as a hub model. Outside torch.distributed: under it only rank 0 saves (node_source)."""
     if spec.id != TINY:
         return spec.id
     import tempfile
@@ -27,24 +27,18 @@ def resolve_source(spec: ModelSpec, workdir: str | None = None) -> str:
 def node_source(spec: ModelSpec, storage_path: str | None, tiny_folder: str, context: Any) -> tuple[str, str]:
     """What a training worker loads from, and where its files came from. tiny://gemma3 is built on each node by
     its local rank 0 (transformers saves on rank 0 only) into a folder of the node's own while the node's other
-    workers wait at a barrier, so the driver never imports transformers for it; anything else is made local to
-    the node by trainer/staging.py."""
-    if spec.id != TINY:
-        from trainer import staging
+    workers wait, so the driver never imports transformers for it; anything else is made local to the node by
+    trainer/staging.py."""
+    from trainer import staging
 
+    if spec.id != TINY:
         return staging.shared(spec, storage_path, context)
     from pathlib import Path
 
-    import torch.distributed as dist
-
     from trainer import tiny
 
-    folder = f"{tiny_folder}-node{context.get_node_rank()}"
-    if context.get_local_rank() == 0:
-        tiny.save(Path(folder))
-    if dist.is_available() and dist.is_initialized():
-        dist.barrier()
-    return folder, "built on this node"
+    folder = Path(f"{tiny_folder}-node{context.get_node_rank()}")
+    return staging.once_per_node(context, lambda: (str(tiny.save(folder)), "built on this node"))
 
 
 def load_processor(spec: ModelSpec, source: str):

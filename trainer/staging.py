@@ -11,6 +11,7 @@ network once per node."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -18,6 +19,7 @@ import os
 import shutil
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -81,22 +83,21 @@ def fetch(uri: str, target: Path) -> dict[str, int]:
         for info in listing
         if info.type == pafs.FileType.File and not info.path.endswith(MARKER)
     }
-    ranges = []
-    for name, size in files.items():
-        (target / name).parent.mkdir(parents=True, exist_ok=True)
-        with open(target / name, "wb") as out:
+    with contextlib.ExitStack() as opened, ThreadPoolExecutor(STREAMS, thread_name_prefix="model-fetch") as pool:
+        pieces = []
+        for name, size in files.items():
+            (target / name).parent.mkdir(parents=True, exist_ok=True)
+            out = opened.enter_context(open(target / name, "wb"))
             out.truncate(size)
-        ranges += [(name, offset, min(CHUNK, size - offset)) for offset in range(0, size, CHUNK)]
+            # one handle a file on each side: pyarrow's read_at and os.pwrite are safe from many threads
+            source = opened.enter_context(fs.open_input_file(f"{root}/{name}"))
+            pieces += [(source, out.fileno(), offset, min(CHUNK, size - offset)) for offset in range(0, size, CHUNK)]
 
-    def read(piece: tuple[str, int, int]) -> None:
-        name, offset, length = piece
-        with fs.open_input_file(f"{root}/{name}") as source:
-            data = source.read_at(length, offset)
-        with open(target / name, "r+b") as out:
-            os.pwrite(out.fileno(), data, offset)
+        def copy(piece: tuple[Any, int, int, int]) -> None:
+            source, fd, offset, length = piece
+            os.pwrite(fd, source.read_at(length, offset), offset)
 
-    with ThreadPoolExecutor(max_workers=STREAMS, thread_name_prefix="model-fetch") as pool:
-        list(pool.map(read, ranges))
+        list(pool.map(copy, pieces))
     return files
 
 
@@ -115,11 +116,15 @@ def upload(folder: Path, uri: str, files: dict[str, int]) -> None:
     with ThreadPoolExecutor(max_workers=8, thread_name_prefix="model-stage") as pool:
         list(pool.map(put, files))
     with fs.open_output_stream(f"{root}/{MARKER}") as out:
-        out.write(json.dumps({"files": files}).encode())
+        out.write(_marker(files))
+
+
+def _marker(files: dict[str, int]) -> bytes:
+    return json.dumps({"files": files}).encode()
 
 
 def _mark(folder: Path, files: dict[str, int]) -> None:
-    (folder / MARKER).write_text(json.dumps({"files": files}))
+    (folder / MARKER).write_bytes(_marker(files))
 
 
 def _from_hub(spec: ModelSpec, commit: str, target: Path) -> dict[str, int]:
@@ -215,16 +220,19 @@ def _staged(uri: str) -> bool:
 
 
 def shared(spec: ModelSpec, storage_path: str | None, context: Any) -> tuple[str, str]:
-    """on_node for every worker of a node: local rank 0 fetches, the node's others wait at a barrier and load the
-    same folder. Returns (source for from_pretrained, where it came from)."""
+    """on_node for every worker of a node. Returns (source for from_pretrained, where it came from)."""
+    return once_per_node(context, lambda: on_node(spec, storage_path, stages=context.get_world_rank() == 0))
+
+
+def once_per_node(context: Any, make: Callable[[], tuple[str, str]]) -> tuple[str, str]:
+    """`make` run by the node's local rank 0 while the node's other workers wait; every worker gets its node's
+    answer (gathered by all ranks, each takes its own node's)."""
     import torch.distributed as dist
 
-    fetched: list[Any] = [None, None]
-    if context.get_local_rank() == 0:
-        fetched = list(on_node(spec, storage_path, stages=context.get_world_rank() == 0))
-    if dist.is_available() and dist.is_initialized():
-        # every rank learns its node's answer: gathered by all, each takes its own node's local rank 0
-        gathered: list[Any] = [None] * dist.get_world_size()
-        dist.all_gather_object(gathered, (context.get_node_rank(), fetched))
-        fetched = next(f for node, f in gathered if node == context.get_node_rank() and f[0] is not None)
-    return fetched[0], fetched[1]
+    made: tuple[str, str] | None = make() if context.get_local_rank() == 0 else None
+    if not (dist.is_available() and dist.is_initialized()):
+        assert made is not None, "a single worker is its node's local rank 0"
+        return made
+    gathered: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(gathered, (context.get_node_rank(), made))
+    return next(answer for node, answer in gathered if node == context.get_node_rank() and answer is not None)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import datetime as dt
 import enum
+import itertools
 from typing import Any
 
 from pydantic import BaseModel, Field, PrivateAttr, field_serializer, model_validator
@@ -190,7 +191,7 @@ class RunRecord(BaseModel):
         """Seconds in each state the run passed through, in order (a state entered again adds to its sum), and
         the job's own phases as its result reports them."""
         spans: dict[str, float] = {}
-        for entered, left in zip(self.history, self.history[1:], strict=False):
+        for entered, left in itertools.pairwise(self.history):
             spans[entered.state.value] = round(
                 spans.get(entered.state.value, 0.0) + (left.at - entered.at).total_seconds(), 2
             )

@@ -58,8 +58,9 @@ logger = logging.getLogger(__name__)
 
 
 class NodeDidNotStart(TransientError):
-    """A `ray start` exited or timed out before it said it was up, START_ATTEMPTS times: transient (a machine that busy may
-    not be a minute later), so the submission is tried again on the next tick instead of failing the run."""
+    """A `ray start` exited or timed out before it said it was up, START_ATTEMPTS times: transient (a machine
+    that busy may not be a minute later), so the submission is tried again on the next tick instead of failing
+    the run."""
 
 
 def _last_line(log: Path, since: int) -> str:
