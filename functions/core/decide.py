@@ -96,6 +96,7 @@ class Facts:
     stuck: str | None = None  # why a waiting job waits, from its pods and their Events (when known)
     job_stopped: bool = False  # after STOP_JOB
     scaled: bool = False  # after SCALE_DOWN
+    tick_releases: bool = False  # the watch tick releases ended runs' nodes once per RayCluster, then settles them
     promotion: Promotion | None = None  # after CONCLUDE
     error: str | None = None  # a permanent controller error while handling the run
 
@@ -123,12 +124,12 @@ def _after_end(record: RunRecord, facts: Facts) -> Step:
     touched = facts.submitted is not None or facts.submit_error is not None
     if facts.submitted is not None and not facts.job_stopped:
         return Step(Action.STOP_JOB)
-    if touched and not facts.scaled:
-        return Step(Action.SCALE_DOWN)
+    releasing = touched or (record.may_hold_nodes and not record.settled)
+    if releasing and not facts.scaled:
+        # Never settled (its end published, its record no longer watched) before its nodes are released.
+        return NOTHING if facts.tick_releases else Step(Action.SCALE_DOWN)
     if record.settled:
         return NOTHING
-    if record.may_hold_nodes and not facts.scaled:
-        return Step(Action.SCALE_DOWN)
     if needs_conclusion(record):
         if facts.promotion is None:
             return Step(Action.CONCLUDE)

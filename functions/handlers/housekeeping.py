@@ -21,10 +21,14 @@ log = logging.getLogger(__name__)
 
 
 def tidy(
-    ctx: Context, live: list[RunRecord], surveyed: dict[tuple[str, str, str], list[Leftover]] | None = None
+    ctx: Context,
+    live: list[RunRecord],
+    surveyed: dict[tuple[str, str, str], list[Leftover]] | None = None,
+    ended: set[str] | frozenset[str] = frozenset(),
 ) -> list[Exception]:
     """Idle teardown and leak sweep; each cluster's trouble is returned so one cannot stall the others. `surveyed`:
-    the Ray objects the tick listed at its start, by namespace (the others are listed here)."""
+    the Ray objects the tick listed at its start, by namespace (the others are listed here); `ended`: the RayJobs
+    of runs that ended in this tick, which that listing may show still running."""
     troubles: list[Exception] = []
     allocs = ctx.allocations.all()
     for alloc in allocs:
@@ -50,7 +54,7 @@ def tidy(
             found = (surveyed or {}).get((region, gke, namespace))
             if found is None:
                 found = ctx.platform.leftovers(spec)
-            sweep(ctx, spec, found, {k[3] for k in known if k[:3] == (region, gke, namespace)}, live_jobs)
+            sweep(ctx, spec, found, {k[3] for k in known if k[:3] == (region, gke, namespace)}, live_jobs, ended)
         except Exception as exc:
             log.warning("%s/%s: leak sweep failed: %s", gke, namespace, describe(exc))
             troubles.append(exc)
@@ -85,7 +89,14 @@ def teardown(ctx: Context, alloc: Allocation, attempts: int = 3) -> None:
     )
 
 
-def sweep(ctx: Context, spec: ClusterSpec, found: list[Leftover], sized: set[str], live: set[str]) -> None:
+def sweep(
+    ctx: Context,
+    spec: ClusterSpec,
+    found: list[Leftover],
+    sized: set[str],
+    live: set[str],
+    ended: set[str] | frozenset[str] = frozenset(),
+) -> None:
     """Of `found` (the leftovers the tick listed), stop RayJobs that are not the current attempt of a live run (`live`: their names; a finished run's RayJob,
     or a retried run's earlier one, is removed quietly; a running one with no live run is a leak) and delete RayClusters of this deployment it has no allocation for. Only objects
     labelled with this deployment (its runs bucket) are looked at, and each is checked against fresh state
@@ -112,7 +123,7 @@ def sweep(ctx: Context, spec: ClusterSpec, found: list[Leftover], sized: set[str
             if record is None and young(leftover):
                 continue
             ctx.platform.stop(spec, leftover.name)
-            if leftover.active or record is None:
+            if (leftover.active and leftover.name not in ended) or record is None:
                 why = (
                     "its run has no record"
                     if record is None

@@ -86,27 +86,31 @@ def request_retry(ctx: Context, run_id: str, by: str) -> RunRecord | None:
     return record
 
 
-def reconcile_one(ctx: Context, record: RunRecord, listed: dict[str, dict] | None = None) -> RunRecord | Exception:
-    """One run's steps; its trouble is returned, never raised, so it cannot stall the others. Its cluster
-    is sized once after the tick (reconcile_all), not once per ended run."""
+def reconcile_one(
+    ctx: Context, record: RunRecord, listed: dict[str, dict] | None = None, released: bool = False
+) -> RunRecord | Exception:
+    """One run's steps; its trouble is returned, never raised, so it cannot stall the others. An ended run's
+    nodes are released by the tick once per RayCluster (reconcile_all), not once per run: it settles in the
+    tick's second pass (`released`), so its end is never published before its nodes are released."""
+    facts = Facts(now=ctx.clock(), tick_releases=True, scaled=released)
     try:
-        return steps.run(ctx, record, Facts(now=ctx.clock(), scaled=True), listed)
+        return steps.run(ctx, record, facts, listed)
     except Exception as exc:
         if is_transient(exc):
             log.warning("%s: transient error, next tick retries: %s", record.run_id, exc)
             return exc
         log.exception("%s: permanent controller error", record.run_id)
         try:
-            return steps.run(ctx, record, Facts(now=ctx.clock(), scaled=True, error=describe(exc)))
+            return steps.run(ctx, record, facts.learned(error=describe(exc)))
         except Exception as again:
             return again
 
 
 def reconcile_all(ctx: Context) -> list[RunRecord]:
     """Every live run at once (a hung call holds one worker thread, not the tick); then each RayCluster a run
-    of this tick ended on releases its nodes (runs that ended together each saw the others live) and its queued
-    runs get their turn; then every RayCluster is sized to its allocation, idle ones deleted and leaked Ray
-    objects cleaned up (housekeeping.tidy)."""
+    of this tick ended on releases its nodes (runs that ended together each saw the others live), and in a
+    second pass its ended runs settle and its queued runs get their turn; then every RayCluster is sized to its
+    allocation, idle ones deleted and leaked Ray objects cleaned up (housekeeping.tidy)."""
     quarantined: list[tuple[str, str]] = []
     records = ctx.store.active(now=ctx.clock(), quarantined=quarantined)
     for run_id, why in quarantined:
@@ -127,19 +131,30 @@ def reconcile_all(ctx: Context) -> list[RunRecord]:
     ended = {
         cluster_key(cfg): cfg for cfg in (r.run_config() for r in reconciled if r.state.terminal and r.may_hold_nodes)
     }
-    for cfg in ended.values():
+    released = set()
+    for key, cfg in ended.items():
         try:
-            sizing.release(ctx, cfg.cluster, sync=False)
-        except Exception as exc:
+            sizing.release(ctx, cfg.cluster)
+            released.add(key)
+        except Exception as exc:  # its ended runs stay unsettled: the next tick releases them again
             outcomes.append(exc)
-    waiting = [r for r in reconciled if r.state == State.QUEUED and cluster_key(r.run_config()) in ended]
-    if waiting:  # nodes were just released: the queue moves in this tick
-        again = _each(ctx, [_readable(ctx, r.run_id) or r for r in waiting])
+    second = [
+        r
+        for r in reconciled
+        if (r.state == State.QUEUED or (r.state.terminal and not r.settled))
+        and r.config is not None
+        and cluster_key(r.run_config()) in released
+    ]
+    if second:
+        again = _each(ctx, [_readable(ctx, r.run_id) or r for r in second], released=True)
         moved = {o.run_id: o for o in again if isinstance(o, RunRecord)}
         reconciled = [moved.get(r.run_id, r) for r in reconciled]
         outcomes += [o for o in again if isinstance(o, Exception)]
-    # tidy sizes every RayCluster's groups to its allocation: the ended runs' groups go to zero there.
-    outcomes += housekeeping.tidy(ctx, [r for r in reconciled if not r.state.terminal], surveyed)
+    # tidy sizes every RayCluster's groups to its allocation and sweeps what no live run owns; the jobs of runs
+    # that ended in this tick were listed before they ended: removed there without a leak report.
+    live = [r for r in reconciled if not r.state.terminal]
+    ended_jobs = {r.job_name for r in reconciled if r.state.terminal}
+    outcomes += housekeeping.tidy(ctx, live, surveyed, ended_jobs)
     failures = [o for o in outcomes if isinstance(o, Exception)]
     if any(is_transient(f) for f in failures):
         raise next(f for f in failures if is_transient(f))
@@ -182,8 +197,10 @@ def survey(ctx: Context, records: list[RunRecord]) -> dict[Namespace, list[Lefto
     return {key: leftovers for key, leftovers in found.items() if leftovers is not None}
 
 
-def _each(ctx: Context, records: list[RunRecord], listed: dict[str, dict] | None = None) -> list[RunRecord | Exception]:
+def _each(
+    ctx: Context, records: list[RunRecord], listed: dict[str, dict] | None = None, released: bool = False
+) -> list[RunRecord | Exception]:
     if not records:
         return []
     with ThreadPoolExecutor(max_workers=min(PARALLEL_RUNS, len(records))) as pool:
-        return list(pool.map(lambda record: reconcile_one(ctx, record, listed), records))
+        return list(pool.map(lambda record: reconcile_one(ctx, record, listed, released), records))

@@ -345,7 +345,9 @@ def test_cancel_stops_the_rayjob(controller, functions_server, bucket):
     watch(functions_server, {"kind": "cancel", "run_id": run_id})
     record = h.ctx.store.get(run_id)
     assert record.state == State.CANCELLED and h.kube.names("rayjobs") == []
-    assert workers(h)["replicas"] == 0
+    assert workers(h)["replicas"] == 0 and record.settled
+    # the tick listed the job before it stopped it: not a leak
+    assert h.events_of("leak") == [] and len(h.events_of("run-finished")) == 1
 
 
 def test_hung_initializing_job_fails_at_the_deadline(controller, functions_server, bucket):

@@ -96,6 +96,27 @@ def test_a_permanent_failure_after_the_cluster_apply_releases_the_workers(contro
     assert workers(h)["replicas"] == 0  # invariant 2: the RayCluster apply had scaled it to 2
 
 
+def test_a_run_settles_only_after_its_workers_are_released(controller, bucket):
+    """The tick releases each RayCluster once after its runs' steps, then settles the runs that ended there: a
+    scale-down the API refuses leaves the run ended but unsettled (still watched, no run-finished event), and the
+    next tick releases its workers, then publishes its end."""
+    h = controller
+    run = launch(h, bucket, "release-first")
+    h.kube.set_status("rayjobs", run.run_id, DONE)
+    h.kube.fail("PATCH", "/rayclusters/", 503, times=50)
+    try:
+        tick(h)
+    except Exception:
+        pass  # transient: Pub/Sub delivers the tick again
+    ended = h.ctx.store.get(run.run_id)
+    assert ended.state == State.SUCCEEDED and not ended.settled and workers(h)["replicas"] == 2
+    assert h.events_of("run-finished") == []
+    h.kube.faults.clear()
+    tick(h)
+    assert h.ctx.store.get(run.run_id).settled and workers(h)["replicas"] == 0
+    assert [e["run_id"] for e in h.events_of("run-finished")] == [run.run_id] and h.events_of("leak") == []
+
+
 def test_runs_ending_in_one_tick_leave_no_workers(controller, bucket):
     h = controller
     roomy = {**QUICK, "scaling": {"nodes": 2}, "cluster": {"max_worker_nodes": 8}}

@@ -512,6 +512,23 @@ AFTER_THE_END = [
     ("rejected: settle only", record(S.REJECTED), dict(handler="launch", created=True), A.SETTLE, None, None),
     ("failed before submission: release its place", record(S.FAILED), {}, A.SCALE_DOWN, None, None),
     ("released: settle", record(S.FAILED), dict(scaled=True), A.SETTLE, None, None),
+    (
+        "the tick releases after its runs: wait",
+        record(S.SUCCEEDED, submitted=50),
+        dict(tick_releases=True),
+        A.NOTHING,
+        None,
+        None,
+    ),
+    (
+        "released by the tick: settle",
+        record(S.SUCCEEDED, submitted=50),
+        dict(tick_releases=True, scaled=True),
+        A.SETTLE,
+        None,
+        None,
+    ),
+    ("rejected: nothing to release, settle", record(S.REJECTED), dict(tick_releases=True), A.SETTLE, None, None),
     ("settled: nothing", record(S.CANCELLED, submitted=5, settled=True), {}, A.NOTHING, None, None),
     (
         "cancelled while this handler applied the job: stop it",
@@ -607,6 +624,7 @@ JOBS = st.one_of(
     unchanged=st.booleans(),
     evaluated=st.booleans(),
     lost_nodes=st.booleans(),
+    tick=st.booleans(),
 )
 def test_the_loop_ends_legally(
     state,
@@ -624,6 +642,7 @@ def test_the_loop_ends_legally(
     unchanged,
     evaluated,
     lost_nodes,
+    tick,
 ):
     on_cluster = state in (S.SUBMITTED, S.RUNNING) or (
         state.terminal and state not in (S.REJECTED, S.SKIPPED) and reached
@@ -638,11 +657,17 @@ def test_the_loop_ends_legally(
         config=EVALUATED if evaluated else CONFIG,
         inputs=CHANGED if nightly and state != S.RECEIVED else None,  # fingerprinted while RECEIVED
     )
-    facts = Facts(now=NOW, handler=handler, created=created and state == S.RECEIVED)
+    # `tick`: the watch tick's way, which releases each RayCluster once after its runs' steps, then settles them
+    tick = tick and handler == "watch"
+    facts = Facts(now=NOW, handler=handler, created=created and state == S.RECEIVED, tick_releases=tick)
     actions = []
     for _ in range(16):
         step = decide(run, facts)
         actions.append(step.action)
+        if step.action is A.NOTHING and tick and run.state.terminal and not run.settled and not facts.scaled:
+            actions[-1] = A.SCALE_DOWN  # what the tick does between its two passes
+            facts = facts.learned(scaled=True)
+            continue
         if step.action is A.NOTHING:
             break
         if step.action is A.MOVE:
