@@ -162,6 +162,8 @@ class LocalRay:
             "RAY_AUTH_MODE": "token",
             "RAY_AUTH_TOKEN_PATH": str(auth_token(workdir)),
             "RAY_TMPDIR": self.ray_tmp,
+            # What the cluster's processes make in the temp folder goes with the cluster, even a killed worker's.
+            "TMPDIR": session.scratch(self.ray_tmp),
             "RAY_USAGE_STATS_ENABLED": "0",
             "PYTHONPATH": str(ROOT),  # every process of the cluster imports this checkout's trainer
             # Ray Train's preemption watcher polls for the nodes GKE drains; a local node is never drained.

@@ -31,6 +31,13 @@ def new_ray_tmp() -> str:
     return tempfile.mkdtemp(prefix=RAY_TMP_PREFIX, dir="/tmp")
 
 
+def scratch(ray_tmp: str) -> str:
+    """The cluster's processes' temp folder (TMPDIR), inside its Ray folder: removed with it."""
+    path = Path(ray_tmp) / "tmp"
+    path.mkdir(exist_ok=True)
+    return str(path)
+
+
 def write(workdir: Path, session: Session) -> None:
     _path(workdir).parent.mkdir(parents=True, exist_ok=True)
     _path(workdir).write_text(json.dumps(asdict(session)))

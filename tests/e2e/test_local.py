@@ -10,6 +10,7 @@ import re
 import signal
 import socket
 import subprocess
+import tempfile
 import sys
 import time
 import uuid
@@ -202,6 +203,8 @@ def test_an_interrupt_at_any_moment_leaves_nothing_behind(tmp_path, phase, trigg
     [record_file] = (tmp_path / "w" / "records").glob("*.json")
     record = json.loads(record_file.read_text())
     assert record["state"] == state and record["settled"], record
+    # a killed worker's scratch folder went with the cluster's Ray folder
+    assert not list(Path(tempfile.gettempdir()).glob(f"{record['run_id']}-rank*"))
     if state == "CANCELLED":
         assert f"interrupted ({signal.Signals(sig).name})" in record["reason"]
         assert f"interrupted ({signal.Signals(sig).name})" in text
