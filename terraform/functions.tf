@@ -12,6 +12,7 @@ locals {
     RAYTUNE_CREATE_CLUSTERS  = tostring(var.functions_create_clusters)
     RAYTUNE_NETWORK          = var.network
     RAYTUNE_SWEEP_GRACE_S    = tostring(var.sweep_grace_seconds)
+    RAYTUNE_RETRY_BACKOFF_S  = tostring(var.retry_backoff_seconds)
     # The operator policy (policy.tf): what a config or message may touch.
     RAYTUNE_POLICY_NAMESPACES         = join(",", var.policy_namespaces)
     RAYTUNE_POLICY_RAY_CLUSTER_PREFIX = var.policy_ray_cluster_prefix

@@ -125,6 +125,12 @@ variable "operators" {
   default     = []
 }
 
+variable "retry_backoff_seconds" {
+  description = "How long a run that lost its nodes (or, a nightly, failed for a cause that may pass) waits before its next attempt; doubled for each attempt after, at most 15 minutes."
+  type        = number
+  default     = 60
+}
+
 variable "sweep_grace_seconds" {
   description = "The leak sweep leaves RayJobs and RayClusters of this deployment that no run record accounts for alone this long after their creation."
   type        = number

@@ -39,9 +39,9 @@ JOB_SUMMARY_KEYS = ("jobStatus", "jobDeploymentStatus", "reason", "message", "st
 RETRY_BACKOFF_SECONDS = (60, 900)
 
 
-def retry_backoff(attempt: int) -> int:
-    first, most = RETRY_BACKOFF_SECONDS
-    return int(min(most, first * 2 ** max(0, attempt - 2)))
+def retry_backoff(attempt: int, first: int = RETRY_BACKOFF_SECONDS[0]) -> int:
+    """The wait before `attempt` (2 is the first retry): `first`, doubling, at most RETRY_BACKOFF_SECONDS[1]."""
+    return int(min(RETRY_BACKOFF_SECONDS[1], first * 2 ** max(0, attempt - 2)))
 
 
 class Action(enum.Enum):
@@ -96,6 +96,7 @@ class Facts:
     stuck: str | None = None  # why a waiting job waits, from its pods and their Events (when known)
     job_stopped: bool = False  # after STOP_JOB
     scaled: bool = False  # after SCALE_DOWN
+    retry_backoff_s: int = RETRY_BACKOFF_SECONDS[0]  # the deployment's first backoff before a run's next attempt
     tick_releases: bool = False  # the watch tick releases ended runs' nodes once per RayCluster, then settles them
     promotion: Promotion | None = None  # after CONCLUDE
     error: str | None = None  # a permanent controller error while handling the run
@@ -331,7 +332,7 @@ def _again(
             job=summary,
             collect_result=True,
         )
-    backoff = retry_backoff(number + 1)
+    backoff = retry_backoff(number + 1, facts.retry_backoff_s)
     now = facts.now
     attempts = [
         *record.closed_attempts(now, outcome, lost, _held_now(record, now)),

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from functions.core.config import RunConfig
+from functions.core.decide import RETRY_BACKOFF_SECONDS
 from functions.core.policy import Confined, Policy
 
 RUNS_BUCKET_DATASETS = "datasets/"  # where datasets staged in the runs bucket go: the trainer reads them
@@ -29,6 +30,7 @@ class Settings:
     create_clusters: bool = False  # the functions may create GKE clusters and enable the Ray operator
     network: str = "default"  # the VPC network of clusters the functions create
     sweep_grace_s: int = 600  # the leak sweep leaves RayJobs and RayClusters younger than this alone
+    retry_backoff_s: int = RETRY_BACKOFF_SECONDS[0]  # before a run's second attempt (doubling after)
 
     @property
     def default_storage(self) -> str:
@@ -81,6 +83,7 @@ class Settings:
             create_clusters=env.get("RAYTUNE_CREATE_CLUSTERS", "").lower() == "true",
             network=env.get("RAYTUNE_NETWORK") or "default",
             sweep_grace_s=int(env.get("RAYTUNE_SWEEP_GRACE_S") or 600),
+            retry_backoff_s=int(env.get("RAYTUNE_RETRY_BACKOFF_S") or RETRY_BACKOFF_SECONDS[0]),
         )
 
 

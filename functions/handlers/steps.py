@@ -28,6 +28,7 @@ def run(ctx: Context, record: RunRecord, facts: Facts, listed: dict[str, dict[st
     """Act on one run until the decision is NOTHING; returns the record as last written or read. `listed`: the
     tick's listing of RayJob statuses by name; the run's job is taken from it at its first look (after a step of
     this tick changed it, it is read again)."""
+    facts = facts.learned(retry_backoff_s=ctx.settings.retry_backoff_s)
     for _ in range(MAX_STEPS):
         step = decisions.decide(record, facts)
         if step.action is Action.NOTHING:

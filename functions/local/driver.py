@@ -45,6 +45,7 @@ log = logging.getLogger(__name__)
 BUCKET = "raytune-local"
 EVENTS_TOPIC = "local/run-events"
 TICK_S = 1.0
+LOCAL_RETRY_BACKOFF_S = 2
 STALLED_S = 600.0  # of ticks failing on transient errors only, before the run is given up
 QUICKSTART = Path(__file__).with_name("quickstart.json")
 DEFAULT_WORKDIR = Path(".raytune/local")
@@ -457,6 +458,8 @@ def _run(
             hf_token=os.environ.get("HF_TOKEN") or None,
             checkpoints=str(checkpoints),
             policy=Policy.unrestricted(),
+            # A local node lost is a process that died, not a reclaimed VM that rarely comes back at once.
+            retry_backoff_s=LOCAL_RETRY_BACKOFF_S,
         )
         ctx = Context(
             settings=settings, store=RunStore(Bucket(BUCKET)), platform=platform, publisher=ConsolePublisher(say)

@@ -10,8 +10,8 @@ import re
 import signal
 import socket
 import subprocess
-import tempfile
 import sys
+import tempfile
 import time
 import uuid
 from contextlib import ExitStack

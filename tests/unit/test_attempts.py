@@ -243,3 +243,12 @@ def test_a_nightly_that_failed_for_a_cause_that_may_pass_gets_another_attempt(me
     if retried:
         assert "attempt 1 of 3 failed for a cause that may pass" in step.reason
         assert step.attempts[1].by == "transient failure" and step.attempts[0].outcome.startswith("failed: ")
+
+
+def test_the_deployments_backoff_is_the_first_wait():
+    """RAYTUNE_RETRY_BACKOFF_S (a local run: 2 s, its lost node is a process, not a reclaimed VM) starts the doubling."""
+    assert [retry_backoff(attempt, first=2) for attempt in (2, 3, 4)] == [2, 4, 8]
+    run = record(State.RUNNING, submitted=100, config=GPU)
+    step = decide(run, Facts(now=NOW, job_seen=True, job=FAILED_JOB, lost=LOST, retry_backoff_s=2))
+    assert step.state == State.QUEUED and "resumes from the last checkpoint in 2s" in step.reason
+    assert step.attempts[-1].not_before == NOW + dt.timedelta(seconds=2)
