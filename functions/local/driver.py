@@ -44,7 +44,7 @@ from functions.local.platform import LocalRay, check_fits, machine_gpus
 log = logging.getLogger(__name__)
 BUCKET = "raytune-local"
 EVENTS_TOPIC = "local/run-events"
-TICK_S = 1.0
+TICK_S = 0.5  # a tick here is a few ms of local calls: the job's start and end are noticed within half a second
 LOCAL_RETRY_BACKOFF_S = 2
 STALLED_S = 600.0  # of ticks failing on transient errors only, before the run is given up
 QUICKSTART = Path(__file__).with_name("quickstart.json")
