@@ -526,5 +526,18 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def leave(code: int) -> None:
+    """The end of a driver whose run is over: Ray disconnected and every stream flushed, then out without the
+    interpreter's teardown of torch and the rest of the ML stack (1.3 s of a driver's 1.7 s exit here, which the
+    job's end waits for). A run that raised leaves the usual way, with its traceback."""
+    import ray
+
+    ray.shutdown()
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    leave(main())

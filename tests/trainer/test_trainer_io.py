@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import pathlib
+import subprocess
+import sys
 
 import pytest
 
@@ -45,3 +48,20 @@ def test_completion_notice_failure_does_not_fail_the_job(monkeypatch, caplog):
     monkeypatch.setattr("trainer.train.NOTICE_TIMEOUT_S", 2)
     notify("run-1", "failed")
     assert "completion notice to projects/p/topics/t failed" in caplog.text
+
+
+def test_a_finished_driver_leaves_with_its_code_and_all_it_wrote(tmp_path):
+    """`leave` skips the interpreter's teardown, not the output: what was printed or logged without a flush is out,
+    and the exit code is the run's."""
+    script = (
+        "import logging, sys; from trainer.train import leave\n"
+        f"logging.basicConfig(filename={str(tmp_path / 'driver.log')!r})\n"
+        "logging.getLogger('x').warning('logged last')\n"
+        "sys.stdout.write('{\"summary\": true}'); sys.stderr.write('said last')\n"
+        "leave(3)\n"
+        "print('never')\n"
+    )
+    root = pathlib.Path(__file__).resolve().parents[2]
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=root)
+    assert (done.returncode, done.stdout, done.stderr) == (3, '{"summary": true}', "said last")
+    assert "logged last" in (tmp_path / "driver.log").read_text()
