@@ -52,7 +52,8 @@ START_TIMEOUT_S = 180
 # configurable); a machine busy enough can miss that once, and the node is then started again.
 START_ATTEMPTS = 3
 # A node's raylet and GCS drain for up to 10 s on SIGTERM; nothing in a local node outlives the run (its logs
-# are copied before), so it gets a second, then SIGKILL.
+# are copied before), so it gets a second, then SIGKILL. Within that second its raylet tells the GCS it leaves,
+# so Ray stops counting its resources at once (as when KubeRay deletes a worker pod).
 STOP_GRACE_S = 1.0
 logger = logging.getLogger(__name__)
 
@@ -504,6 +505,6 @@ class LocalRay:
     def _stop_all(self) -> None:
         self._scale_to({})
         if self.head:
-            self.head.stop(grace_s=STOP_GRACE_S)
+            self.head.stop(grace_s=0)  # the last of the cluster: nothing is left to tell that it goes
             self.head = None
             self._client = None
