@@ -21,6 +21,7 @@ import argparse
 import json
 import os
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
@@ -127,6 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         hub.shutdown()
         gcs.stop()
+        shutil.rmtree(scratch, ignore_errors=True)  # every node's copy of the weights: GBs after a few repeats
     print(f"\n{args.size_mb} MB of weights, 2 nodes at once, {args.repeats} repeats, Hub at {args.hub_mbps} MB/s")
     print(
         "| way | files on every node, s (min / median / max) | with the background staging, s | CPU s | "
