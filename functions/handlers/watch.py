@@ -13,6 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from functions.core import events
+from functions.core.allocation import key_path
 from functions.core.config import ClusterSpec
 from functions.core.decide import Facts, cluster_key
 from functions.core.errors import describe, is_transient
@@ -127,7 +128,24 @@ def reconcile_all(ctx: Context) -> list[RunRecord]:
         o.name: o.status for found in surveyed.values() for o in found if o.kind == "RayJob" and o.status is not None
     }
     outcomes = _each(ctx, records, listed)
-    reconciled = [o for o in outcomes if isinstance(o, RunRecord)]
+    reconciled, sized = _release_then_settle(ctx, [o for o in outcomes if isinstance(o, RunRecord)], outcomes)
+    # tidy sizes the other RayClusters' groups to their allocations and sweeps what no live run owns; the jobs of
+    # runs that ended in this tick were listed before they ended: removed there without a leak report.
+    live = [r for r in reconciled if not r.state.terminal]
+    ended_jobs = {r.job_name for r in reconciled if r.state.terminal}
+    outcomes += housekeeping.tidy(ctx, live, surveyed, ended_jobs, sized)
+    failures = [o for o in outcomes if isinstance(o, Exception)]
+    if any(is_transient(f) for f in failures):
+        raise next(f for f in failures if is_transient(f))
+    return reconciled
+
+
+def _release_then_settle(
+    ctx: Context, reconciled: list[RunRecord], outcomes: list[RunRecord | Exception]
+) -> tuple[list[RunRecord], set[str]]:
+    """Each RayCluster the tick's ended runs were on is released and sized once, then those runs settle and its
+    queued runs get their turn (a second pass). Returns the runs as they are now and the RayClusters sized (their
+    allocations' key_path); a release's trouble goes into `outcomes` and leaves its runs unsettled for the next tick."""
     ended = {
         cluster_key(cfg): cfg for cfg in (r.run_config() for r in reconciled if r.state.terminal and r.may_hold_nodes)
     }
@@ -136,7 +154,7 @@ def reconcile_all(ctx: Context) -> list[RunRecord]:
         try:
             sizing.release(ctx, cfg.cluster)
             released.add(key)
-        except Exception as exc:  # its ended runs stay unsettled: the next tick releases them again
+        except Exception as exc:
             outcomes.append(exc)
     second = [
         r
@@ -146,19 +164,14 @@ def reconcile_all(ctx: Context) -> list[RunRecord]:
         and cluster_key(r.run_config()) in released
     ]
     if second:
-        again = _each(ctx, [_readable(ctx, r.run_id) or r for r in second], released=True)
+        # an ended run as this tick wrote it (a handler that changed it since loses the settle claim or the write's
+        # precondition); a queued one read again: the release may have let it in
+        fresh = [r if r.state.terminal else _readable(ctx, r.run_id) or r for r in second]
+        again = _each(ctx, fresh, released=True)
         moved = {o.run_id: o for o in again if isinstance(o, RunRecord)}
         reconciled = [moved.get(r.run_id, r) for r in reconciled]
         outcomes += [o for o in again if isinstance(o, Exception)]
-    # tidy sizes every RayCluster's groups to its allocation and sweeps what no live run owns; the jobs of runs
-    # that ended in this tick were listed before they ended: removed there without a leak report.
-    live = [r for r in reconciled if not r.state.terminal]
-    ended_jobs = {r.job_name for r in reconciled if r.state.terminal}
-    outcomes += housekeeping.tidy(ctx, live, surveyed, ended_jobs)
-    failures = [o for o in outcomes if isinstance(o, Exception)]
-    if any(is_transient(f) for f in failures):
-        raise next(f for f in failures if is_transient(f))
-    return reconciled
+    return reconciled, {key_path(cfg.cluster) for key, cfg in ended.items() if key in released}
 
 
 def _readable(ctx: Context, run_id: str) -> RunRecord | None:
