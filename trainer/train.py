@@ -22,7 +22,7 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from functions.core.config import TINY_MODEL, RunConfig
 from functions.core.result import CHAMPION_ENV, WORKER_RESOURCE_ENV, Evaluation, RunMetrics, RunResult
@@ -526,7 +526,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def leave(code: int) -> None:
+def leave(code: int) -> NoReturn:
     """The end of a driver whose run is over: Ray disconnected and every stream flushed, then out without the
     interpreter's teardown of torch and the rest of the ML stack (1.3 s of a driver's 1.7 s exit here, which the
     job's end waits for). A run that raised leaves the usual way, with its traceback."""

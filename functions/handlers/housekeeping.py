@@ -25,11 +25,11 @@ def tidy(
     live: list[RunRecord],
     surveyed: dict[tuple[str, str, str], list[Leftover]] | None = None,
     ended: set[str] | frozenset[str] = frozenset(),
-    sized: set[str] | frozenset[str] = frozenset(),
+    synced: set[str] | frozenset[str] = frozenset(),
 ) -> list[Exception]:
     """Idle teardown and leak sweep; each cluster's trouble is returned so one cannot stall the others. `surveyed`:
     the Ray objects the tick listed at its start, by namespace (the others are listed here); `ended`: the RayJobs
-    of runs that ended in this tick, which that listing may show still running; `sized`: the RayClusters (their
+    of runs that ended in this tick, which that listing may show still running; `synced`: the RayClusters (their
     allocation's key_path) this tick sized already, as their runs ended."""
     troubles: list[Exception] = []
     allocs = ctx.allocations.all()
@@ -37,7 +37,7 @@ def tidy(
         try:
             if allocation.idle_expired(alloc, ctx.clock()):
                 teardown(ctx, alloc)
-            elif not alloc.deleted and allocation.key_path(alloc.cluster) not in sized:
+            elif not alloc.deleted and allocation.key_path(alloc.cluster) not in synced:
                 # Groups of ended runs leave the spec once drained; a size a lost write left behind is repaired.
                 sizing.sync_workers(ctx, alloc.cluster, read=alloc)
         except Exception as exc:

@@ -128,12 +128,12 @@ def reconcile_all(ctx: Context) -> list[RunRecord]:
         o.name: o.status for found in surveyed.values() for o in found if o.kind == "RayJob" and o.status is not None
     }
     outcomes = _each(ctx, records, listed)
-    reconciled, sized = _release_then_settle(ctx, [o for o in outcomes if isinstance(o, RunRecord)], outcomes)
+    reconciled, synced = _release_then_settle(ctx, [o for o in outcomes if isinstance(o, RunRecord)], outcomes)
     # tidy sizes the other RayClusters' groups to their allocations and sweeps what no live run owns; the jobs of
     # runs that ended in this tick were listed before they ended: removed there without a leak report.
     live = [r for r in reconciled if not r.state.terminal]
     ended_jobs = {r.job_name for r in reconciled if r.state.terminal}
-    outcomes += housekeeping.tidy(ctx, live, surveyed, ended_jobs, sized)
+    outcomes += housekeeping.tidy(ctx, live, surveyed, ended_jobs, synced)
     failures = [o for o in outcomes if isinstance(o, Exception)]
     if any(is_transient(f) for f in failures):
         raise next(f for f in failures if is_transient(f))
