@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -76,7 +77,8 @@ def serve(root: Path) -> None:
     from tests.fakes.kube import FakeKube
 
     assert Path(sys.modules["functions"].__file__ or "").is_relative_to(root), "the other version's code"
-    gcs = emulators.fake_gcs(Path(tempfile.mkdtemp(prefix="bench-controller-")) / "fake-gcs.log")
+    scratch = Path(tempfile.mkdtemp(prefix="bench-controller-"))
+    gcs = emulators.fake_gcs(scratch / "fake-gcs.log")
     os.environ["STORAGE_EMULATOR_HOST"] = gcs.url
     kube = FakeKube().start()
     client = storage_client()
@@ -171,6 +173,7 @@ def serve(root: Path) -> None:
     finally:
         kube.stop()
         gcs.stop()
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 # The parent: both versions side by side.

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import shutil
 import statistics
 import sys
 import tempfile
@@ -50,6 +51,7 @@ def main() -> None:
         run(args.repeats, workdir)
     finally:
         gcs.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
 
 
 def run(repeats: int, workdir: Path) -> None:

@@ -154,9 +154,10 @@ def run_cpu(args: argparse.Namespace) -> dict[str, list[dict]]:
 
     configs = arms()
     names = args.arms.split(",") if args.arms else list(configs)
-    source = resolve_source(ModelSpec(id="tiny://gemma3"))
-    cpu_arm(configs["default"], source, 1)  # warm-up: imports, allocator, kernels
-    results = interleaved(names, args.repeats, lambda name: cpu_arm(configs[name], source, args.steps))
+    with tempfile.TemporaryDirectory(prefix="tiny-gemma3-") as folder:
+        source = resolve_source(ModelSpec(id="tiny://gemma3"), folder)
+        cpu_arm(configs["default"], source, 1)  # warm-up: imports, allocator, kernels
+        results = interleaved(names, args.repeats, lambda name: cpu_arm(configs[name], source, args.steps))
     print(
         f"tiny Gemma 3 on CPU, {args.steps} optimizer steps of {SAMPLES_PER_STEP} samples each, "
         f"{args.repeats} interleaved repeats (min / median / max)\n"

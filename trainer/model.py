@@ -10,18 +10,18 @@ from functions.core.config import TINY_MODEL as TINY
 from functions.core.config import LoraSpec, ModelSpec, TrainingSpec
 
 
-def resolve_source(spec: ModelSpec, workdir: str | None = None) -> str:
-    """Where from_pretrained loads the model and processor: the hub id or path, or for tiny://gemma3 a
-    folder the tiny model is saved to first, so it loads through the same path (dtype, attention,
-    quantization) as a hub model. Outside torch.distributed: under it only rank 0 saves (node_source)."""
+def resolve_source(spec: ModelSpec, folder: str) -> str:
+    """Where from_pretrained loads the model and processor: the hub id or path, or for tiny://gemma3 the
+    caller's folder, which the tiny model is saved to first so it loads through the same path (dtype,
+    attention, quantization) as a hub model. Outside torch.distributed: under it only rank 0 saves
+    (node_source)."""
     if spec.id != TINY:
         return spec.id
-    import tempfile
     from pathlib import Path
 
     from trainer import tiny
 
-    return str(tiny.save(Path(tempfile.mkdtemp(prefix="tiny-gemma3-", dir=workdir))))
+    return str(tiny.save(Path(folder)))
 
 
 def node_source(spec: ModelSpec, storage_path: str | None, tiny_folder: str, context: Any) -> tuple[str, str]:

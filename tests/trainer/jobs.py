@@ -21,6 +21,7 @@ def start_job(cfg: RunConfig, run_id: str, log: Path, env: dict[str, str] | None
     env = {
         **os.environ,
         "RAY_TMPDIR": ray_tmp,
+        "TMPDIR": ray_tmp,  # the workers' scratch (checkpoints, the tiny model, DataLoader sockets) goes with it
         "RAYTUNE_CODE_SHA256": code_sha256(code_files()),
         "PYTHONPATH": str(ROOT),
         **(env or {}),
