@@ -117,12 +117,28 @@ def serve(root: Path) -> None:
         calls["kube"] = len(kube.requests) - before_kube
         return {**result, "calls": dict(calls)}
 
+    profilers: dict = {}
+
+    def profiled(what: str, call) -> dict:
+        """`call` measured; with BENCH_PROFILE=PATH also profiled, its cProfile stats written to PATH.<what>."""
+        if not os.environ.get("BENCH_PROFILE"):
+            return measured(call)
+        import cProfile
+
+        profiler = profilers.setdefault(what, cProfile.Profile())
+        profiler.enable()
+        try:
+            return measured(call)
+        finally:
+            profiler.disable()
+            profiler.dump_stats(f"{os.environ['BENCH_PROFILE']}.{what}")
+
     def launch_next() -> dict:
         nonlocal launched
         blob = client.bucket("bench-runs").blob(f"configs/bench-{launched}.json")
         blob.upload_from_string(config_for(launched))
         launched += 1
-        return measured(lambda: launch(object_finalized("bench-runs", blob.name, blob.generation), ctx))
+        return profiled("launch", lambda: launch(object_finalized("bench-runs", blob.name, blob.generation), ctx))
 
     def running() -> None:
         """Every job RUNNING on a node of its own, as KubeRay and the kubelet would report it."""
@@ -144,26 +160,10 @@ def serve(root: Path) -> None:
             kube.set_status("rayjobs", name, {"jobStatus": "SUCCEEDED", "jobDeploymentStatus": "Complete"})
         return measured(lambda: watch(tick, ctx))
 
-    profiler = None
-    if os.environ.get("BENCH_PROFILE"):  # where a quiet tick's time goes: cProfile stats of the ticks, written there
-        import cProfile
-
-        profiler = cProfile.Profile()
-
-    def quiet_tick() -> dict:
-        if profiler is None:
-            return measured(lambda: watch(tick, ctx))
-        profiler.enable()
-        try:
-            return measured(lambda: watch(tick, ctx))
-        finally:
-            profiler.disable()
-            profiler.dump_stats(os.environ["BENCH_PROFILE"])
-
     actions = {
         "launch": launch_next,
         "running": lambda: running() or {},
-        "tick": quiet_tick,
+        "tick": lambda: profiled("tick", lambda: watch(tick, ctx)),
         "end": end_all,
     }
     print(json.dumps({"ready": True}), flush=True)

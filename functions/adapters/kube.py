@@ -151,6 +151,7 @@ class Kube:
             "force": True,
             "field_validation": "Strict",
             "_content_type": APPLY,
+            "_preload_content": False,  # the object as applied is not needed: no JSON decode nor model build
         }
         args: tuple[Any, ...]
         if kind == "ComputeClass":  # cluster-scoped, GKE's own API group
@@ -214,6 +215,7 @@ class Kube:
                 obj,
                 field_manager=FIELD_MANAGER,
                 field_validation="Strict",
+                _preload_content=False,
             ),
             f"create {obj['kind']} {meta['namespace']}/{meta['name']}",
         )
@@ -382,6 +384,7 @@ class Kube:
                 patch,
                 field_manager=FIELD_MANAGER,
                 _content_type=JSON_PATCH,
+                _preload_content=False,
             ),
             f"set the worker groups of {namespace}/{cluster}",
             lost=(409,),

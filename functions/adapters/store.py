@@ -98,18 +98,26 @@ class Stored(Generic[M]):
             self.written(key, stored)
         return stored
 
-    def swap(self, key: str, change: Callable[[M | None], M | None], attempts: int | None = None) -> M | None:
+    def swap(
+        self, key: str, change: Callable[[M | None], M | None], attempts: int | None = None, known: M | None = None
+    ) -> M | None:
         """Read-modify-write: `change` sees the object as stored (None: absent) and returns its successor
-        (None: keep it); made again on what another writer wrote in between. Returns the object as stored."""
+        (None: keep it); made again on what another writer wrote in between. Returns the object as stored.
+        `known`: the object as the caller last read or wrote it, tried first instead of a read; its generation
+        makes a stale copy's write fail, and the change is then made again on the stored one, as is a "keep it"
+        said on the copy."""
+        guess = known
         for _ in range(attempts or self.attempts):
-            current = self.get(key)
+            current = self.get(key) if guess is None else guess
             new = change(current)
-            if new is None:
+            if new is None and guess is None:
                 return current
-            try:
-                return self.write(key, new, if_generation_match=_generation(current))
-            except Conflict:
-                continue
+            if new is not None:
+                try:
+                    return self.write(key, new, if_generation_match=_generation(current))
+                except Conflict:
+                    pass
+            guess = None
         raise Contended(f"{self.path(key)}: still contended after {attempts or self.attempts} attempts")
 
 
@@ -152,11 +160,15 @@ class RunStore:
         return self.records.write(record.run_id, record, if_generation_match=record.generation)
 
     def update(
-        self, run_id: str, change: Callable[[RunRecord], RunRecord | None], attempts: int = 8
+        self,
+        run_id: str,
+        change: Callable[[RunRecord], RunRecord | None],
+        attempts: int = 8,
+        known: RunRecord | None = None,
     ) -> RunRecord | None:
         """Read-modify-write with CAS: `change` sees the latest record and returns the new one (None: no change);
-        None when there is no record."""
-        return self.records.swap(run_id, lambda record: None if record is None else change(record), attempts)
+        None when there is no record. `known`: the record as last read or written (Stored.swap)."""
+        return self.records.swap(run_id, lambda record: None if record is None else change(record), attempts, known)
 
     def _written(self, run_id: str, record: RunRecord) -> None:
         """Note the record's new generation on its marker (absent for settled runs: nothing is noted). A failed
@@ -303,8 +315,10 @@ class Allocations:
 
     def update(self, cluster: ClusterSpec, change: Callable[[Allocation], Allocation | None]) -> Allocation:
         """CAS-change the RayCluster's allocation (an empty one when it has none yet); returns it as stored."""
-        self.get(cluster)  # an unreadable one is rebuilt first
-        stored = self.stored.swap(key_path(cluster), lambda alloc: change(alloc or Allocation(cluster=cluster)))
+        known = self.get(cluster)  # an unreadable one is rebuilt first
+        stored = self.stored.swap(
+            key_path(cluster), lambda alloc: change(alloc or Allocation(cluster=cluster)), known=known
+        )
         return stored or Allocation(cluster=cluster)
 
     def all(self) -> builtins.list[Allocation]:

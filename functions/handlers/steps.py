@@ -192,7 +192,7 @@ def move(ctx: Context, record: RunRecord, step: Step) -> RunRecord:
             return None  # another handler of the run wrote them first
         return current.moved(target, ctx.clock(), redact(step.reason) if step.reason else None, **changes)
 
-    updated = ctx.store.update(record.run_id, change) or record
+    updated = ctx.store.update(record.run_id, change, known=record) or record
     if updated.state != record.state:
         log.info(
             "%s: %s -> %s%s",
@@ -301,6 +301,8 @@ def settle(ctx: Context, record: RunRecord) -> RunRecord:
         ctx.publisher.publish(
             ctx.settings.events_topic, event, run_id=record.run_id, state=record.state.value, event="run-finished"
         )
-    settled = ctx.store.update(record.run_id, lambda r: None if r.settled else r.model_copy(update={"settled": True}))
+    settled = ctx.store.update(
+        record.run_id, lambda r: None if r.settled else r.model_copy(update={"settled": True}), known=record
+    )
     ctx.store.unmark_active(record.run_id)
     return settled or record

@@ -68,6 +68,37 @@ def test_contention_is_transient_not_a_failure(store, monkeypatch):
     assert is_transient(err.value)
 
 
+class CountedReads(Bucket):
+    reads = 0
+
+    def read(self, path, *, limit=None):
+        self.reads += 1
+        return super().read(path, limit=limit)
+
+
+def test_an_update_from_the_record_as_last_written_reads_nothing(bucket):
+    store = RunStore(CountedReads(bucket))
+    created, _ = store.create(record())
+    moved = store.update("run-1", lambda r: r.moved(State.PROVISIONING, NOW), known=created)
+    assert store.blobs.reads == 0
+    assert moved.state == State.PROVISIONING and store.get("run-1").generation == moved.generation
+
+
+def test_an_update_from_a_stale_copy_is_made_again_on_the_stored_record(bucket):
+    store = RunStore(CountedReads(bucket))
+    stale, _ = store.create(record())
+    store.update("run-1", lambda r: r.model_copy(update={"errors": ["another handler's"]}))
+    moved = store.update("run-1", lambda r: r.moved(State.PROVISIONING, NOW), known=stale)
+    stored = store.get("run-1")
+    assert stored.state == State.PROVISIONING and stored.errors == ["another handler's"]  # nothing lost
+    assert moved.generation == stored.generation
+    # A "no change" said on a stale copy is not trusted either: the stored record decides.
+    kept = store.update(
+        "run-1", lambda r: None if r.state == State.RECEIVED else r.moved(State.SUBMITTED, NOW), known=stale
+    )
+    assert kept.state == State.SUBMITTED and store.get("run-1").state == State.SUBMITTED
+
+
 def test_state_machine_refuses_illegal_moves():
     with pytest.raises(InvalidTransition):
         record(state=State.SUCCEEDED).moved(State.RUNNING, NOW)
