@@ -17,6 +17,21 @@ resource "google_storage_bucket" "runs" {
       type = "Delete"
     }
   }
+  # Model snapshots the trainer stages once per revision (checkpoints/_models/<repo>/<commit>/, trainer/staging.py)
+  # are deleted this long after staging: a revision no run uses stops costing storage, and the next run of one
+  # still in use downloads it from the Hub again and stages it anew (a copy missing files is never trained from).
+  dynamic "lifecycle_rule" {
+    for_each = var.staged_model_days > 0 ? [var.staged_model_days] : []
+    content {
+      condition {
+        age            = lifecycle_rule.value
+        matches_prefix = ["checkpoints/_models/"]
+      }
+      action {
+        type = "Delete"
+      }
+    }
+  }
   #checkov:skip=CKV_GCP_62:Access logs go to Cloud Audit Logs (data access), not a second logging bucket.
   depends_on = [google_project_service.apis]
 }

@@ -131,6 +131,16 @@ variable "retry_backoff_seconds" {
   default     = 60
 }
 
+variable "staged_model_days" {
+  description = "Days a model snapshot staged in the runs bucket (checkpoints/_models/) is kept before it is deleted and, if still used, downloaded from the Hub and staged again; 0 keeps them."
+  type        = number
+  default     = 30
+  validation {
+    condition     = var.staged_model_days >= 0
+    error_message = "staged_model_days is a number of days, 0 or more."
+  }
+}
+
 variable "sweep_grace_seconds" {
   description = "The leak sweep leaves RayJobs and RayClusters of this deployment that no run record accounts for alone this long after their creation."
   type        = number

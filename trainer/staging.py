@@ -69,9 +69,9 @@ def stage_uri(storage_path: str, repo: str, commit: str) -> str:
     return f"{storage_path.rstrip('/')}/_models/{repo}/{commit}"
 
 
-def fetch(uri: str, target: Path) -> dict[str, int]:
-    """Copy a staged folder (its marker says which files) or any gs:// or local model folder to `target`, each
-    file read in CHUNK ranges, STREAMS at once. Returns the files and their sizes."""
+def fetch(uri: str, target: Path, only: dict[str, int] | None = None) -> dict[str, int]:
+    """Copy a gs:// or local model folder to `target` (`only`: those of its files, as a staged copy's marker
+    names them), each file read in CHUNK ranges, STREAMS at once. Returns the files copied and their sizes."""
     import pyarrow.fs as pafs
 
     from trainer.storage import filesystem
@@ -83,6 +83,8 @@ def fetch(uri: str, target: Path) -> dict[str, int]:
         for info in listing
         if info.type == pafs.FileType.File and not info.path.endswith(MARKER)
     }
+    if only is not None:
+        files = {name: size for name, size in files.items() if name in only}
     with contextlib.ExitStack() as opened, ThreadPoolExecutor(STREAMS, thread_name_prefix="model-fetch") as pool:
         pieces = []
         for name, size in files.items():
@@ -179,9 +181,14 @@ def _hub_on_node(spec: ModelSpec, bucket: str | None, commit: str, folder: Path,
         return str(folder), "from this node's cache"
     shutil.rmtree(folder, ignore_errors=True)
     staged = stage_uri(bucket, spec.id, commit) if bucket else None
-    if staged and _staged(staged):
-        _mark(folder, fetch(staged, folder))
-        return str(folder), f"from the staged copy {staged}"
+    if staged and (expected := _staged(staged)) is not None:
+        if _copied_whole(staged, folder, expected):
+            _mark(folder, expected)
+            return str(folder), f"from the staged copy {staged}"
+        # Files deleted or rewritten under its marker (by hand, a lifecycle rule): never trained from; the Hub's
+        # copy replaces it, and is staged again.
+        log.warning("the staged %s is not the copy its marker names; downloading from the Hub", staged)
+        shutil.rmtree(folder, ignore_errors=True)
     files = _from_hub(spec, commit, folder)
     _mark(folder, files)
     if stages and staged:  # in the background: this run trains meanwhile; the job waits for it before it ends
@@ -210,13 +217,29 @@ def finish(timeout_s: float = 1800) -> None:
         _staging.pop().join(max(0.0, deadline - time.monotonic()))
 
 
-def _staged(uri: str) -> bool:
-    import pyarrow.fs as pafs
+def _copied_whole(uri: str, folder: Path, expected: dict[str, int]) -> bool:
+    """Copy a staged folder to the node; whether it held exactly the files its marker names."""
+    try:
+        return fetch(uri, folder, only=expected) == expected
+    except OSError as exc:  # a file that went between the listing and its read
+        log.warning("cannot copy the staged %s: %s", uri, exc)
+        return False
 
+
+def _staged(uri: str) -> dict[str, int] | None:
+    """The files (and sizes) a staged copy's marker names; None when it has no readable marker."""
     from trainer.storage import filesystem
 
     fs, root = filesystem(uri)
-    return bool(fs.get_file_info(f"{root}/{MARKER}").type == pafs.FileType.File)
+    try:
+        with fs.open_input_stream(f"{root}/{MARKER}") as marker:
+            files = json.loads(marker.read())["files"]
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        log.warning("the staged %s has an unreadable marker (%s): not used", uri, exc)
+        return None
+    return {str(name): int(size) for name, size in files.items()}
 
 
 def shared(spec: ModelSpec, storage_path: str | None, context: Any) -> tuple[str, str]:

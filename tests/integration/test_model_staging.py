@@ -113,6 +113,27 @@ def test_a_half_staged_copy_is_not_used_and_a_damaged_node_copy_is_fetched_again
     assert origin == "from the Hub" and shard.read_bytes() == FILES["model-00001-of-00002.safetensors"]
 
 
+def test_a_staged_copy_that_lost_a_file_under_its_marker_is_replaced_from_the_hub(tmp_path, bucket, hub):
+    from google.cloud import storage as gcs
+
+    storage = f"gs://{bucket}/checkpoints"
+    staged = f"gs://{bucket}/checkpoints/_models/{REPO}/{hub.commit}"
+    finished(node(tmp_path, "a", hub, storage, stages=True))
+    client_bucket = gcs.Client().bucket(bucket)
+    prefix = f"checkpoints/_models/{REPO}/{hub.commit}"
+    client_bucket.blob(f"{prefix}/model-00002-of-00002.safetensors").delete()  # a lifecycle rule, a person
+    client_bucket.blob(f"{prefix}/stray.bin").upload_from_string(b"not named by the marker")
+    served = hub.served_bytes
+    source, origin = finished(node(tmp_path, "b", hub, storage, stages=True))
+    assert origin == f"from the Hub, staging a copy as {staged}" and hub.served_bytes == served + weights_bytes()
+    assert (Path(source) / "model-00002-of-00002.safetensors").read_bytes() == FILES["model-00002-of-00002.safetensors"]
+    assert not (Path(source) / "stray.bin").exists()
+    # staged again: the next run on a new node reads the bucket, and only the files its marker names
+    source, origin = finished(node(tmp_path, "c", hub, storage, stages=True))
+    assert origin == f"from the staged copy {staged}" and hub.served_bytes == served + weights_bytes()
+    assert not (Path(source) / "stray.bin").exists()
+
+
 def test_a_gs_model_folder_is_copied_to_the_node_once(tmp_path, bucket, hub):
     from google.cloud import storage as gcs
 

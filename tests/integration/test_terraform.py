@@ -191,3 +191,22 @@ def test_trainer_image_repository_and_the_nightly_key(tf):
     assert nightly["attributes"] == {"raytune-nightly-key": "${random_password.nightly_key.result}"}
     env = tf["locals"]["function_env"]
     assert env["RAYTUNE_NIGHTLY_KEY"] == "${random_password.nightly_key.result}"
+
+
+def test_staged_models_expire_where_the_trainer_stages_them(tf):
+    """The runs bucket deletes staged model snapshots (not checkpoints) under the prefix the trainer stages them
+    at for the functions' default storage path."""
+    from trainer.staging import stage_uri
+
+    checkpoints = tf["locals"]["function_env"]["RAYTUNE_CHECKPOINTS"]
+    assert checkpoints == "gs://${google_storage_bucket.runs.name}/checkpoints"
+    staged_object = stage_uri(checkpoints, "google/gemma-3-4b-it", "c0ffee").split("/", 3)[3] + "/config.json"
+    (rule,) = [d["lifecycle_rule"] for d in resources(tf, "google_storage_bucket")["runs"]["dynamic"]]
+    assert rule["for_each"] == "${var.staged_model_days > 0 ? [var.staged_model_days] : []}"
+    (condition,) = rule["content"][0]["condition"]
+    (prefix,) = condition["matches_prefix"]
+    assert staged_object.startswith(prefix) and not "checkpoints/run-1/checkpoint-10/model.safetensors".startswith(
+        prefix
+    )
+    assert condition["age"] == "${lifecycle_rule.value}" and rule["content"][0]["action"] == [{"type": "Delete"}]
+    assert tf["variable"]["staged_model_days"]["default"] == 30
