@@ -110,14 +110,14 @@ class Stored(Generic[M]):
         for _ in range(attempts or self.attempts):
             current = self.get(key) if guess is None else guess
             new = change(current)
-            if new is None and guess is None:
-                return current
             if new is not None:
                 try:
                     return self.write(key, new, if_generation_match=_generation(current))
                 except Conflict:
                     pass
-            guess = None
+            elif guess is None:
+                return current
+            guess = None  # the stored object decides from here on
         raise Contended(f"{self.path(key)}: still contended after {attempts or self.attempts} attempts")
 
 

@@ -120,7 +120,7 @@ def test_a_staged_copy_that_lost_a_file_under_its_marker_is_replaced_from_the_hu
     staged = f"gs://{bucket}/checkpoints/_models/{REPO}/{hub.commit}"
     finished(node(tmp_path, "a", hub, storage, stages=True))
     client_bucket = gcs.Client().bucket(bucket)
-    prefix = f"checkpoints/_models/{REPO}/{hub.commit}"
+    prefix = staged.removeprefix(f"gs://{bucket}/")
     client_bucket.blob(f"{prefix}/model-00002-of-00002.safetensors").delete()  # a lifecycle rule, a person
     client_bucket.blob(f"{prefix}/stray.bin").upload_from_string(b"not named by the marker")
     served = hub.served_bytes

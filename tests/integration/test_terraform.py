@@ -205,8 +205,7 @@ def test_staged_models_expire_where_the_trainer_stages_them(tf):
     assert rule["for_each"] == "${var.staged_model_days > 0 ? [var.staged_model_days] : []}"
     (condition,) = rule["content"][0]["condition"]
     (prefix,) = condition["matches_prefix"]
-    assert staged_object.startswith(prefix) and not "checkpoints/run-1/checkpoint-10/model.safetensors".startswith(
-        prefix
-    )
+    assert staged_object.startswith(prefix)
+    assert not "checkpoints/run-1/checkpoint-10/model.safetensors".startswith(prefix), "checkpoints are kept"
     assert condition["age"] == "${lifecycle_rule.value}" and rule["content"][0]["action"] == [{"type": "Delete"}]
     assert tf["variable"]["staged_model_days"]["default"] == 30
