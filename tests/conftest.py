@@ -7,7 +7,6 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
-import threading
 import uuid
 from pathlib import Path
 
@@ -17,6 +16,7 @@ from hypothesis import settings
 from functions.local import emulators
 from tests.fakes.clock import FakeClock
 from tests.fakes.gke import FakeClusterManager
+from tests.fakes.http import serve_in_thread
 from tests.fakes.pubsub import PROJECT, PubSub
 
 # The property tests draw the same examples on every run (derandomize): a CI run fails for a change, never for
@@ -189,7 +189,7 @@ def serve_functions():
     for target in ("launch", "watch"):
         app = functions_framework.create_app(target=target, source=str(ROOT / "main.py"), signature_type="cloudevent")
         server = make_server("127.0.0.1", 0, app, threaded=True)
-        threading.Thread(target=server.serve_forever, daemon=True).start()
+        serve_in_thread(server)
         servers[target] = server
     try:
         yield {name: f"http://127.0.0.1:{s.server_port}" for name, s in servers.items()}

@@ -13,7 +13,7 @@ import time
 from http.server import ThreadingHTTPServer
 from urllib.parse import unquote
 
-from tests.fakes.http import JsonHandler
+from tests.fakes.http import JsonHandler, serve_in_thread
 
 
 class FakeModelHub(ThreadingHTTPServer):
@@ -73,7 +73,7 @@ class FakeModelHub(ThreadingHTTPServer):
                         hub.served_bytes += len(chunk)
 
         super().__init__(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.serve_forever, daemon=True).start()
+        serve_in_thread(self)
 
     @property
     def url(self) -> str:

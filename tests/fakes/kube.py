@@ -22,7 +22,7 @@ import uuid
 from http.server import ThreadingHTTPServer
 from urllib.parse import parse_qs, urlparse
 
-from tests.fakes.http import JsonHandler
+from tests.fakes.http import JsonHandler, serve_in_thread
 from tests.fakes.kuberay_fields import unknown_fields
 
 PATHS = re.compile(
@@ -67,7 +67,6 @@ class FakeKube:
         self._version = 0
         self._lock = threading.Lock()
         self.server = _Server(("127.0.0.1", 0), self._handler())
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
     # --- test helpers -------------------------------------------------------------------------
     @property
@@ -75,7 +74,7 @@ class FakeKube:
         return f"http://127.0.0.1:{self.server.server_port}"
 
     def start(self) -> FakeKube:
-        self.thread.start()
+        serve_in_thread(self.server)
         return self
 
     def stop(self) -> None:

@@ -3,14 +3,13 @@ stand-in for dataset revisions, fake-gcs-server for shards (pyarrow's GCS client
 
 from __future__ import annotations
 
-import threading
 from http.server import ThreadingHTTPServer
 
 import pytest
 
 from functions.adapters import datasets
 from functions.core.config import DatasetSpec
-from tests.fakes.http import JsonHandler
+from tests.fakes.http import JsonHandler, serve_in_thread
 from tests.integration.test_functions import upload
 from trainer import data, tiny
 
@@ -38,7 +37,7 @@ def hub(monkeypatch):
 
     def serve(*answers):
         server = FakeHub(list(answers))
-        threading.Thread(target=server.serve_forever, daemon=True).start()
+        serve_in_thread(server)
         monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{server.server_port}")
         servers.append(server)
         return server

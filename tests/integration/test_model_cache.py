@@ -14,6 +14,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from functions.core.manifests import CACHE_ENV
+from tests.fakes.http import serve_in_thread
 
 WEIGHTS = os.urandom(8 * 1024 * 1024)
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
@@ -74,7 +75,7 @@ print(len(open(path, "rb").read()))
 
 def test_two_workers_on_a_node_download_the_weights_once(tmp_path):
     hub = FakeHub()
-    threading.Thread(target=hub.serve_forever, daemon=True).start()
+    serve_in_thread(hub)
     scratch = tmp_path / "local-ssd"
     env = {
         **os.environ,

@@ -9,6 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from functions.core.config import DatasetSpec, RunConfig
+from tests.fakes.http import serve_in_thread
 from tests.reports import ReportPage
 from trainer import data, export, model, report, tiny
 from trainer.collator import VisionSFTCollator
@@ -90,8 +91,6 @@ def test_held_out_samples_stay_held_out_as_the_data_grows():
 
 def test_the_merged_export_is_pushed_to_a_private_hub_repo_in_one_commit(tuned, tmp_path, monkeypatch):
     """export.hub_repo through huggingface_hub's real client, against a Hub stand-in (HF_ENDPOINT)."""
-    import threading
-
     from tests.fakes.hub import FakeHubUploads
 
     source, processor, peft, _, _ = tuned
@@ -100,7 +99,7 @@ def test_the_merged_export_is_pushed_to_a_private_hub_repo_in_one_commit(tuned, 
     processor.save_pretrained(adapter)
     folder = export.merged(adapter, str(source), CONFIG, tmp_path / "merged")
     hub = FakeHubUploads(token="hf_write_token")
-    threading.Thread(target=hub.serve_forever, daemon=True).start()
+    serve_in_thread(hub)
     monkeypatch.setenv("HF_ENDPOINT", hub.url)
     monkeypatch.setenv("HF_TOKEN", "hf_write_token")
     try:
@@ -118,14 +117,12 @@ def test_the_merged_export_is_pushed_to_a_private_hub_repo_in_one_commit(tuned, 
 
 
 def test_a_push_with_a_wrong_token_fails_and_says_so(tuned, tmp_path, monkeypatch):
-    import threading
-
     from huggingface_hub.errors import HfHubHTTPError
 
     from tests.fakes.hub import FakeHubUploads
 
     hub = FakeHubUploads(token="hf_write_token")
-    threading.Thread(target=hub.serve_forever, daemon=True).start()
+    serve_in_thread(hub)
     monkeypatch.setenv("HF_ENDPOINT", hub.url)
     monkeypatch.setenv("HF_TOKEN", "hf_read_only")
     (tmp_path / "model.safetensors").write_bytes(b"x")
