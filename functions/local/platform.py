@@ -55,6 +55,9 @@ START_ATTEMPTS = 3
 # are copied before), so it gets a second, then SIGKILL. Within that second its raylet tells the GCS it leaves,
 # so Ray stops counting its resources at once (as when KubeRay deletes a worker pod).
 STOP_GRACE_S = 1.0
+# Ray Train's controller looks at its workers every 2 s by default, and the end of a run waits for several of
+# those looks (the last report to fit() returning: 6.8 s). Four times a second costs a local run nothing it notices.
+TRAIN_HEALTH_CHECK_INTERVAL_S = "0.25"
 logger = logging.getLogger(__name__)
 
 
@@ -169,9 +172,7 @@ class LocalRay:
             "PYTHONPATH": str(ROOT),  # every process of the cluster imports this checkout's trainer
             # Ray Train's preemption watcher polls for the nodes GKE drains; a local node is never drained.
             "RAY_TRAIN_ENABLE_PREEMPTION_WATCHER": "0",
-            # Ray Train's controller looks at its workers every 2 s by default: the end of a short local run
-            # waited for it. Four times a second costs a local run nothing it notices.
-            "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "0.25",
+            "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": TRAIN_HEALTH_CHECK_INTERVAL_S,
             emulators.TAG: tag,
         }
         # The Jobs client in this process authenticates with the same token.

@@ -71,9 +71,10 @@ def hub():
 
 def test_the_first_run_stages_the_revision_and_later_runs_read_the_bucket_or_their_node(tmp_path, bucket, hub):
     storage = f"gs://{bucket}/checkpoints"
-    # A cold revision on two new nodes: each downloads from the Hub once; global rank 0 stages a copy.
-    first = [node(tmp_path, f"a{i}", hub, storage, stages=i == 0) for i in range(2)]
-    origins = [finished(proc) for proc in first]
+    # A cold revision on two new nodes: each downloads from the Hub once; global rank 0 stages a copy. The other
+    # node looks first: started together, it read rank 0's copy whenever rank 0 had staged it by then (rightly).
+    other = finished(node(tmp_path, "a1", hub, storage, stages=False))
+    origins = [finished(node(tmp_path, "a0", hub, storage, stages=True)), other]
     assert [origin.split(",")[0] for _, origin in origins] == ["from the Hub", "from the Hub"]
     assert hub.served_bytes == 2 * weights_bytes(), "README.md and the like are not fetched"
     staged = f"gs://{bucket}/checkpoints/_models/{REPO}/{hub.commit}"

@@ -10,6 +10,7 @@ import tempfile
 from pathlib import Path
 
 from functions.core.config import RunConfig
+from functions.local.platform import TRAIN_HEALTH_CHECK_INTERVAL_S
 from trainer.codehash import code_files, code_sha256
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -24,6 +25,7 @@ def start_job(cfg: RunConfig, run_id: str, log: Path, env: dict[str, str] | None
         "TMPDIR": ray_tmp,  # the workers' scratch (checkpoints, the tiny model, DataLoader sockets) goes with it
         "RAYTUNE_CODE_SHA256": code_sha256(code_files()),
         "PYTHONPATH": str(ROOT),
+        "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": TRAIN_HEALTH_CHECK_INTERVAL_S,  # as on the local cluster
         **(env or {}),
     }
     with open(log, "wb") as out:
