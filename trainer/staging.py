@@ -234,12 +234,12 @@ def _staged(uri: str) -> dict[str, int] | None:
     try:
         with fs.open_input_stream(f"{root}/{MARKER}") as marker:
             files = json.loads(marker.read())["files"]
+        return {str(name): int(size) for name, size in files.items()}
     except FileNotFoundError:
         return None
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
         log.warning("the staged %s has an unreadable marker (%s): not used", uri, exc)
         return None
-    return {str(name): int(size) for name, size in files.items()}
 
 
 def shared(spec: ModelSpec, storage_path: str | None, context: Any) -> tuple[str, str]:

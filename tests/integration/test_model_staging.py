@@ -114,6 +114,20 @@ def test_a_half_staged_copy_is_not_used_and_a_damaged_node_copy_is_fetched_again
     assert origin == "from the Hub" and shard.read_bytes() == FILES["model-00001-of-00002.safetensors"]
 
 
+@pytest.mark.parametrize("marker", [b'{"files": ["config.json"]}', b'{"files": {"config.json": "two"}}', b"{"])
+def test_a_staged_copy_with_a_malformed_marker_is_not_used(tmp_path, bucket, hub, marker):
+    from google.cloud import storage as gcs
+
+    from trainer.staging import MARKER
+
+    storage = f"gs://{bucket}/checkpoints"
+    prefix = f"checkpoints/_models/{REPO}/{hub.commit}"
+    gcs.Client().bucket(bucket).blob(f"{prefix}/{MARKER}").upload_from_string(marker)
+    source, origin = finished(node(tmp_path, "n", hub, storage, stages=False))
+    assert origin == "from the Hub" and hub.served_bytes == weights_bytes()
+    assert (Path(source) / "model-00002-of-00002.safetensors").read_bytes() == FILES["model-00002-of-00002.safetensors"]
+
+
 def test_a_staged_copy_that_lost_a_file_under_its_marker_is_replaced_from_the_hub(tmp_path, bucket, hub):
     from google.cloud import storage as gcs
 
