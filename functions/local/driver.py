@@ -306,7 +306,7 @@ class LocalRun:
         if hint := retry_hint(record, asked, self.workdir):
             self.say(hint)
         if not record.state.terminal:
-            self.say(f"worker group: {len(self.platform.nodes)} nodes")
+            self.say(f"worker group: {self.platform.node_count} nodes")
         return record
 
     def retry(self, run_id: str) -> RunRecord:
@@ -345,7 +345,7 @@ class LocalRun:
                 self.say(f"run {run_id}: {state.value}" + (f" ({record.reason})" if record.reason else ""))
             if record.settled:
                 after = " (scaled down after the run)" if record.reached_cluster else ""
-                self.say(f"worker group: {len(self.platform.nodes)} nodes{after}")
+                self.say(f"worker group: {self.platform.node_count} nodes{after}")
                 return record
             time.sleep(TICK_S)
 

@@ -1,6 +1,11 @@
 """The local Platform: a Ray cluster of local processes (a head without CPUs for training, as on GKE,
-plus a worker group that scales up for the run and back to zero after it, like the RayCluster's GPU
-group), the RayJob a Ray Jobs API submission of the trainer entrypoint.
+plus a worker group per run that scales up for the run and back to zero after it, like the RayCluster's GPU
+groups), the RayJob a Ray Jobs API submission of the trainer entrypoint.
+
+A worker group of N nodes is one local Ray node with the resources of N (N x the CPUs, GPUs and units of the
+group's resource that each of its GKE pods has): the controller sizes, scales and drains it as it does the
+RayCluster's group, Ray Train places one worker per unit as on GKE, and a local run pays one node's start and
+upkeep (its `ray start`, raylet and agents: about 4 s of CPU and 1-2 s of wall a node here) instead of N.
 
 Made for a fresh or a busy machine: the cluster has an auth token of its own (under the workdir, given
 to every node and to the Jobs client; nothing from the home directory), every port is chosen free, and
@@ -22,7 +27,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor, wait
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -77,8 +82,8 @@ def _iso(ms: int | None) -> str | None:
 
 
 def stop_together(nodes: list[emulators.Service]) -> None:
-    """Stop nodes at once, as KubeRay deletes a group's pods: each `ray start --block` stops its raylet and
-    workers on SIGTERM (about a second); nothing on a node outlives it (the job's logs are read on the head)."""
+    """Stop nodes at once, as KubeRay deletes pods: each `ray start --block` stops its raylet and workers on
+    SIGTERM (about a second); nothing on a node outlives it (the job's logs are read on the head)."""
     with ThreadPoolExecutor(max_workers=max(len(nodes), 1), thread_name_prefix="ray-stop") as pool:
         list(pool.map(lambda node: node.stop(grace_s=STOP_GRACE_S), nodes))
 
@@ -137,9 +142,24 @@ def auth_token(workdir: Path) -> Path:
 
 @dataclass(frozen=True)
 class NodeShape:
+    """One GKE worker pod's resources; a group's local node has `replicas` times them."""
+
     cpus: int
     gpus: int
     accelerator: str | None  # advertised, not enforced: a local GPU stands in for the config's type
+
+
+@dataclass(frozen=True)
+class GroupNode:
+    """A worker group's local Ray node: it stands for `replicas` of the group's nodes."""
+
+    service: emulators.Service
+    replicas: int
+    slots: tuple[int, ...]  # the GPU slices it holds, one a replica
+
+    @property
+    def alive(self) -> bool:
+        return self.service.proc.poll() is None
 
 
 def live_driver_log(workdir: Path, run_id: str) -> Path | None:
@@ -181,8 +201,7 @@ class LocalRay:
         self.head: emulators.Service | None = None
         self.dashboard_port = 0
         self.shapes: dict[str, NodeShape] = {}  # each run's worker group: its nodes' shape
-        self.groups: dict[str, list[emulators.Service]] = {}  # each run's worker group: its nodes
-        self.slots: dict[int, emulators.Service] = {}  # GPU slices in use: slot -> node
+        self.groups: dict[str, GroupNode | None] = {}  # each run's worker group: its local node (None at zero)
         self.departed: list[tuple[str, dt.datetime, str]] = []  # nodes that died and were replaced: group, when, what
         self.started = 0  # worker nodes started so far: each gets a Ray folder of its own
         self.generation = 0  # bumped on every scale: the precondition size()/scale() check
@@ -281,21 +300,21 @@ class LocalRay:
             return self._client
 
     @property
-    def nodes(self) -> list[emulators.Service]:
-        """Every worker node, of every group."""
-        return [node for nodes in self.groups.values() for node in nodes]
+    def node_count(self) -> int:
+        """The worker nodes the live groups stand for (the controller's count, as on GKE)."""
+        return sum(node.replicas for node in self.groups.values() if node is not None and node.alive)
 
-    def _node_args(self, group: str, slot: int) -> tuple[list[str], dict[str, str]]:
-        """A worker node of `group`: its shape's resources, the group's own resource (one unit per training
-        worker, as on GKE: functions/core/manifests.py worker_group) and, on a GPU machine, GPU slice `slot`
-        (Ray would otherwise give every local node the same devices)."""
+    def _node_args(self, group: str, slots: tuple[int, ...]) -> tuple[list[str], dict[str, str]]:
+        """The local node of `group` standing for len(`slots`) of its nodes: their resources together, the
+        group's own resource (one unit per training worker, as on GKE: functions/core/manifests.py worker_group)
+        and, on a GPU machine, their GPU slices (Ray would otherwise give every local node the same devices)."""
         assert self.head is not None, "the head starts before any worker"
-        shape = self.shapes[group]
+        shape, replicas = self.shapes[group], len(slots)
         self.started += 1
         args = [
             f"--address=127.0.0.1:{self.head.port}",
-            f"--num-cpus={shape.cpus}",
-            f"--num-gpus={shape.gpus}",
+            f"--num-cpus={shape.cpus * replicas}",
+            f"--num-gpus={shape.gpus * replicas}",
             # A Ray folder of its own (under the cluster's, short: socket paths are length-limited): Ray names a
             # node's sockets `raylet`, `raylet.1`, ... by looking which exist, so two nodes started at once in one
             # folder take the same name and the second never registers with the GCS (its 30 s time-out).
@@ -303,61 +322,54 @@ class LocalRay:
         ]
         env = {}
         if shape.gpus:
-            devices = range(slot * shape.gpus, (slot + 1) * shape.gpus)
+            devices = [d for slot in slots for d in range(slot * shape.gpus, (slot + 1) * shape.gpus)]
             env["CUDA_VISIBLE_DEVICES"] = ",".join(str(d) for d in devices)
-        resources = {group: shape.gpus or 1}
+        resources = {group: (shape.gpus or 1) * replicas}
         if shape.accelerator:
             resources[f"accelerator_type:{shape.accelerator}"] = 1
         args.append(f"--resources={json.dumps(resources)}")
         return args, env
 
     def _scale_to(self, groups: dict[str, int]) -> None:
-        """Start each group's missing nodes, stop its extra ones, stop the groups left out."""
+        """Each group's node at its size: a dead one is replaced, one of another size stopped and started at
+        the new size (the controller only scales a group from or to zero), the groups left out stopped. What
+        goes is stopped together, as KubeRay deletes pods."""
+        leaving: list[emulators.Service] = []
+        for group, node in list(self.groups.items()):
+            replicas = groups.get(group, 0)
+            if node is None or (node.alive and node.replicas == replicas):
+                continue
+            if not node.alive:
+                self.departed.append((group, dt.datetime.now(dt.UTC), self._death(node.service)))
+            leaving.append(node.service)  # a dead node's process group may have left something: stop() takes it
+            self.groups[group] = None
+        stop_together(leaving)
         for group in [g for g in self.groups if g not in groups]:
-            self._resize(group, 0)
             del self.groups[group]
         for group, replicas in groups.items():
-            self._resize(group, replicas)
+            if self.groups.get(group) is None and replicas > 0:
+                with self.timed("starting worker nodes"):
+                    self._start_group_node(group, replicas)
+            self.groups.setdefault(group, None)
         self.generation += 1
 
-    def _resize(self, group: str, replicas: int) -> None:
-        nodes = self.groups.setdefault(group, [])
-        for dead in [node for node in nodes if node.proc.poll() is not None]:
-            self.departed.append((group, dt.datetime.now(dt.UTC), self._death(dead)))  # the job's failure asks later
-            dead.stop()  # what its process group left
-            nodes.remove(dead)
-            self.slots = {slot: n for slot, n in self.slots.items() if n is not dead}
-        if len(nodes) < replicas:
-            with self.timed("starting worker nodes"):
-                self._start_nodes(group, nodes, replicas - len(nodes))
-        if len(nodes) > replicas:
-            extra, nodes[replicas:] = nodes[replicas:], []
-            stop_together(extra)
-            self.slots = {slot: n for slot, n in self.slots.items() if n not in extra}
-
-    def _start_nodes(self, group: str, nodes: list[emulators.Service], count: int) -> None:
-        """`count` more nodes of `group`, started together (as KubeRay creates a group's pods): a node that misses
-        Ray's GCS registration on a busy machine is started again by _ray_start. Every node that came up joins
-        the group even when another failed or an interrupt came, so stopping the cluster stops it."""
+    def _start_group_node(self, group: str, replicas: int) -> None:
+        """The local node standing for `replicas` of `group`'s nodes, with GPU slices no other node holds. A
+        node that misses Ray's GCS registration on a busy machine is started again by _ray_start. Started in a
+        thread: an interrupt while it starts lets the start finish and the node join its group, so stopping the
+        cluster stops it."""
         assert self.head is not None, "the head starts before any worker"
-        free = sorted(set(range(len(self.slots) + count)) - set(self.slots))[:count]
-        names = [f"ray-worker-{group}-{len(nodes) + i}" for i in range(count)]
-        pool = ThreadPoolExecutor(max_workers=count, thread_name_prefix="ray-start")
-        futures = {
-            pool.submit(self._ray_start, *self._node_args(group, slot), self.head.port, name): slot
-            for slot, name in zip(free, names, strict=True)
-        }
+        held = {slot for node in self.groups.values() if node is not None for slot in node.slots}
+        slots = tuple(sorted(set(range(len(held) + replicas)) - held)[:replicas])
+        args, env = self._node_args(group, slots)
+        pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ray-start")
+        started = pool.submit(self._ray_start, args, env, self.head.port, f"ray-worker-{group}-{self.started}")
         try:
-            wait(futures)
+            started.result()
         finally:
-            pool.shutdown(wait=True)  # an interrupt while waiting still lets each start finish, then stop it
-            for future, slot in futures.items():
-                if future.done() and not future.cancelled() and future.exception() is None:
-                    self.slots[slot] = future.result()
-                    nodes.append(future.result())
-        for future in futures:
-            if (failure := future.exception()) is not None:
-                raise failure
+            pool.shutdown(wait=True)
+            if started.exception() is None:
+                self.groups[group] = GroupNode(started.result(), replicas, slots)
 
     def size(self, cfg: RunConfig, run_id: str, workers: Workers | None, groups: dict[str, int], stamp: int) -> bool:
         scaling = cfg.scaling
@@ -459,11 +471,13 @@ class LocalRay:
         group = group_name(run_id)
         with self.lock:
             replaced = [line for g, at, line in self.departed if g == group and (since is None or at >= since)]
-            return replaced + [self._death(n) for n in self.groups.get(group, []) if n.proc.poll() is not None]
+            node = self.groups.get(group)
+            return replaced + ([self._death(node.service)] if node is not None and not node.alive else [])
 
     def worker_nodes(self, cfg: RunConfig, run_id: str) -> dict[str, str]:
         with self.lock:
-            return {node.name: "local" for node in self.groups.get(group_name(run_id), []) if node.proc.poll() is None}
+            node = self.groups.get(group_name(run_id))
+            return {node.service.name: "local"} if node is not None and node.alive else {}
 
     def _death(self, node: emulators.Service) -> str:
         return f"node {node.name} exited with {node.proc.returncode} (its log: {self.logs / node.name}.log)"
@@ -473,9 +487,9 @@ class LocalRay:
         with self.lock:
             if self.head is None:
                 return None
-            # A node that died counts no more (as a KubeRay worker pod gone): the next sizing starts another.
-            groups = {group: sum(node.proc.poll() is None for node in nodes) for group, nodes in self.groups.items()}
-            drained = frozenset(group for group, nodes in self.groups.items() if not nodes)
+            # A node that died counts no more (as KubeRay's worker pods gone): the next sizing starts another.
+            groups = {group: node.replicas if node and node.alive else 0 for group, node in self.groups.items()}
+            drained = frozenset(group for group, node in self.groups.items() if node is None)
             return Workers(groups, self.stamp, self.generation, drained=drained)
 
     def scale(self, spec: ClusterSpec, workers: Workers, groups: dict[str, int], stamp: int) -> bool:

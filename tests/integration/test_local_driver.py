@@ -30,7 +30,7 @@ def running_record() -> RunRecord:
 
 class Platform:
     def __init__(self) -> None:
-        self.nodes: list = []
+        self.node_count = 0
 
     def job_logs(self, run_id: str) -> str:
         return ""

@@ -27,22 +27,23 @@ def gpu_config(nodes: int, gpus: int) -> RunConfig:
     return RunConfig.model_validate({"scaling": {"nodes": nodes, "gpus_per_node": gpus, "accelerator": "H100"}})
 
 
-def test_each_local_node_gets_its_own_gpus_and_stands_in_for_the_accelerator(tmp_path):
-    platform = LocalRay(tmp_path, "tag", gpus=4)
+def test_a_groups_node_has_its_nodes_resources_and_gpus_and_stands_in_for_the_accelerator(tmp_path):
+    platform = LocalRay(tmp_path, "tag", gpus=8)
     platform.head = Service(proc=None, port=1234)  # type: ignore[arg-type]
     platform.shapes["run-a"] = NodeShape(cpus=2, gpus=2, accelerator="H100")
-    args0, env0 = platform._node_args("run-a", 0)
-    args1, env1 = platform._node_args("run-a", 1)
-    assert (env0["CUDA_VISIBLE_DEVICES"], env1["CUDA_VISIBLE_DEVICES"]) == ("0,1", "2,3")
-    assert "--num-gpus=2" in args0 and "--num-cpus=2" in args0 and "--address=127.0.0.1:1234" in args0
-    assert "--num-gpus=2" in args1
-    [resources] = [a for a in args0 if a.startswith("--resources=")]
-    # the run's own resource, one unit per training worker on the node (as its group's pods on GKE)
-    assert json.loads(resources.removeprefix("--resources=")) == {"run-a": 2, "accelerator_type:H100": 1}
-    platform.shapes["run-b"] = NodeShape(cpus=1, gpus=0, accelerator=None)
-    args, env = platform._node_args("run-b", 0)
+    args, env = platform._node_args("run-a", (0, 1))  # the local node of a group of 2 nodes x 2 GPUs
+    assert env["CUDA_VISIBLE_DEVICES"] == "0,1,2,3"
+    assert "--num-gpus=4" in args and "--num-cpus=4" in args and "--address=127.0.0.1:1234" in args
     [resources] = [a for a in args if a.startswith("--resources=")]
-    assert "--num-gpus=0" in args and not env and json.loads(resources.removeprefix("--resources=")) == {"run-b": 1}
+    # the run's own resource, one unit per training worker (as its group's two pods on GKE have together)
+    assert json.loads(resources.removeprefix("--resources=")) == {"run-a": 4, "accelerator_type:H100": 1}
+    _, env = platform._node_args("run-a", (1, 3))  # the slices it was given, wherever they lie
+    assert env["CUDA_VISIBLE_DEVICES"] == "2,3,6,7"
+    platform.shapes["run-b"] = NodeShape(cpus=1, gpus=0, accelerator=None)
+    args, env = platform._node_args("run-b", (0, 1, 2))
+    [resources] = [a for a in args if a.startswith("--resources=")]
+    assert "--num-gpus=0" in args and "--num-cpus=3" in args and not env
+    assert json.loads(resources.removeprefix("--resources=")) == {"run-b": 3}
     platform.head = None
     platform.shutdown()
 
@@ -192,8 +193,7 @@ def test_local_worker_groups_release_exactly_the_ended_runs_nodes(tmp_path):
         platform.ensure_cluster(cpu)
         assert platform.size(cpu, "run-a", None, {a: 1}, 1)
         assert platform.size(cpu, "run-b", platform.workers(cpu.cluster), {a: 1, b: 1}, 2)
-        [kept] = platform.groups[b]
-        [ended] = platform.groups[a]
+        kept, ended = platform.groups[b].service, platform.groups[a].service
         workers = platform.workers(cpu.cluster)
         assert workers.groups == {a: 1, b: 1}
         assert platform.scale(cpu.cluster, workers, {a: 0, b: 1}, 3)
@@ -284,24 +284,38 @@ def start_time(pid: int) -> float:
     return ticks / os.sysconf("SC_CLK_TCK")
 
 
-def test_a_groups_nodes_start_together_and_every_one_registers(tmp_path):
-    """Real `ray start`s: the group's two nodes are started at once (each in a Ray folder of its own: in one
-    folder the second took the first's socket name and never registered), and Ray sees both."""
+def test_a_group_of_two_nodes_is_one_ray_node_with_their_resources(tmp_path):
+    """Real `ray start`s: a group of 2 nodes is one local Ray node with 2 units of the group's resource (one
+    per training worker) and both nodes' CPUs; a second group gets a node of its own (each in a Ray folder of
+    its own: in one folder a second node takes the first's socket name and never registers); a dead node
+    counts as none of its group's nodes and is replaced at the next sizing; scaling to 0 stops it."""
     import uuid
 
     from functions.core.allocation import group_name
 
     platform = LocalRay(tmp_path, uuid.uuid4().hex, gpus=0)
-    cpu = RunConfig.model_validate({"scaling": {"nodes": 2, "gpus_per_node": 0}})
-    group = group_name("run-a")
+    two = RunConfig.model_validate({"scaling": {"nodes": 2, "gpus_per_node": 0}})
+    one = RunConfig.model_validate({"scaling": {"nodes": 1, "gpus_per_node": 0}})
+    a, b = group_name("run-a"), group_name("run-b")
     try:
-        platform.ensure_cluster(cpu)
-        assert platform.size(cpu, "run-a", None, {group: 2}, 1)
-        first, second = platform.groups[group]
-        assert abs(start_time(first.proc.pid) - start_time(second.proc.pid)) < 1.0, "started together"
+        platform.ensure_cluster(two)
+        assert platform.size(two, "run-a", None, {a: 2}, 1)
+        assert platform.size(one, "run-b", platform.workers(two.cluster), {a: 2, b: 1}, 2)
+        assert platform.node_count == 3 and platform.workers(two.cluster).groups == {a: 2, b: 1}
         alive = alive_resources(platform)
-        assert sum(group in resources for resources in alive) == 2, alive
-        assert platform.scale(cpu.cluster, platform.workers(cpu.cluster), {group: 0}, 2)
-        assert first.proc.poll() is not None and second.proc.poll() is not None
+        [of_a] = [r for r in alive if a in r]
+        [of_b] = [r for r in alive if b in r]
+        assert (of_a[a], of_a["CPU"], of_b[b], of_b["CPU"]) == (2, 2, 1, 1), alive
+        first = platform.groups[a].service
+        first.stop(grace_s=0)  # lost, as a preempted node
+        assert platform.workers(two.cluster).groups == {a: 0, b: 1}
+        assert "exited with" in platform.disruptions(two, "run-a", None)[0]
+        assert platform.size(two, "run-a", platform.workers(two.cluster), {a: 2, b: 1}, 3)
+        second = platform.groups[a].service
+        assert second is not first and second.name != first.name and platform.workers(two.cluster).groups[a] == 2
+        assert any("exited with" in line for line in platform.disruptions(two, "run-a", None))  # remembered
+        assert platform.scale(two.cluster, platform.workers(two.cluster), {a: 0, b: 1}, 4)
+        assert second.proc.poll() is not None and platform.groups[b].alive
+        assert platform.workers(two.cluster).drained == frozenset({a})
     finally:
         platform.shutdown()
