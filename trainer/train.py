@@ -1,6 +1,6 @@
 """The RayJob entrypoint: `python -m trainer.train --run-id ID --config-json JSON` (or --config FILE).
 
-Ray Train TorchTrainer (workers = nodes x GPUs per node) running TRL's SFTTrainer with a PEFT LoRA
+Ray Train on Ray's torch backend (workers = nodes x GPUs per node) running TRL's SFTTrainer with a PEFT LoRA
 adapter (QLoRA when configured). Checkpoints go to <storage_path>/<run_id>/ through Ray Train; a
 restarted worker group resumes from the latest one. At the end: the final adapter under
 <storage_path>/<run_id>/adapter/, a result.json summary beside it, and a completion notice on the
@@ -464,9 +464,10 @@ def notify(run_id: str, outcome: str) -> None:
 
 def run(cfg: RunConfig, run_id: str) -> RunResult:
     import ray
-    from ray.train.torch import TorchTrainer
+    from ray.train.v2.api.data_parallel_trainer import DataParallelTrainer
 
     from trainer import preflight, progress
+    from trainer.torch_backend import TorchBackendConfig
 
     started = time.monotonic()
     timeline = progress.Timeline()
@@ -487,8 +488,13 @@ def run(cfg: RunConfig, run_id: str) -> RunResult:
         "starting": starting,  # rank 0 ends this phase: its loop has begun
         "fit_started": time.time(),
     }
-    trainer = TorchTrainer(
-        train_loop, train_loop_config=loop_config, scaling_config=scaling_config, run_config=run_config
+    # TorchTrainer with its torch backend configured here without torch (trainer/torch_backend.py)
+    trainer = DataParallelTrainer(
+        train_loop,
+        train_loop_config=loop_config,
+        backend_config=TorchBackendConfig.for_workers(cfg.scaling.use_gpu),
+        scaling_config=scaling_config,
+        run_config=run_config,
     )
     result = trainer.fit()
     before, after = dict(timeline.seconds), progress.Timeline()
