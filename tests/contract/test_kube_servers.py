@@ -56,6 +56,17 @@ def test_a_write_into_a_missing_namespace_is_a_404_naming_it(server):
     assert f'namespaces "{missing}" not found' in str(err.value)
 
 
+def set_groups(kube, namespace: str, groups_of, stamp: int) -> None:
+    """Set the worker groups as the controller does: a write conditional on the copy just read, and on a
+    lost race (the real KubeRay operator updates a new RayCluster's status, which moves its resourceVersion)
+    a new read and another write."""
+    for _ in range(10):
+        seen = kube.worker_groups(namespace, CFG.cluster.ray_cluster)
+        if kube.set_worker_groups(namespace, CFG.cluster.ray_cluster, seen, groups_of(seen), stamp):
+            return
+    raise AssertionError("the RayCluster changed under ten writes in a row")
+
+
 def test_the_crd_accepts_negative_replicas_so_the_adapter_refuses_them(server):
     kube, namespace, _ = server
     cfg = in_namespace(CFG, namespace)
@@ -67,8 +78,8 @@ def test_the_crd_accepts_negative_replicas_so_the_adapter_refuses_them(server):
     assert group["replicas"] == -1
     with pytest.raises(ValueError, match="at least 0"):
         kube.set_worker_groups(namespace, cfg.cluster.ray_cluster, seen, [manifests.resized(group, -1)], 1)
-    assert kube.set_worker_groups(namespace, cfg.cluster.ray_cluster, seen, [manifests.resized(group, 0)], 1)
+    set_groups(kube, namespace, lambda seen: [manifests.resized(seen.groups[0], 0)], 1)
+    assert kube.worker_groups(namespace, cfg.cluster.ray_cluster).groups[0]["replicas"] == 0
     # A drained group leaves the spec; the CRD takes an empty list (a RayCluster with its head only).
-    fresh = kube.worker_groups(namespace, cfg.cluster.ray_cluster)
-    assert kube.set_worker_groups(namespace, cfg.cluster.ray_cluster, fresh, [], 2)
+    set_groups(kube, namespace, lambda seen: [], 2)
     assert kube.worker_groups(namespace, cfg.cluster.ray_cluster).groups == []
