@@ -11,7 +11,6 @@ import stat
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 import requests
@@ -276,12 +275,6 @@ def test_a_node_start_that_times_out_is_started_again_not_a_permanent_failure(tm
         node.stop(grace_s=1)
     finally:
         platform.shutdown()
-
-
-def start_time(pid: int) -> float:
-    """A process's start, in seconds since boot (/proc/PID/stat field 22)."""
-    ticks = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
-    return ticks / os.sysconf("SC_CLK_TCK")
 
 
 def test_a_group_of_two_nodes_is_one_ray_node_with_their_resources(tmp_path):
