@@ -278,8 +278,12 @@ class GkePlatform:
         cluster = manifests.ray_cluster(cfg, list(files), code_hash, specs, stamp, owner=self.owner)
         if workers is None:
             return kube.create(cluster)
-        assert isinstance(workers.handle, RayClusterSeen)
-        return kube.apply(cluster, resource_version=workers.handle.resource_version)
+        seen = workers.handle
+        assert isinstance(seen, RayClusterSeen)
+        if seen.base == cluster["metadata"]["annotations"][manifests.BASE_ANNOTATION]:
+            # The head, labels and versions as this launch would apply them: only the groups change.
+            return kube.set_worker_groups(cfg.cluster.namespace, cfg.cluster.ray_cluster, seen, specs, stamp)
+        return kube.apply(cluster, resource_version=seen.resource_version)
 
     def scale(self, spec: ClusterSpec, workers: Workers, groups: dict[str, int], stamp: int) -> bool:
         assert isinstance(workers.handle, RayClusterSeen)

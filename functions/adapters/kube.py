@@ -16,7 +16,7 @@ from typing import Any
 
 from functions.adapters.retry import with_retries
 from functions.core import errors
-from functions.core.manifests import ALLOCATION_ANNOTATION, MANAGED_BY, OWNER_LABEL
+from functions.core.manifests import ALLOCATION_ANNOTATION, BASE_ANNOTATION, MANAGED_BY, OWNER_LABEL, group_ops
 
 FIELD_MANAGER = "raytune"
 APPLY = "application/apply-patch+yaml"
@@ -36,6 +36,7 @@ class RayClusterSeen:
     annotated: bool  # the RayCluster has metadata.annotations (a JSON patch can add the stamp to it)
     managed: bool  # it carries the controller's label: never change another team's RayCluster
     owner: str | None = None  # the deployment label's value (manifests.OWNER_LABEL), None when unlabelled
+    base: str | None = None  # its manifests.BASE_ANNOTATION: what it was last applied with, groups left out
 
 
 def stamp_of(obj: dict[str, Any]) -> int:
@@ -80,6 +81,9 @@ URLLIB3_TRANSIENT = frozenset(
 # A server-side apply of a field the installed CRD does not declare: the API server answers 500 (not 400,
 # whatever fieldValidation says), and the same apply fails the same way every time (tests/contract/test_realkube.py).
 UNDECLARED = re.compile(r"failed to create typed patch object \(([^)]*)\): (\S+): field not declared in schema")
+# A JSON patch (fieldValidation=Strict) whose result has such a field: a 422 whose message quotes the whole
+# object patched, then names the fields (tests/contract/test_kube_servers.py shows it on both).
+UNKNOWN = re.compile(r'strict decoding error: ((?:unknown field "[^"]+"(?:, )?)+)$')
 
 
 def translate(exc: Exception) -> Exception:
@@ -93,15 +97,22 @@ def translate(exc: Exception) -> Exception:
             message = None
         if message and (undeclared := UNDECLARED.search(message)):
             what, field = undeclared.groups()
-            return errors.PermanentError(
-                f"the cluster's KubeRay does not know {field} ({what}): its CRD is older than the one raytune renders "
-                "for (upgrade the Ray operator add-on, or the cluster's GKE version); the API said: " + message,
-                _status(exc),
-            )
+            return _unknown_to_kuberay(f"{field} ({what})", message, _status(exc))
+        if message and (unknown := UNKNOWN.search(message)):
+            fields = ", ".join("." + f for f in re.findall(r'unknown field "([^"]+)"', unknown.group(1)))
+            return _unknown_to_kuberay(fields, unknown.group(0), _status(exc))
         return errors.from_status(_status(exc), message or getattr(exc, "reason", None) or str(exc))
     if type(exc).__name__ in URLLIB3_TRANSIENT:
         return errors.TransientError(f"{type(exc).__name__}: {exc}")
     return exc
+
+
+def _unknown_to_kuberay(fields: str, said: str, status: int | None) -> errors.PermanentError:
+    return errors.PermanentError(
+        f"the cluster's KubeRay does not know {fields}: its CRD is older than the one raytune renders for (upgrade "
+        "the Ray operator add-on, or the cluster's GKE version); the API said: " + said,
+        status,
+    )
 
 
 # Every call has connect and read timeouts: an API server that accepts and never answers must not hold a
@@ -353,13 +364,15 @@ class Kube:
             "annotations" in found["metadata"],
             MANAGED_BY.items() <= labels.items(),
             labels.get(OWNER_LABEL),
+            (found["metadata"].get("annotations") or {}).get(BASE_ANNOTATION),
         )
 
     def set_worker_groups(
         self, namespace: str, cluster: str, current: RayClusterSeen, groups: list[dict[str, Any]], stamp: int
     ) -> bool:
-        """Replace the worker groups and stamp the allocation version if the RayCluster is still at
-        `current.resource_version`; False when it changed meanwhile (HTTP 409)."""
+        """Make the worker groups `groups` and stamp the allocation version if the RayCluster is still at
+        `current.resource_version`; False when it changed meanwhile (HTTP 409). Only the groups that change are
+        sent (group_ops), checked as strictly as an apply."""
         for group in groups:
             if int(group.get("replicas", 0)) < 0:  # the CRD accepts -1 (KubeRay 1.5.2 on a real API server)
                 raise ValueError(f"replicas must be at least 0, got {group.get('replicas')}")
@@ -370,7 +383,7 @@ class Kube:
         )
         patch = [
             {"op": "replace", "path": "/metadata/resourceVersion", "value": current.resource_version},
-            {"op": "add", "path": "/spec/workerGroupSpecs", "value": groups},
+            *group_ops(current.groups, groups),
             stamped,
         ]
         return self._conditional(  # 409: changed since read. The caller looks again.
@@ -383,6 +396,7 @@ class Kube:
                 cluster,
                 patch,
                 field_manager=FIELD_MANAGER,
+                field_validation="Strict",
                 _content_type=JSON_PATCH,
                 _preload_content=False,
             ),

@@ -90,11 +90,12 @@ class Stored(Generic[M]):
         stored.generation = found[1]  # type: ignore[attr-defined]
         return stored
 
-    def write(self, key: str, new: M, if_generation_match: int) -> M:
-        """Write `new` if the stored generation is still `if_generation_match` (0: absent), else Conflict."""
+    def write(self, key: str, new: M, if_generation_match: int, told: bool = True) -> M:
+        """Write `new` if the stored generation is still `if_generation_match` (0: absent), else Conflict.
+        `told`: whether `written` hears of it."""
         generation = self.blobs.write(self.path(key), new.model_dump_json(indent=2).encode(), if_generation_match)
         stored = new.model_copy(update={"generation": generation})
-        if self.written is not None:
+        if self.written is not None and told:
             self.written(key, stored)
         return stored
 
@@ -145,10 +146,12 @@ class RunStore:
             raise ValueError(f"the record inside names run {record.run_id[:100]!r}, not {run_id!r}")
         return record
 
-    def create(self, record: RunRecord) -> tuple[RunRecord, bool]:
-        """Write a new record unless one exists; returns (the stored record, whether this call created it)."""
+    def create(self, record: RunRecord, noted: bool = True) -> tuple[RunRecord, bool]:
+        """Write a new record unless one exists; returns (the stored record, whether this call created it).
+        `noted=False` leaves its generation off its marker: right only for a marker this caller has just made,
+        which notes nothing, so every watcher reads the record (active())."""
         try:
-            return self.records.write(record.run_id, record, if_generation_match=0), True
+            return self.records.write(record.run_id, record, if_generation_match=0, told=noted), True
         except Conflict:
             existing = self.get(record.run_id)
             if existing is None:  # deleted in between: vanishingly rare, try once more
@@ -183,11 +186,13 @@ class RunStore:
         except Exception as exc:
             log.warning("%s: cannot note its record's generation on its marker: %s", run_id, exc)
 
-    def mark_active(self, run_id: str) -> None:
+    def mark_active(self, run_id: str) -> bool:
+        """Mark the run for the watcher; whether this call made the marker (False: it was marked already)."""
         try:
             self.blobs.write(f"{ACTIVE}{run_id}", b"", if_generation_match=0)
         except Conflict:
-            pass  # already marked
+            return False
+        return True
 
     def unmark_active(self, run_id: str) -> None:
         self.blobs.delete(f"{ACTIVE}{run_id}")

@@ -26,6 +26,10 @@ RUN_LABEL = "raytune.dev/run-id"
 OWNER_LABEL = "raytune.dev/deployment"
 CODE_HASH_ANNOTATION = "raytune.dev/code-sha256"
 ALLOCATION_ANNOTATION = "raytune.dev/allocation"  # the allocation version the worker group is sized for
+# A digest of the RayCluster as applied, its worker groups and allocation stamp left out: a launch that finds it
+# unchanged writes only the groups (functions/adapters/gke.py size), not the whole object again.
+BASE_ANNOTATION = "raytune.dev/base-sha256"
+WORKER_GROUPS = "/spec/workerGroupSpecs"  # their JSON pointer (group_ops)
 HF_SECRET = "hf-secret"
 HF_SECRET_KEY = "hf_api_token"
 CODE_CONFIGMAP = "ray-job-cm"
@@ -191,15 +195,10 @@ def ray_cluster(
     cluster = cfg.cluster
     head = cluster.head
     head_amounts = {"cpu": head.cpu, "memory": head.memory, "ephemeral-storage": head.ephemeral_storage}
-    return {
+    rendered: dict[str, Any] = {
         "apiVersion": "ray.io/v1",
         "kind": "RayCluster",
-        "metadata": {
-            "name": cluster.ray_cluster,
-            "namespace": cluster.namespace,
-            "labels": ownership(owner),
-            "annotations": {ALLOCATION_ANNOTATION: str(stamp)},
-        },
+        "metadata": {"name": cluster.ray_cluster, "namespace": cluster.namespace, "labels": ownership(owner)},
         "spec": {
             "rayVersion": cluster.ray_version,
             "headGroupSpec": {
@@ -219,9 +218,36 @@ def ray_cluster(
                     },
                 },
             },
-            "workerGroupSpecs": groups,
         },
     }
+    base = hashlib.sha256(json.dumps(rendered, sort_keys=True).encode()).hexdigest()
+    rendered["metadata"]["annotations"] = {ALLOCATION_ANNOTATION: str(stamp), BASE_ANNOTATION: base}
+    rendered["spec"]["workerGroupSpecs"] = groups
+    return rendered
+
+
+def group_ops(read: list[dict[str, Any]], wanted: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """JSON patch operations (RFC 6902) that turn the worker groups as read into `wanted`: the groups left out
+    removed (last first, so each index is the read copy's, which the patch's resourceVersion pins), those that
+    changed replaced, the new ones appended. A launch onto a RayCluster that holds 50 runs sends one group, not 50.
+    When the groups kept are not first and in the order read, the whole list."""
+    names = [group["groupName"] for group in read]
+    keep = {group["groupName"] for group in wanted}
+    kept = [name for name in names if name in keep]
+    if not read or len(set(names)) != len(names) or [g["groupName"] for g in wanted[: len(kept)]] != kept:
+        return [{"op": "add", "path": WORKER_GROUPS, "value": wanted}]
+    ops: list[dict[str, Any]] = [
+        {"op": "remove", "path": f"{WORKER_GROUPS}/{index}"}
+        for index in reversed(range(len(read)))
+        if names[index] not in keep
+    ]
+    left = [group for group in read if group["groupName"] in keep]
+    ops += [
+        {"op": "replace", "path": f"{WORKER_GROUPS}/{index}", "value": new}
+        for index, (old, new) in enumerate(zip(left, wanted, strict=False))
+        if old != new
+    ]
+    return ops + [{"op": "add", "path": f"{WORKER_GROUPS}/-", "value": new} for new in wanted[len(left) :]]
 
 
 def entrypoint(cfg: RunConfig, run_id: str, python: str = "python", env: dict[str, str] | None = None) -> str:

@@ -111,9 +111,10 @@ def receive(ctx: Context, request: events.LaunchRequest) -> tuple[RunRecord, boo
         warnings=advice.right_sizing(cfg) if cfg and not errors else [],
         history=[Transition(state=state, at=now, reason=reason)],
     )
-    # Marked before the record exists: a crash in between leaves the watcher a trail, never a lost run.
-    ctx.store.mark_active(request.run_id)
-    return ctx.store.create(record)
+    # Marked before the record exists: a crash in between leaves the watcher a trail, never a lost run. A marker
+    # made here notes no generation, so every watcher reads the new record: noting it would be a write for nothing.
+    fresh = ctx.store.mark_active(request.run_id)
+    return ctx.store.create(record, noted=not fresh)
 
 
 def _kept(raw: bytes | dict[str, Any] | None) -> str | None:

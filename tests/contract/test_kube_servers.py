@@ -4,6 +4,7 @@ one line without it), through the same adapter (functions/adapters/kube.py)."""
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 
 import pytest
@@ -83,3 +84,46 @@ def test_the_crd_accepts_negative_replicas_so_the_adapter_refuses_them(server):
     # A drained group leaves the spec; the CRD takes an empty list (a RayCluster with its head only).
     set_groups(kube, namespace, lambda seen: [], 2)
     assert kube.worker_groups(namespace, cfg.cluster.ray_cluster).groups == []
+
+
+def test_only_the_groups_that_change_are_sent_and_the_list_ends_as_wanted(server):
+    """A launch onto a RayCluster of many runs, and a scale-down, patch the groups that change (removed, replaced,
+    appended), at the indexes of the copy read; the list ends as the whole-list write would have left it."""
+    kube, namespace, _ = server
+    cfg = in_namespace(CFG, namespace)
+    a, b, c = (manifests.worker_group(cfg, f"run-{n}", n, [], "h" * 64) for n in (1, 2, 3))
+    assert kube.create(manifests.ray_cluster(cfg, [], "h" * 64, [a, b, c]))
+    d = manifests.worker_group(cfg, "run-4", 1, [], "h" * 64)
+    set_groups(kube, namespace, lambda seen: [seen.groups[0], manifests.resized(seen.groups[2], 0), d], 1)
+    after = kube.worker_groups(namespace, cfg.cluster.ray_cluster)
+    assert [(g["groupName"], g["replicas"]) for g in after.groups] == [
+        (a["groupName"], 1),
+        (c["groupName"], 0),
+        (d["groupName"], 1),
+    ]
+    assert after.stamp == 1
+    # A copy read before that write: its indexes are stale, and the resourceVersion it carries refuses it whole.
+    stale = dataclasses.replace(after, resource_version=str(int(after.resource_version) - 1))
+    assert not kube.set_worker_groups(namespace, cfg.cluster.ray_cluster, stale, [d], 2)
+    assert [g["groupName"] for g in kube.worker_groups(namespace, cfg.cluster.ray_cluster).groups] == [
+        a["groupName"],
+        c["groupName"],
+        d["groupName"],
+    ]
+
+
+def test_a_patched_group_with_a_field_kuberay_does_not_know_is_refused(server):
+    """The groups' patch is checked as strictly as an apply: a field the cluster's KubeRay does not know fails
+    the write, never dropped in silence."""
+    kube, namespace, _ = server
+    cfg = in_namespace(CFG, namespace)
+    assert kube.create(
+        manifests.ray_cluster(cfg, [], "h" * 64, [manifests.worker_group(cfg, "run-1", 1, [], "h" * 64)])
+    )
+    odd = {**manifests.worker_group(cfg, "run-2", 1, [], "h" * 64), "notAFieldAnywhere": 1}
+    with pytest.raises(errors.PermanentError) as err:
+        set_groups(kube, namespace, lambda seen: [*seen.groups, odd], 1)
+    assert err.value.status == 422  # the message quotes the whole object, then names the field: kept short
+    assert str(err.value).startswith("the cluster's KubeRay does not know .spec.workerGroupSpecs[1].notAFieldAnywhere:")
+    assert str(err.value).endswith('strict decoding error: unknown field "spec.workerGroupSpecs[1].notAFieldAnywhere"')
+    assert len(kube.worker_groups(namespace, cfg.cluster.ray_cluster).groups) == 1

@@ -22,6 +22,8 @@ import uuid
 from http.server import ThreadingHTTPServer
 from urllib.parse import parse_qs, urlparse
 
+import jsonpatch
+
 from tests.fakes.http import JsonHandler, serve_in_thread
 from tests.fakes.kuberay_fields import unknown_fields
 
@@ -277,7 +279,7 @@ class FakeKube:
         if content_type == APPLY:
             return self._apply(key, match, query, body)
         if content_type == JSON_PATCH:
-            return self._json_patch(key, body)
+            return self._json_patch(key, query, body)
         return 415, ("UnsupportedMediaType", f"unsupported patch type {content_type!r}")
 
     def _apply(self, key, match, query, body):
@@ -328,31 +330,21 @@ class FakeKube:
             self.objects[key] = new
         return 200, copy.deepcopy(self.objects[key])
 
-    def _json_patch(self, key, body):
+    def _json_patch(self, key, query, body):
         current = self.objects.get(key)
         if current is None:
             return 404, ("NotFound", f'{key[0]} "{key[2]}" not found')
-        new = copy.deepcopy(current)
-        for op in json.loads(body):
-            parts = [p.replace("~1", "/").replace("~0", "~") for p in op["path"].split("/")[1:]]
-            parent = new
-            try:
-                for part in parts[:-1]:
-                    parent = parent[int(part)] if isinstance(parent, list) else parent[part]
-                last = int(parts[-1]) if isinstance(parent, list) else parts[-1]
-                if op["op"] == "test":
-                    if parent[last] != op["value"]:
-                        return 422, ("Invalid", f"testing value {op['path']} failed")
-                elif op["op"] in ("replace", "add"):
-                    if op["op"] == "replace":
-                        parent[last]
-                    parent[last] = op["value"]
-                elif op["op"] == "remove":
-                    del parent[last]
-            except (KeyError, IndexError, ValueError):
-                return 422, ("Invalid", f"path {op['path']} does not exist")
+        try:  # RFC 6902 as the real server applies it (a failed test op and a missing path are both a 422)
+            new = jsonpatch.apply_patch(current, json.loads(body))
+        except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException) as err:
+            return 422, ("Invalid", f"the server rejected our request due to an error in our request: {err}")
         if new["metadata"]["resourceVersion"] != current["metadata"]["resourceVersion"]:
             return 409, ("Conflict", "the object has been modified; please apply your changes to the latest version")
+        strict = query.get("fieldValidation") == "Strict"
+        if strict and key[0] in ("rayclusters", "rayjobs") and (bad := unknown_fields(new)):
+            unknown = ", ".join(f'unknown field "{b}"' for b in bad)
+            said = json.dumps(new).replace('"', '\\"')
+            return 422, ("Invalid", f'"" is invalid: patch: Invalid value: "{said}": strict decoding error: {unknown}')
         if _content(new) != _content(current):
             new["metadata"]["resourceVersion"] = self._next_version()
             new["metadata"]["generation"] = current["metadata"]["generation"] + 1

@@ -13,7 +13,8 @@ from functions.adapters import store as store_module
 from functions.adapters.gcs import Bucket
 from functions.adapters.store import ACTIVE, RECORD_GENERATION, RunStore
 from functions.core.runs import State
-from tests.integration.test_functions import QUICK
+from functions.local.cloudevents import object_finalized
+from tests.integration.test_functions import QUICK, upload
 from tests.integration.test_invariants import launch, tick
 
 RUNNING = {"jobStatus": "RUNNING", "jobDeploymentStatus": "Running"}
@@ -117,3 +118,44 @@ def test_a_launch_that_fits_reads_no_other_runs_record(controller, bucket, reads
     reads.clear()
     launch(h, bucket, "last", ROOMY)
     assert reads["runs"] == second, "the reads of a launch grew with the runs holding the RayCluster"
+
+
+def test_a_launch_notes_the_new_record_only_on_a_marker_it_did_not_make(controller, bucket, monkeypatch):
+    """The marker a launch makes notes nothing, so every watcher reads the new record: noting the RECEIVED record
+    on it is skipped (the record's next write notes it). A marker that was there already may note an older
+    record of the run: the new one is noted on it at once, even when the launch dies right after."""
+    from functions.core import events
+    from functions.handlers import launch as launch_module
+
+    h = controller
+    notes: list[str] = []
+    original = Bucket.set_metadata
+    monkeypatch.setattr(
+        Bucket, "set_metadata", lambda self, path, meta: notes.append(path) or original(self, path, meta)
+    )
+    run = launch(h, bucket, "fresh", ROOMY)
+    assert run.state == State.SUBMITTED
+    assert notes == [f"{ACTIVE}{run.run_id}"], "one note: the SUBMITTED record's"
+
+    def dies_after_the_record(*args, **kwargs):
+        raise RuntimeError("the handler died here")
+
+    monkeypatch.setattr(launch_module.steps, "run", dies_after_the_record)
+    blobs = Bucket(bucket)
+    ids = [run.run_id]
+    for name, earlier in (("unmarked", None), ("marked", "1")):
+        generation = upload(bucket, f"configs/{name}.json", ROOMY)
+        event = object_finalized(bucket, f"configs/{name}.json", generation)
+        run_id = events.launch_request(event).run_id
+        ids.append(run_id)
+        if earlier:  # as an earlier record of the run left it
+            blobs.write(f"{ACTIVE}{run_id}", b"", if_generation_match=0)
+            blobs.set_metadata(f"{ACTIVE}{run_id}", {RECORD_GENERATION: earlier})
+        with pytest.raises(RuntimeError):
+            launch_module.handle(event, h.ctx)
+        [marker] = blobs.listing(f"{ACTIVE}{run_id}")
+        record = h.ctx.store.get(run_id)
+        assert record.state == State.RECEIVED
+        expected = str(record.generation) if earlier else None
+        assert marker.metadata.get(RECORD_GENERATION) == expected, (name, marker.metadata)
+    assert {r.run_id for r in h.ctx.store.active()} == set(ids), "the watcher reads every marked run's record"

@@ -5,9 +5,12 @@ import os
 import shlex
 from pathlib import Path
 
+import jsonpatch
 import kubernetes_validate
 import pytest
 import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from functions.cli import main as cli
 from functions.core import manifests
@@ -160,3 +163,36 @@ def test_render_command_prints_appliable_yaml(capsys):
 def test_render_needs_a_storage_location(capsys):
     assert cli(["render", str(ROOT / "examples" / "reference.json")]) == 2
     assert "storage_path: not set" in capsys.readouterr().err
+
+
+def _group(name: str, replicas: int) -> dict:
+    return {"groupName": name, "replicas": replicas, "template": {"spec": {"containers": [{"name": "w"}]}}}
+
+
+@settings(max_examples=300)
+@given(
+    read=st.lists(st.integers(0, 3), max_size=8),
+    fates=st.lists(st.sampled_from(["keep", "resize", "drop"]), min_size=8, max_size=8),
+    new=st.integers(0, 3),
+    shuffle=st.randoms(use_true_random=False),
+    reorder=st.booleans(),
+)
+def test_group_ops_turn_the_groups_as_read_into_the_wanted_list(read, fates, new, shuffle, reorder):
+    """Applied by an RFC 6902 implementation (jsonpatch) to the groups as read, the operations leave exactly the
+    wanted list; only the groups that change are sent unless the kept ones were reordered."""
+    groups = [_group(f"g{i}", replicas) for i, replicas in enumerate(read)]
+    wanted = []
+    for group, fate in zip(groups, fates, strict=False):
+        if fate != "drop":
+            wanted.append(manifests.resized(group, group["replicas"] + 1) if fate == "resize" else group)
+    if reorder:
+        shuffle.shuffle(wanted)
+    wanted += [_group(f"new{i}", 1) for i in range(new)]
+    ops = manifests.group_ops(groups, wanted)
+    patched = jsonpatch.apply_patch({"spec": {"workerGroupSpecs": groups}}, ops)
+    assert patched["spec"]["workerGroupSpecs"] == wanted
+    kept = [g["groupName"] for g in groups if g["groupName"] in {w["groupName"] for w in wanted}]
+    if groups and [w["groupName"] for w in wanted[: len(kept)]] == kept:
+        changed = sum(1 for g in groups if g not in wanted)  # dropped or resized
+        assert len(ops) == changed + new, ops
+        assert all(op["path"] != manifests.WORKER_GROUPS for op in ops)
