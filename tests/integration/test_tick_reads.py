@@ -12,6 +12,7 @@ import pytest
 from functions.adapters import store as store_module
 from functions.adapters.gcs import Bucket
 from functions.adapters.store import ACTIVE, RECORD_GENERATION, RunStore
+from functions.core.allocation import group_name
 from functions.core.runs import State
 from functions.local.cloudevents import object_finalized
 from tests.integration.test_functions import QUICK, upload
@@ -159,3 +160,29 @@ def test_a_launch_notes_the_new_record_only_on_a_marker_it_did_not_make(controll
         expected = str(record.generation) if earlier else None
         assert marker.metadata.get(RECORD_GENERATION) == expected, (name, marker.metadata)
     assert {r.run_id for r in h.ctx.store.active()} == set(ids), "the watcher reads every marked run's record"
+
+
+def test_a_launch_sends_its_own_group_alone_unless_the_head_it_would_apply_changed(controller, bucket):
+    """A launch onto a RayCluster applied as this launch would apply it patches its group in; one whose config
+    changes the head (or the trainer code, the labels) applies the whole RayCluster, head and groups."""
+    h = controller
+    first = launch(h, bucket, "first", ROOMY)
+    before = len(h.kube.requests)
+    second = launch(h, bucket, "second", ROOMY)
+    writes = [(m, t) for m, p, t in h.kube.requests[before:] if p.endswith("/rayclusters/gemma3-tuning") and m != "GET"]
+    assert writes == [("PATCH", "application/json-patch+json")]
+    bigger = {
+        **ROOMY,
+        "cluster": {**ROOMY["cluster"], "head": {"cpu": "32", "memory": "64Gi", "ephemeral_storage": "9Gi"}},
+    }
+    before = len(h.kube.requests)
+    third = launch(h, bucket, "third", bigger)
+    writes = [(m, t) for m, p, t in h.kube.requests[before:] if p.endswith("/rayclusters/gemma3-tuning") and m != "GET"]
+    assert writes == [("PATCH", "application/apply-patch+yaml")]
+    cluster = h.kube.get("rayclusters", "gemma3-tuning")
+    [head] = cluster["spec"]["headGroupSpec"]["template"]["spec"]["containers"]
+    assert head["resources"]["requests"]["cpu"] == "32"
+    assert [g["groupName"] for g in cluster["spec"]["workerGroupSpecs"]] == [
+        group_name(r.run_id) for r in (first, second, third)
+    ]
+    assert all(r.state == State.SUBMITTED for r in (first, second, third))
