@@ -166,18 +166,23 @@ def test_a_launch_sends_its_own_group_alone_unless_the_head_it_would_apply_chang
     """A launch onto a RayCluster applied as this launch would apply it patches its group in; one whose config
     changes the head (or the trainer code, the labels) applies the whole RayCluster, head and groups."""
     h = controller
+
+    def launched_with_its_raycluster_writes(name, config):
+        before = len(h.kube.requests)
+        run = launch(h, bucket, name, config)
+        writes = [
+            (m, t) for m, p, t in h.kube.requests[before:] if p.endswith("/rayclusters/gemma3-tuning") and m != "GET"
+        ]
+        return run, writes
+
     first = launch(h, bucket, "first", ROOMY)
-    before = len(h.kube.requests)
-    second = launch(h, bucket, "second", ROOMY)
-    writes = [(m, t) for m, p, t in h.kube.requests[before:] if p.endswith("/rayclusters/gemma3-tuning") and m != "GET"]
+    second, writes = launched_with_its_raycluster_writes("second", ROOMY)
     assert writes == [("PATCH", "application/json-patch+json")]
     bigger = {
         **ROOMY,
         "cluster": {**ROOMY["cluster"], "head": {"cpu": "32", "memory": "64Gi", "ephemeral_storage": "9Gi"}},
     }
-    before = len(h.kube.requests)
-    third = launch(h, bucket, "third", bigger)
-    writes = [(m, t) for m, p, t in h.kube.requests[before:] if p.endswith("/rayclusters/gemma3-tuning") and m != "GET"]
+    third, writes = launched_with_its_raycluster_writes("third", bigger)
     assert writes == [("PATCH", "application/apply-patch+yaml")]
     cluster = h.kube.get("rayclusters", "gemma3-tuning")
     [head] = cluster["spec"]["headGroupSpec"]["template"]["spec"]["containers"]
