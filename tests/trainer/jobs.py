@@ -10,7 +10,7 @@ import tempfile
 from pathlib import Path
 
 from functions.core.config import RunConfig
-from functions.local.platform import TRAIN_HEALTH_CHECK_INTERVAL_S
+from functions.local.platform import TRAIN_HEALTH_CHECK_INTERVAL_S, auth_token
 from trainer.codehash import code_files, code_sha256
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -26,6 +26,10 @@ def start_job(cfg: RunConfig, run_id: str, log: Path, env: dict[str, str] | None
         "RAYTUNE_CODE_SHA256": code_sha256(code_files()),
         "PYTHONPATH": str(ROOT),
         "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": TRAIN_HEALTH_CHECK_INTERVAL_S,  # as on the local cluster
+        # Ray turns token auth on for a new ray.init() cluster and saves the token to ~/.ray/auth_token: the
+        # instance's own token, in its own folder, as the local cluster's, so the tests write nothing to HOME.
+        "RAY_AUTH_MODE": "token",
+        "RAY_AUTH_TOKEN_PATH": str(auth_token(Path(ray_tmp))),
         **(env or {}),
     }
     with open(log, "wb") as out:

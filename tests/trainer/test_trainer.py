@@ -51,8 +51,10 @@ def test_ray_train_qlora_run_writes_checkpoints_result_and_adapter(tmp_path):
             "dataset": cfg.dataset.model_copy(update={"max_samples": 30, "eval_fraction": 0.2}),
         }
     )
-    log = tmp_path / "job.log"
-    finish(start_job(cfg, "tiny-qlora", log), log)
+    log, home = tmp_path / "job.log", tmp_path / "home"
+    home.mkdir()
+    finish(start_job(cfg, "tiny-qlora", log, env={"HOME": str(home)}), log)
+    assert not list(home.iterdir()), "the job wrote to the home directory"  # e.g. Ray's ~/.ray/auth_token
     result = json.loads((tmp_path / "store" / "tiny-qlora" / "result.json").read_text())
     metrics = result["metrics"]
     # The samples whose product name hashes under 0.2 are held out; the rest over 2 workers x batch 2, 2 epochs.
