@@ -178,32 +178,6 @@ def alive_resources(platform: LocalRay) -> list[dict]:
     return json.loads(out.strip().splitlines()[-1])
 
 
-def test_local_worker_groups_release_exactly_the_ended_runs_nodes(tmp_path):
-    """Two runs' groups on one local Ray cluster (real `ray start` processes): ending one stops exactly its node,
-    the other's keeps running (the same process), and Ray still sees the live run's resource."""
-    import uuid
-
-    from functions.core.allocation import group_name
-
-    platform = LocalRay(tmp_path, uuid.uuid4().hex, gpus=0)
-    cpu = RunConfig.model_validate({"scaling": {"nodes": 1, "gpus_per_node": 0}})
-    a, b = group_name("run-a"), group_name("run-b")
-    try:
-        platform.ensure_cluster(cpu)
-        assert platform.size(cpu, "run-a", None, {a: 1}, 1)
-        assert platform.size(cpu, "run-b", platform.workers(cpu.cluster), {a: 1, b: 1}, 2)
-        kept, ended = platform.groups[b].service, platform.groups[a].service
-        workers = platform.workers(cpu.cluster)
-        assert workers.groups == {a: 1, b: 1}
-        assert platform.scale(cpu.cluster, workers, {a: 0, b: 1}, 3)
-        assert ended.proc.poll() is not None and kept.proc.poll() is None, "only the ended run's node stopped"
-        assert platform.workers(cpu.cluster).drained == frozenset({a})
-        alive = alive_resources(platform)
-        assert any(b in r for r in alive) and not any(a in r for r in alive), alive
-    finally:
-        platform.shutdown()
-
-
 FLAKY_RAY = """#!/bin/sh
 # fails its first `start` as ray does on a machine too busy for the GCS, leaving a child behind
 n=$(cat "$0.count" 2>/dev/null || echo 0); echo $((n + 1)) > "$0.count"
@@ -277,11 +251,12 @@ def test_a_node_start_that_times_out_is_started_again_not_a_permanent_failure(tm
         platform.shutdown()
 
 
-def test_a_group_of_two_nodes_is_one_ray_node_with_their_resources(tmp_path):
+def test_each_worker_group_is_one_ray_node_with_its_nodes_resources_and_is_released_alone(tmp_path):
     """Real `ray start`s: a group of 2 nodes is one local Ray node with 2 units of the group's resource (one
     per training worker) and both nodes' CPUs; a second group gets a node of its own (each in a Ray folder of
-    its own: in one folder a second node takes the first's socket name and never registers); a dead node
-    counts as none of its group's nodes and is replaced at the next sizing; scaling to 0 stops it."""
+    its own: in one folder a second node takes the first's socket name and never registers); scaling a group to
+    0 (its run ended) stops exactly its node: the other's keeps running (the same process), and Ray sees only the
+    live run's resource; a dead node counts as none of its group's nodes and is replaced at the next sizing."""
     import uuid
 
     from functions.core.allocation import group_name
@@ -299,16 +274,25 @@ def test_a_group_of_two_nodes_is_one_ray_node_with_their_resources(tmp_path):
         [of_a] = [r for r in alive if a in r]
         [of_b] = [r for r in alive if b in r]
         assert (of_a[a], of_a["CPU"], of_b[b], of_b["CPU"]) == (2, 2, 1, 1), alive
+        # run-a ends: exactly its node stops, run-b's keeps running, and Ray counts run-b's resource only
+        ended, kept = platform.groups[a].service, platform.groups[b].service
+        assert platform.scale(two.cluster, platform.workers(two.cluster), {a: 0, b: 1}, 3)
+        assert ended.proc.poll() is not None and kept.proc.poll() is None, "only the ended run's node stopped"
+        assert platform.workers(two.cluster).drained == frozenset({a})
+        alive = alive_resources(platform)
+        assert any(b in r for r in alive) and not any(a in r for r in alive), alive
+        # run-a's next attempt: its node back, then lost
+        assert platform.size(two, "run-a", platform.workers(two.cluster), {a: 2, b: 1}, 4)
         first = platform.groups[a].service
         first.stop(grace_s=0)  # lost, as a preempted node
         assert platform.workers(two.cluster).groups == {a: 0, b: 1}
         assert "exited with" in platform.disruptions(two, "run-a", None)[0]
-        assert platform.size(two, "run-a", platform.workers(two.cluster), {a: 2, b: 1}, 3)
+        assert platform.size(two, "run-a", platform.workers(two.cluster), {a: 2, b: 1}, 5)
         second = platform.groups[a].service
         assert second is not first and second.name != first.name and platform.workers(two.cluster).groups[a] == 2
         assert any("exited with" in line for line in platform.disruptions(two, "run-a", None))  # remembered
-        assert platform.scale(two.cluster, platform.workers(two.cluster), {a: 0, b: 1}, 4)
-        assert second.proc.poll() is not None and platform.groups[b].alive
+        assert platform.scale(two.cluster, platform.workers(two.cluster), {a: 0, b: 1}, 6)
+        assert second.proc.poll() is not None and platform.groups[b].service is kept and kept.proc.poll() is None
         assert platform.workers(two.cluster).drained == frozenset({a})
     finally:
         platform.shutdown()
