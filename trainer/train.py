@@ -464,9 +464,9 @@ def notify(run_id: str, outcome: str) -> None:
 
 def run(cfg: RunConfig, run_id: str) -> RunResult:
     import ray
-    from ray.train.v2.api.data_parallel_trainer import DataParallelTrainer
 
     from trainer import preflight, progress
+    from trainer.ray_trainer import DataParallelTrainerWithoutRayData
     from trainer.torch_backend import TorchBackendConfig
 
     started = time.monotonic()
@@ -488,8 +488,9 @@ def run(cfg: RunConfig, run_id: str) -> RunResult:
         "starting": starting,  # rank 0 ends this phase: its loop has begun
         "fit_started": time.time(),
     }
-    # TorchTrainer with its torch backend configured here without torch (trainer/torch_backend.py)
-    trainer = DataParallelTrainer(
+    # TorchTrainer with its torch backend configured here without torch (trainer/torch_backend.py), and without
+    # the Ray Data helper actor it would start for nothing (trainer/ray_trainer.py)
+    trainer = DataParallelTrainerWithoutRayData(
         train_loop,
         train_loop_config=loop_config,
         backend_config=TorchBackendConfig.for_workers(cfg.scaling.use_gpu),
