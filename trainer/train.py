@@ -38,6 +38,11 @@ BASE_DIR = "base-model"  # the tiny model's weights, kept with its adapter
 
 TENSORBOARD_DIR = "tensorboard"
 NOTICE_TIMEOUT_S = 30
+# Ray Train sends a worker's print() to its logger as well as to stdout when sys.stdout is wrapped, and Ray's
+# workers always wrap it: every line the job prints (its progress, Hugging Face's logs) reached the driver's log
+# twice, once from the worker's stdout and once from its stderr. Off, a print is one line; Ray Train passes the
+# setting from the driver to its controller and workers.
+PRINT_PATCH_ENV = "RAY_TRAIN_ENABLE_PRINT_PATCH"
 
 
 def check_code(expected: str | None, root: Path = ROOT, wait_s: float = CODE_WAIT_S) -> None:
@@ -488,6 +493,7 @@ def run(cfg: RunConfig, run_id: str) -> RunResult:
         "starting": starting,  # rank 0 ends this phase: its loop has begun
         "fit_started": time.time(),
     }
+    os.environ.setdefault(PRINT_PATCH_ENV, "0")
     # TorchTrainer with its torch backend configured here without torch (trainer/torch_backend.py), and without
     # the Ray Data helper actor it would start for nothing (trainer/ray_trainer.py)
     trainer = DataParallelTrainerWithoutRayData(

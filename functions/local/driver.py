@@ -363,7 +363,9 @@ class LocalRun:
                     self.say(f"  {event.phase}" + ("..." if event.seconds is None else f": {event.seconds:.1f}s"))
                 continue
             key = (event.step, event.eval_loss is not None)
-            if key not in self.steps_seen:  # Ray can forward a worker's line twice
+            # once a step: a worker restarted within the attempt retrains the steps after its checkpoint, and a
+            # job with Ray Train's print patch on (trainer/train.py turns it off) has each line twice
+            if key not in self.steps_seen:
                 self.steps_seen.add(key)
                 self.say("  " + progress_line(event))
         failures = list(joblog.failed_attempts(text))  # the whole log: a decision may span two reads
