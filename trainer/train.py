@@ -471,7 +471,7 @@ def run(cfg: RunConfig, run_id: str) -> RunResult:
     import ray
 
     from trainer import preflight, progress
-    from trainer.ray_trainer import DataParallelTrainerWithoutRayData
+    from trainer.ray_trainer import DataParallelTrainerWithoutHelpers
     from trainer.torch_backend import TorchBackendConfig
 
     started = time.monotonic()
@@ -495,8 +495,8 @@ def run(cfg: RunConfig, run_id: str) -> RunResult:
     }
     os.environ.setdefault(PRINT_PATCH_ENV, "0")
     # TorchTrainer with its torch backend configured here without torch (trainer/torch_backend.py), and without
-    # the Ray Data helper actor it would start for nothing (trainer/ray_trainer.py)
-    trainer = DataParallelTrainerWithoutRayData(
+    # the two helper actors it would start for nothing here (trainer/ray_trainer.py)
+    trainer = DataParallelTrainerWithoutHelpers(
         train_loop,
         train_loop_config=loop_config,
         backend_config=TorchBackendConfig.for_workers(cfg.scaling.use_gpu),

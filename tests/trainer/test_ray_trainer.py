@@ -1,40 +1,83 @@
-"""The trainer's DataParallelTrainer is Ray's, less the datasets callback when no Ray Dataset is given: every
-other default callback of the pinned Ray, in Ray's order (a Ray upgrade that changes them fails here, not in a
-run). That training goes on without it is what every run of the trainer tier and of tests/e2e shows."""
+"""The trainer's DataParallelTrainer is Ray's, less the datasets callback when no Ray Dataset is given and the
+autoscaler's resource requests of a fixed-size run: the rest of the pinned Ray's defaults, in Ray's order, and
+Ray's own scaling decisions (a Ray upgrade that changes either fails here, not in a run). That training goes on
+without them is what every run of the trainer tier and of tests/e2e shows."""
 
 from __future__ import annotations
 
+import inspect
+
 from ray.train.v2._internal.callbacks.datasets import DatasetsCallback
+from ray.train.v2._internal.execution.scaling_policy import NoopDecision, ResizeDecision, ScalingPolicy
+from ray.train.v2._internal.execution.scaling_policy.fixed import FixedScalingPolicy
 from ray.train.v2.api.data_parallel_trainer import DataParallelTrainer
 
 from functions.core.config import RunConfig
-from trainer.ray_trainer import DataParallelTrainerWithoutRayData
+from trainer.ray_trainer import DataParallelTrainerWithoutHelpers, FixedScalingWithoutAutoscaler
 from trainer.torch_backend import TorchBackendConfig
 from trainer.train import ray_train_configs
 
 
-def default_callbacks(cls: type[DataParallelTrainer], tmp_path, **datasets) -> list[type]:
+def trainer(cls: type[DataParallelTrainer], tmp_path, **datasets) -> DataParallelTrainer:
     cfg = RunConfig.model_validate({"scaling": {"nodes": 2, "gpus_per_node": 0}, "storage_path": str(tmp_path)})
     scaling, run = ray_train_configs(cfg, "r-1")
-    trainer = cls(
+    return cls(
         lambda config: None,
         backend_config=TorchBackendConfig.for_workers(False),
         scaling_config=scaling,
         run_config=run,
         datasets=datasets or None,
     )
-    return [type(callback) for callback in trainer._create_default_callbacks()]
+
+
+def default_callbacks(cls: type[DataParallelTrainer], tmp_path, **datasets) -> list[type]:
+    return [type(callback) for callback in trainer(cls, tmp_path, **datasets)._create_default_callbacks()]
 
 
 def test_without_ray_datasets_only_the_datasets_callback_is_left_out(tmp_path):
     rays = default_callbacks(DataParallelTrainer, tmp_path)
     assert DatasetsCallback in rays
-    assert default_callbacks(DataParallelTrainerWithoutRayData, tmp_path) == [
+    assert default_callbacks(DataParallelTrainerWithoutHelpers, tmp_path) == [
         callback for callback in rays if callback is not DatasetsCallback
     ]
 
 
 def test_a_trainer_given_ray_datasets_keeps_rays_callbacks(tmp_path):
     train = lambda: None  # noqa: E731 (a dataset factory, as Ray takes one)
-    ours = default_callbacks(DataParallelTrainerWithoutRayData, tmp_path, train=train)
+    ours = default_callbacks(DataParallelTrainerWithoutHelpers, tmp_path, train=train)
     assert DatasetsCallback in ours and ours == default_callbacks(DataParallelTrainer, tmp_path, train=train)
+
+
+def test_the_controller_gets_the_fixed_policy_without_autoscaler_requests(tmp_path, monkeypatch):
+    handed: dict = {}
+    monkeypatch.setattr(DataParallelTrainer, "_initialize_and_run_controller", lambda self, **kw: handed.update(kw))
+    ours = trainer(DataParallelTrainerWithoutHelpers, tmp_path)
+    ours._initialize_and_run_controller(scaling_policy=FixedScalingPolicy(ours.scaling_config), callbacks=[])
+    policy = handed["scaling_policy"]
+    assert type(policy) is FixedScalingWithoutAutoscaler and policy.scaling_config is ours.scaling_config
+
+
+def test_the_policy_decides_as_rays_and_never_starts_the_coordinator(tmp_path):
+    scaling = trainer(DataParallelTrainer, tmp_path).scaling_config
+    policy = FixedScalingWithoutAutoscaler(scaling)
+    policy.after_controller_start(None)
+    resize = policy.make_decision_for_non_running_worker_group()
+    assert isinstance(resize, ResizeDecision) and resize.num_workers == scaling.num_workers == 2
+    assert resize.resources_per_worker == scaling._resources_per_worker_not_none
+    assert isinstance(policy.make_decision_for_running_worker_group(None, None), NoopDecision)
+    policy.before_controller_abort()  # Ray's: cancels nothing when no request was sent
+    assert policy._coordinator_client is None
+
+
+def test_every_method_of_rays_policy_that_uses_the_coordinator_is_replaced_or_safe_without_it():
+    replaced = {name for name, member in vars(FixedScalingWithoutAutoscaler).items() if inspect.isfunction(member)}
+    assert replaced == {"after_controller_start", "_maybe_send_resource_request", "_send_resource_request"}
+    # Ray's cancel is a no-op without a client; its coordinator property is used only by the replaced methods.
+    safe = {"__init__", "_cancel_resource_request", "_autoscaling_coordinator"}
+    using = set()
+    for cls in (ScalingPolicy, FixedScalingPolicy):
+        for name, member in vars(cls).items():
+            code = member.fget if isinstance(member, property) else member
+            if inspect.isfunction(code) and "_coordinator_client" in inspect.getsource(code):
+                using.add(name)
+    assert "_send_resource_request" in using and using - replaced - safe == set(), using

@@ -23,10 +23,10 @@ import sys
 from functions.core.config import RunConfig
 from trainer.train import ray_train_configs
 from trainer.torch_backend import TorchBackendConfig
-from trainer.ray_trainer import DataParallelTrainerWithoutRayData
+from trainer.ray_trainer import DataParallelTrainerWithoutHelpers
 cfg = RunConfig.model_validate({{"scaling": {{"nodes": 2, "gpus_per_node": 0}}, "storage_path": {str(tmp_path)!r}}})
 scaling, run = ray_train_configs(cfg, "r-1")
-trainer = DataParallelTrainerWithoutRayData(
+trainer = DataParallelTrainerWithoutHelpers(
     lambda config: None, train_loop_config={{}}, backend_config=TorchBackendConfig.for_workers(False),
     scaling_config=scaling, run_config=run,
 )
