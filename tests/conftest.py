@@ -202,3 +202,23 @@ def serve_functions():
 def functions_server(controller):
     with serve_functions() as urls:
         yield urls
+
+
+def pytest_collection_modifyitems(config, items):
+    """The tests that run Ray (marked slow: 15-100 s each, most of the suite's CPU) are dealt in turn to the front
+    of each xdist worker's first share, the fast tests after them. Work stealing hands worker w the w-th
+    contiguous share of the list and steals from a share's tail, never its last 2 tests: in collection order
+    the end-to-end tests all fell to one worker, which ran the last two alone for 94 s while the other had
+    nothing left."""
+    workers = getattr(config, "workerinput", {}).get("workercount", 1)
+    if workers < 2:
+        return
+    slow = [item for item in items if item.get_closest_marker("slow")]
+    fast = [item for item in items if not item.get_closest_marker("slow")]
+    ordered: list = []
+    for worker in range(workers):
+        share = (len(items) - len(ordered)) // (workers - worker)  # xdist's split of what is left
+        mine = slow[worker::workers]
+        ordered += mine + fast[: max(share - len(mine), 0)]
+        del fast[: max(share - len(mine), 0)]
+    items[:] = ordered + fast
