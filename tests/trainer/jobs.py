@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -49,5 +51,9 @@ def finish(proc: subprocess.Popen, log: Path, timeout: float = 480) -> None:
     try:
         rc = proc.wait(timeout=timeout)
     finally:
+        # What of the private instance outlived its driver goes first (its processes share the job's process
+        # group): its dashboard went on writing into the folder after it was removed, leaving an rt-* in /tmp.
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
         shutil.rmtree(proc.ray_tmp, ignore_errors=True)
     assert rc == 0, log.read_text()[-6000:]
