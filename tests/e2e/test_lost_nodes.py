@@ -10,7 +10,6 @@ import os
 import re
 import signal
 import subprocess
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -64,13 +63,12 @@ def worker_raylet(workdir: Path) -> psutil.Process:
     raise AssertionError("no worker raylet found")
 
 
-def wait_until(proc: subprocess.Popen, what: str, done: Callable[[], bool], timeout: float = 400) -> None:
-    """Polls `done` while the run goes on; a run that ends first fails the test with its console."""
-    deadline = time.monotonic() + timeout
-    while not done():
-        assert proc.poll() is None, f"the run ended before {what}: " + proc.communicate()[1][-4000:]
-        assert time.monotonic() < deadline, f"no {what} within {timeout}s"
-        time.sleep(0.1)
+def wait_until(proc: subprocess.Popen, what: str, done: Callable[[], bool]) -> None:
+    """emulators.wait_until while the run goes on; a run that ends first fails the test with its console."""
+    try:
+        emulators.wait_until(done, what, timeout_s=400, proc=proc)
+    except RuntimeError as ended:
+        raise AssertionError(f"{ended}: " + proc.communicate()[1][-4000:]) from None
 
 
 def steps_in(log: str) -> list[int]:
