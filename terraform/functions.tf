@@ -87,10 +87,10 @@ resource "google_cloudfunctions2_function" "fn" {
       }
     }
   }
+  # The build's grants have propagated (iam.tf, time_sleep.function_build_grants) before a build starts.
   depends_on = [
     google_project_iam_member.gcs_pubsub_publisher,
     google_project_iam_member.trigger_event_receiver,
-    google_project_iam_member.function_build,
-    google_storage_bucket_iam_member.build_source,
+    time_sleep.function_build_grants,
   ]
 }

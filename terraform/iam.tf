@@ -210,7 +210,7 @@ resource "google_storage_bucket_iam_member" "dataset_readers" {
 # roles (https://cloud.google.com/build/docs/cloud-build-service-account-updates), so each build has its own.
 # The functions' build, as Google's "Configure a custom build service account" pages list it (Cloud Run
 # functions and Cloud Run source deploys): build logs, the function image in gcf-artifacts (a repository Cloud
-# Functions creates, hence the project), and the source archive (read only, in the build bucket).
+# Functions creates, hence the project), and the source archive.
 resource "google_service_account" "function_build" {
   account_id   = "${var.name}-function-build"
   display_name = "raytune Cloud Functions build"
@@ -223,12 +223,49 @@ resource "google_project_iam_member" "function_build" {
   member   = google_service_account.function_build.member
 }
 
-# Both builds read their source from the build bucket, nothing else of storage.
+# A gen2 build never reads storage_source where we put it: Cloud Functions (its service agent) copies the archive
+# into a bucket of its own, gcf-v2-sources-<PROJECT_NUMBER>-<REGION>, and Cloud Build downloads it from there as
+# the build service account ("Access to bucket gcf-v2-sources-... denied. You must grant Storage Object Viewer
+# permission to ...": hashicorp/terraform-provider-google#20571, GoogleCloudPlatform/terraform-google-cloud-functions#129).
+# The provider's example (magic-modules cloudfunctions2_basic_builder) grants object access project-wide. That
+# bucket does not exist before the first function is created, so no bucket-level grant can name it on a new
+# project; a project-level grant with an IAM Condition on that one bucket's name can, and leaves every other
+# bucket (run records, configs) out of the build's reach. The price: the name is Google's convention, held in
+# functions/core/permissions.py with its source; `raytune doctor` asks Google whether the build can read it.
+locals {
+  function_sources_bucket = "projects/_/buckets/gcf-v2-sources-${data.google_project.this.number}-${var.region}"
+}
+
+resource "google_project_iam_member" "function_build_sources" {
+  project = var.project_id
+  role    = "roles/storage.objectViewer"
+  member  = google_service_account.function_build.member
+  condition {
+    title       = "raytune-function-sources-only"
+    description = "Cloud Functions' copy of the source archive, read by the function build"
+    expression = join(" || ", [
+      "resource.name == \"${local.function_sources_bucket}\"",
+      "resource.name.startsWith(\"${local.function_sources_bucket}/\")",
+    ])
+  }
+}
+
+# IAM grants take effect after they are written (up to minutes; https://cloud.google.com/iam/docs/access-change-propagation):
+# a function created at once may build before its build identity can read its source, log or push, and fail. The
+# provider's example waits 60 s for the same reason. The wait runs again whenever one of the grants is replaced.
+resource "time_sleep" "function_build_grants" {
+  create_duration = "60s"
+  triggers = merge(
+    { for role, grant in google_project_iam_member.function_build : role => grant.id },
+    { sources = google_project_iam_member.function_build_sources.id },
+  )
+}
+
+# `raytune image`: its build reads the source gcloud staged in the build bucket, nothing else of storage.
 resource "google_storage_bucket_iam_member" "build_source" {
-  for_each = { function = google_service_account.function_build.member, image = google_service_account.image_build.member }
-  bucket   = google_storage_bucket.build.name
-  role     = "roles/storage.objectViewer"
-  member   = each.value
+  bucket = google_storage_bucket.build.name
+  role   = "roles/storage.objectViewer"
+  member = google_service_account.image_build.member
 }
 
 # `raytune image`: reads the source gcloud staged in the build bucket, pushes to the trainer repository, logs to

@@ -50,7 +50,8 @@ resource "google_storage_bucket" "configs" {
   depends_on = [google_project_service.apis]
 }
 
-# In the build bucket, which only the two builds read: the functions' build never sees run records.
+# In the build bucket. Cloud Functions' service agent copies it into its own gcf-v2-sources bucket, which the
+# functions' build reads (iam.tf): that build never sees run records.
 resource "google_storage_bucket_object" "function_source" {
   name   = "functions/raytune-functions-${filemd5(var.function_source_zip)}.zip"
   bucket = google_storage_bucket.build.name
@@ -58,8 +59,8 @@ resource "google_storage_bucket_object" "function_source" {
 }
 
 # What the builds read: the functions' source archive (functions/) and the source `raytune image` stages
-# (gcloud builds submit --gcs-source-staging-dir, image-source/, deleted after a week). The builds' service
-# accounts read only this bucket, never the runs bucket.
+# (gcloud builds submit --gcs-source-staging-dir, image-source/, deleted after a week). Neither build's service
+# account reads the runs bucket.
 resource "google_storage_bucket" "build" {
   name                        = "${var.name}-build-${var.project_id}"
   location                    = var.region

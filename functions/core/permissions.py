@@ -9,10 +9,15 @@ clients through a GCS that enforces IAM and holds that every storage call they m
 Resources are where a grant is made: `project`, `bucket:runs`, `bucket:configs`, `bucket:datasets` (each of
 Terraform's dataset_buckets), `bucket:policy` (each of policy_buckets), `bucket:build` (Cloud Build's
 source staging), `topic:<name>`, `subscription:push`, `secret:hf-token`, `repository:trainer`,
-`service:functions` (the functions' Cloud Run services), `service-account:<name>`.
+`service:functions` (the functions' Cloud Run services), `service-account:<name>`, and what Google creates in
+the project for us (GOOGLE_RESOURCES: `bucket:gcf-sources`, `repository:gcf-artifacts`).
+
+Google's services act on the project too, as their service agents: their rows carry the `source` of each fact
+(Google's documents, the provider's examples and issue tracker), and the roles Google grants them when their API
+is enabled are GOOGLE_GRANTS, so the grants test covers them like Terraform's own.
 
 Not here, because they call no Google API: `datasets` and `huggingface_hub` (the Hugging Face Hub, with
-HF_TOKEN), and Cloud Scheduler's jobs (they publish as Cloud Scheduler's own service agent). google-cloud-storage's
+HF_TOKEN). google-cloud-storage's
 background bucket-metadata reads are switched off (functions/adapters/gcs.py), so they need nothing either.
 """
 
@@ -29,8 +34,30 @@ TRIGGER = "trigger"  # Eventarc and Pub/Sub push deliveries to the functions
 STORAGE_AGENT = "storage-agent"  # the Cloud Storage service agent: publishes the configs bucket's object events
 PUBSUB_AGENT = "pubsub-agent"  # the Pub/Sub service agent: push OIDC tokens, dead letters
 OPERATOR = "operator"  # a person at the CLI (Terraform's `operators`)
+FUNCTIONS_AGENT = "functions-agent"  # the Cloud Functions service agent: copies the source, starts the build
+BUILD_AGENT = "cloudbuild-agent"  # the Cloud Build service agent: runs a build as its chosen service account
+EVENTARC_AGENT = "eventarc-agent"  # the Eventarc service agent: sets up a storage trigger's transport
+RUN_AGENT = "run-agent"  # the Cloud Run service agent: deploys a gen2 function's service from its image
+GKE_AGENT = "gke-agent"  # the Kubernetes Engine service agent: creates Autopilot's nodes
+SCHEDULER_AGENT = "scheduler-agent"  # the Cloud Scheduler service agent: publishes the jobs' messages
 
-IDENTITIES = (FUNCTIONS, TRAINER, NODES, IMAGE_BUILD, FUNCTION_BUILD, TRIGGER, STORAGE_AGENT, PUBSUB_AGENT, OPERATOR)
+IDENTITIES = (
+    FUNCTIONS,
+    TRAINER,
+    NODES,
+    IMAGE_BUILD,
+    FUNCTION_BUILD,
+    TRIGGER,
+    STORAGE_AGENT,
+    PUBSUB_AGENT,
+    FUNCTIONS_AGENT,
+    BUILD_AGENT,
+    EVENTARC_AGENT,
+    RUN_AGENT,
+    GKE_AGENT,
+    SCHEDULER_AGENT,
+    OPERATOR,
+)
 CREATE_CLUSTERS = "functions_create_clusters"  # the one Terraform switch that adds uses
 
 
@@ -42,10 +69,125 @@ class Use:
     call: str  # the API call, as the code or the library under it makes it
     why: str
     when: str | None = None  # a Terraform switch the use depends on
+    source: str = ""  # where Google says so, for what Google's services do or create
 
 
-def _uses(identity: str, resource: str, call: str, why: str, *permissions: str, when: str | None = None) -> list[Use]:
-    return [Use(identity, p, resource, call, why, when) for p in permissions]
+def _uses(
+    identity: str, resource: str, call: str, why: str, *permissions: str, when: str | None = None, source: str = ""
+) -> list[Use]:
+    return [Use(identity, p, resource, call, why, when, source) for p in permissions]
+
+
+# -- What Google's services create and act as ---------------------------------------------------------------
+
+_GCF_BUILD_DOCS = "https://cloud.google.com/functions/docs/securing/build-custom-sa"
+_GCF_SOURCES_ISSUES = (
+    "hashicorp/terraform-provider-google#20571; GoogleCloudPlatform/terraform-google-cloud-functions#129; "
+    "magic-modules cloudfunctions2_basic_builder.tf.tmpl (grants storage object read, waits 60 s)"
+)
+_SERVICE_AGENTS_DOCS = "https://cloud.google.com/iam/docs/service-agents"
+
+
+@dataclass(frozen=True)
+class GoogleResource:
+    """Something Google creates in the project the first time one of its services needs it."""
+
+    resource: str  # this table's word for it
+    name: str  # its name, with {number} (the project number), {project} and {region}
+    created_by: str  # the identity that creates it
+    source: str
+
+
+GOOGLE_RESOURCES = (
+    GoogleResource(
+        "bucket:gcf-sources",
+        "gcf-v2-sources-{number}-{region}",
+        FUNCTIONS_AGENT,
+        "Cloud Functions gen2 copies each storage_source archive here at deploy and builds from the copy: "
+        + _GCF_SOURCES_ISSUES,
+    ),
+    GoogleResource(
+        "repository:gcf-artifacts",
+        "projects/{project}/locations/{region}/repositories/gcf-artifacts",
+        FUNCTIONS_AGENT,
+        "the Artifact Registry repository gen2 builds push function images to: " + _GCF_BUILD_DOCS,
+    ),
+)
+
+
+@dataclass(frozen=True)
+class ServiceAgent:
+    identity: str
+    email: str  # with {number}: the project number
+    api: str  # enabling it creates the agent and grants it `role` on the project
+    role: str
+    source: str
+
+
+SERVICE_AGENTS = (
+    ServiceAgent(
+        STORAGE_AGENT,
+        "service-{number}@gs-project-accounts.iam.gserviceaccount.com",
+        "storage.googleapis.com",
+        "",  # no role of its own: Terraform grants what storage triggers need
+        "https://cloud.google.com/storage/docs/projects#service-agents",
+    ),
+    ServiceAgent(
+        PUBSUB_AGENT,
+        "service-{number}@gcp-sa-pubsub.iam.gserviceaccount.com",
+        "pubsub.googleapis.com",
+        # Token creation came with this role only in projects created after 8 April 2021: Terraform grants it on
+        # the trigger identity all the same (iam.tf).
+        "roles/pubsub.serviceAgent",
+        "https://cloud.google.com/pubsub/docs/authenticate-push-subscriptions",
+    ),
+    ServiceAgent(
+        FUNCTIONS_AGENT,
+        "service-{number}@gcf-admin-robot.iam.gserviceaccount.com",
+        "cloudfunctions.googleapis.com",
+        "roles/cloudfunctions.serviceAgent",
+        _SERVICE_AGENTS_DOCS + "; https://cloud.google.com/functions/docs/concepts/iam#cloud_functions_service_agent",
+    ),
+    ServiceAgent(
+        BUILD_AGENT,
+        "service-{number}@gcp-sa-cloudbuild.iam.gserviceaccount.com",
+        "cloudbuild.googleapis.com",
+        "roles/cloudbuild.serviceAgent",
+        _SERVICE_AGENTS_DOCS + "; https://cloud.google.com/build/docs/cloud-build-service-account",
+    ),
+    ServiceAgent(
+        EVENTARC_AGENT,
+        "service-{number}@gcp-sa-eventarc.iam.gserviceaccount.com",
+        "eventarc.googleapis.com",
+        "roles/eventarc.serviceAgent",
+        _SERVICE_AGENTS_DOCS + "; https://cloud.google.com/eventarc/docs/roles-permissions",
+    ),
+    ServiceAgent(
+        RUN_AGENT,
+        "service-{number}@serverless-robot-prod.iam.gserviceaccount.com",
+        "run.googleapis.com",
+        "roles/run.serviceAgent",
+        _SERVICE_AGENTS_DOCS + "; https://cloud.google.com/run/docs/securing/service-identity",
+    ),
+    ServiceAgent(
+        GKE_AGENT,
+        "service-{number}@container-engine-robot.iam.gserviceaccount.com",
+        "container.googleapis.com",
+        "roles/container.serviceAgent",
+        _SERVICE_AGENTS_DOCS + "; https://cloud.google.com/kubernetes-engine/docs/how-to/service-accounts",
+    ),
+    ServiceAgent(
+        SCHEDULER_AGENT,
+        "service-{number}@gcp-sa-cloudscheduler.iam.gserviceaccount.com",
+        "cloudscheduler.googleapis.com",
+        "roles/cloudscheduler.serviceAgent",
+        _SERVICE_AGENTS_DOCS + "; https://cloud.google.com/scheduler/docs/http-target-auth",
+    ),
+)
+
+
+def agent(identity: str) -> ServiceAgent:
+    return next(a for a in SERVICE_AGENTS if a.identity == identity)
 
 
 _OBJECT_WRITE = ("storage.objects.create", "storage.objects.delete")  # replacing an object needs delete too
@@ -208,19 +350,137 @@ USES: tuple[Use, ...] = tuple(
     # The functions' own build (Google: "Configure a custom build service account").
     + _uses(
         FUNCTION_BUILD,
-        "bucket:build",
-        "Cloud Functions gen2 build",
-        "the functions' source archive",
+        "bucket:gcf-sources",
+        "Cloud Functions gen2 build: fetch",
+        "the source archive, as Cloud Functions copied it into its own bucket (not the build bucket)",
         "storage.objects.get",
+        source=_GCF_SOURCES_ISSUES,
+    )
+    + _uses(
+        FUNCTION_BUILD,
+        "repository:gcf-artifacts",
+        "Cloud Functions gen2 build: docker push",
+        "the function's image",
+        "artifactregistry.repositories.uploadArtifacts",
+        "artifactregistry.repositories.downloadArtifacts",
+        source=_GCF_BUILD_DOCS,
     )
     + _uses(
         FUNCTION_BUILD,
         "project",
-        "Cloud Functions gen2 build",
-        "push the function's image to gcf-artifacts (a repository Cloud Functions creates), write the build log",
-        "artifactregistry.repositories.uploadArtifacts",
-        "artifactregistry.repositories.downloadArtifacts",
+        "Cloud Functions gen2 build: Cloud Logging write",
+        "the build log",
         "logging.logEntries.create",
+        source=_GCF_BUILD_DOCS,
+    )
+    # Google's service agents, acting on the project for us (granted by Google: GOOGLE_GRANTS, or by Terraform).
+    + _uses(
+        FUNCTIONS_AGENT,
+        "bucket:build",
+        "Cloud Functions gen2 deploy: copy storage_source",
+        "reads the functions' source archive where Terraform uploaded it",
+        "storage.objects.get",
+        source=_GCF_SOURCES_ISSUES,
+    )
+    + _uses(
+        FUNCTIONS_AGENT,
+        "project",
+        "Cloud Functions gen2 deploy",
+        "creates gcf-v2-sources and gcf-artifacts on the first deploy, starts the build, deploys the service",
+        "storage.buckets.create",
+        "artifactregistry.repositories.create",
+        "cloudbuild.builds.create",
+        "run.services.create",
+        source=_SERVICE_AGENTS_DOCS,
+    )
+    + _uses(
+        FUNCTIONS_AGENT,
+        "bucket:gcf-sources",
+        "Cloud Functions gen2 deploy: copy storage_source",
+        "writes the copy the build reads",
+        "storage.objects.create",
+        source=_GCF_SOURCES_ISSUES,
+    )
+    + _uses(
+        BUILD_AGENT,
+        "service-account:function-build",
+        "Cloud Build: a build as a user-specified service account",
+        "the functions' builds run as their own identity",
+        "iam.serviceAccounts.getAccessToken",
+        source="https://cloud.google.com/build/docs/securing-builds/configure-user-specified-service-accounts",
+    )
+    + _uses(
+        BUILD_AGENT,
+        "service-account:image-build",
+        "Cloud Build: a build as a user-specified service account",
+        "raytune image's builds run as their own identity",
+        "iam.serviceAccounts.getAccessToken",
+        source="https://cloud.google.com/build/docs/securing-builds/configure-user-specified-service-accounts",
+    )
+    + _uses(
+        RUN_AGENT,
+        "repository:gcf-artifacts",
+        "Cloud Run: deploy a revision",
+        "pulls the function's image",
+        "artifactregistry.repositories.downloadArtifacts",
+        source="https://cloud.google.com/run/docs/deploying#other-projects",
+    )
+    + _uses(
+        EVENTARC_AGENT,
+        "bucket:configs",
+        "Eventarc: create a Cloud Storage trigger",
+        "the configs bucket's Pub/Sub notification (Eventarc's transport)",
+        "storage.buckets.update",
+        source="https://cloud.google.com/eventarc/docs/run/create-trigger-storage-gcloud",
+    )
+    + _uses(
+        EVENTARC_AGENT,
+        "project",
+        "Eventarc: create a trigger",
+        "the trigger's transport topic and push subscription",
+        "pubsub.topics.create",
+        "pubsub.subscriptions.create",
+        source=_SERVICE_AGENTS_DOCS,
+    )
+    + _uses(
+        EVENTARC_AGENT,
+        "service-account:trigger",
+        "Eventarc: deliver as the trigger's service account",
+        "the OIDC token of each storage event delivery",
+        "iam.serviceAccounts.getOpenIdToken",
+        source="https://cloud.google.com/eventarc/docs/all-roles-permissions",
+    )
+    + _uses(
+        GKE_AGENT,
+        "project",
+        "GKE Autopilot: node auto-provisioning",
+        "creates the A4 nodes the RayCluster's worker groups ask for",
+        "compute.instances.create",
+        source=_SERVICE_AGENTS_DOCS,
+    )
+    + _uses(
+        GKE_AGENT,
+        "service-account:compute-default",
+        "GKE Autopilot: node auto-provisioning",
+        "the nodes run as the Compute Engine default service account",
+        "iam.serviceAccounts.actAs",
+        source=_SERVICE_AGENTS_DOCS,
+    )
+    + _uses(
+        SCHEDULER_AGENT,
+        "topic:watch",
+        "Cloud Scheduler: Pub/Sub target",
+        "the watch tick",
+        "pubsub.topics.publish",
+        source="https://cloud.google.com/scheduler/docs/schedule-run-cron-job-pubsub",
+    )
+    + _uses(
+        SCHEDULER_AGENT,
+        "topic:launch",
+        "Cloud Scheduler: Pub/Sub target",
+        "the nightly fine-tune",
+        "pubsub.topics.publish",
+        source="https://cloud.google.com/scheduler/docs/schedule-run-cron-job-pubsub",
     )
     # Event deliveries.
     + _uses(
@@ -233,6 +493,7 @@ USES: tuple[Use, ...] = tuple(
         "Pub/Sub publish",
         "storage triggers: object events into Eventarc's topic",
         "pubsub.topics.publish",
+        source="https://cloud.google.com/eventarc/docs/run/quickstart-storage#before-you-begin",
     )
     + _uses(
         PUBSUB_AGENT,
@@ -240,6 +501,7 @@ USES: tuple[Use, ...] = tuple(
         "IAM Credentials generateIdToken",
         "the OIDC token of each push delivery",
         "iam.serviceAccounts.getOpenIdToken",
+        source="https://cloud.google.com/pubsub/docs/authenticate-push-subscriptions",
     )
     + _uses(
         PUBSUB_AGENT,
@@ -247,6 +509,7 @@ USES: tuple[Use, ...] = tuple(
         "Pub/Sub publish",
         "undeliverable messages after 10 attempts",
         "pubsub.topics.publish",
+        source="https://cloud.google.com/pubsub/docs/handling-failures#grant_forwarding_permissions",
     )
     + _uses(
         PUBSUB_AGENT,
@@ -254,6 +517,7 @@ USES: tuple[Use, ...] = tuple(
         "Pub/Sub acknowledge",
         "a message moved to the dead letter topic is taken off its subscription",
         "pubsub.subscriptions.consume",
+        source="https://cloud.google.com/pubsub/docs/handling-failures#grant_forwarding_permissions",
     )
     # A person at the CLI (Terraform grants these to its `operators`).
     + _uses(

@@ -45,12 +45,33 @@ class Grant:
     address: str  # the Terraform resource instance
     condition: str | None = None  # its IAM Condition's CEL expression
 
-    def applies_to(self, resource: str) -> bool:
+    def reaches(self, resource: str, name: str | None, permission: str) -> bool:
+        """Whether the grant can hold for a use on this resource: conditions here name Cloud Storage resources
+        (projects/_/buckets/B[/objects/O]), so a conditioned grant reaches no other kind. An object permission
+        is checked on some object of the bucket (the condition must admit one), any other on the bucket."""
+        if self.condition is None:
+            return True
+        if not resource.startswith("bucket:") or name is None:
+            return False
+        bucket = f"projects/_/buckets/{name}"
+        if not permission.startswith("storage.objects."):
+            return self.applies_to(bucket)
+        objects = bucket + "/objects/"
+        for term in self.condition.split(" || "):
+            value = re.search(r'"([^"\\]+)"', term)
+            assert value, term
+            if value.group(1).startswith(objects) or (objects.startswith(value.group(1)) and "startsWith" in term):
+                return True
+        return False
+
+    def applies_to(self, resource: str | None) -> bool:
         """Whether the condition holds for an IAM resource name. Only the forms Terraform here uses are known
         (terms `resource.name == "..."` and `resource.name.startsWith("...")` joined by ||): any other fails the
         test rather than being guessed at."""
         if self.condition is None:
             return True
+        if resource is None:  # a resource whose name no condition here can match
+            return False
         verdicts = []
         for term in self.condition.split(" || "):
             equal = re.fullmatch(r'resource\.name == "([^"\\]+)"', term)
@@ -143,7 +164,19 @@ class Deployment:
             return [("service:functions", instance.get("service"))]
         raise AssertionError(f"{kind}: a kind of grant tests/contract/iam.py does not read")
 
+    def region(self) -> str:
+        return str(self.module.var("region"))
+
+    def google_grants(self) -> list[Grant]:
+        """What Google grants its service agents on the project when their APIs are enabled (permissions.py)."""
+        return [
+            Grant(a.identity, None, "project", None, a.role, f"google: {a.api} ({a.source})")
+            for a in p.SERVICE_AGENTS
+            if a.role
+        ]
+
     def grants(self) -> list[Grant]:
+        """Terraform's grants, then Google's own."""
         found = []
         for kind in sorted({k for k, _ in self.module.resources}):
             if not kind.endswith(("_iam_member", "_iam_binding", "_iam_policy")):
@@ -158,7 +191,7 @@ class Deployment:
                 ]
                 for resource, name in self.resources(kind, instance):
                     found.append(Grant(identity, subject, resource, name, role, instance.address, *conditions))
-        return found
+        return found + self.google_grants()
 
     def subjects(self, identity: str) -> list[str | None]:
         if identity == p.TRAINER:
@@ -169,6 +202,10 @@ class Deployment:
 
     def names(self, resource: str) -> list[str | None]:
         """The concrete resources behind one of permissions.py's words (none: it does not exist here)."""
+        for made in p.GOOGLE_RESOURCES:
+            if made.resource == resource:
+                values = {"number": "${data.google_project.this.number}", "project": self.project}
+                return [made.name.format(region=self.region(), **values)]
         if resource == "bucket:policy":
             return list(self.variables.get("policy_buckets", []))
         if resource == "bucket:datasets":

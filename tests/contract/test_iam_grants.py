@@ -38,7 +38,8 @@ def label(settings: dict) -> str:
 
 
 def covering(grants: list[Grant], roles, use: p.Use, subject, name) -> list[Grant]:
-    """The grants that give this subject the use's permission on that resource (or on the whole project)."""
+    """The grants that give this subject the use's permission on that resource (or on the whole project), where
+    their IAM Conditions hold."""
     return [
         g
         for g in grants
@@ -46,6 +47,7 @@ def covering(grants: list[Grant], roles, use: p.Use, subject, name) -> list[Gran
         and g.subject == subject
         and (g.resource == "project" or (g.resource == use.resource and g.name in (None, name)))
         and use.permission in roles.get(g.role, frozenset())
+        and g.reaches(use.resource, name, use.permission)
     ]
 
 
@@ -73,11 +75,15 @@ def test_no_grant_is_idle(settings):
     deployment = Deployment(**settings)
     roles = deployment.roles()
     uses = p.uses_of
+    # What Google creates on first use can only be granted on from the project (it does not exist before).
+    project_wide = {"project"} | {r.resource for r in p.GOOGLE_RESOURCES}
     for grant in deployment.grants():
+        if grant.address.startswith("google:"):
+            continue  # Google's own grants to its agents: not ours to trim
         needed = {
             u.permission
             for u in uses(grant.identity, create_clusters=settings["functions_create_clusters"])
-            if (grant.resource == "project" and u.resource == "project") or u.resource == grant.resource
+            if (grant.resource == "project" and u.resource in project_wide) or u.resource == grant.resource
         }
         assert needed & roles[grant.role], f"{grant.address}: {grant.role} gives {grant.identity} nothing it uses"
 
@@ -140,3 +146,45 @@ def test_the_policy_buckets_are_the_granted_ones():
     assert set(env["RAYTUNE_POLICY_BUCKETS"].split(",")) == {runs, configs, "shared"} <= readable(p.FUNCTIONS)
     assert set(env["RAYTUNE_POLICY_STORAGE_BUCKETS"].split(",")) == {runs, "shared"} == writable()
     assert set(env["RAYTUNE_POLICY_DATASET_BUCKETS"].split(",")) == {runs, "shared", "data"} == readable(p.TRAINER)
+
+
+def addresses(value) -> list:
+    """The resource instances a depends_on list names (a for_each resource stands for all its instances)."""
+    found = []
+    for item in value if isinstance(value, list) else [value]:
+        found += list(item.values()) if isinstance(item, dict) else item if isinstance(item, list) else [item]
+    return found
+
+
+def test_functions_are_created_after_their_build_grants_have_propagated():
+    """IAM grants take minutes to propagate: a function whose build starts at once can be refused its source
+    (the provider's own builder example waits 60 s). Every function waits on a time_sleep of at least 60 s that
+    is triggered by every grant its build identity holds, so a replaced grant waits again too."""
+    deployment = Deployment()
+    build_grants = {
+        g.address for g in deployment.grants() if g.identity == p.FUNCTION_BUILD and not g.address.startswith("google:")
+    }
+    assert len(build_grants) == 3, build_grants  # logs, Artifact Registry, the sources bucket
+    for function in deployment.module.instances("google_cloudfunctions2_function"):
+        waits = [i for i in addresses(function.get("depends_on")) if i.kind == "time_sleep"]
+        assert waits, f"{function.address} is created as soon as its build identity's grants are written"
+        for wait in waits:
+            seconds = str(wait.get("create_duration"))
+            assert seconds.endswith("s") and int(seconds[:-1]) >= 60, seconds
+            triggered = {str(v.ref).removesuffix(".id") for v in wait.get("triggers").values()}
+            assert build_grants <= triggered, build_grants - triggered
+
+
+def test_the_function_build_reads_only_cloud_functions_copy_of_its_source():
+    """The blocker of issue 37 in grant terms: the build's object read is held to gcf-v2-sources-<number>-<region>
+    and reaches no bucket of ours."""
+    deployment = Deployment(policy_buckets=["shared"], dataset_buckets=["data"])
+    roles, grants = deployment.roles(), [g for g in deployment.grants() if g.identity == p.FUNCTION_BUILD]
+    [sources] = deployment.names("bucket:gcf-sources")
+    assert sources == "gcf-v2-sources-${data.google_project.this.number}-us-central1"
+    readers = [g for g in grants if "storage.objects.get" in roles[g.role]]
+    assert readers and all(g.applies_to(f"projects/_/buckets/{sources}/objects/f/function-source.zip") for g in readers)
+    for bucket in ("runs", "configs", "build"):
+        name = f"projects/_/buckets/{deployment.bucket(bucket)}/objects/x"
+        assert not any(g.applies_to(name) and g.resource == "project" for g in readers), bucket
+    assert not any(g.resource.startswith("bucket:") for g in grants)

@@ -13,8 +13,9 @@ from functions.core import permissions as p
 
 pytestmark = pytest.mark.unit
 RESOURCE = re.compile(
-    r"^(project|bucket:(runs|configs|datasets|policy|build)|topic:(launch|watch|run-events|dead-letter)"
-    r"|subscription:push|secret:hf-token|repository:trainer|service:functions|service-account:[a-z-]+)$"
+    r"^(project|bucket:(runs|configs|datasets|policy|build|gcf-sources)|topic:(launch|watch|run-events|dead-letter)"
+    r"|subscription:push|secret:hf-token|repository:(trainer|gcf-artifacts)|service:functions"
+    r"|service-account:[a-z-]+)$"
 )
 
 
@@ -26,6 +27,30 @@ def test_every_identity_calls_something_and_every_use_is_well_formed():
         assert use.when in (None, p.CREATE_CLUSTERS) and use.why
     keys = [(u.identity, u.resource, u.permission) for u in p.USES]
     assert len(keys) == len(set(keys)), "a use listed twice"
+
+
+def test_what_google_does_and_makes_says_where_google_says_so():
+    """Every use by a service agent, and every use of something Google creates, names its source; every agent that
+    acts is described (its address and the role Google gives it), and each of Google's resources has a maker."""
+    agents = {a.identity for a in p.SERVICE_AGENTS}
+    made = {r.resource for r in p.GOOGLE_RESOURCES}
+    for use in p.USES:
+        if use.identity in agents or use.resource in made:
+            assert use.source, use
+    assert {u.identity for u in p.USES if u.identity.endswith("-agent")} == agents
+    for service_agent in p.SERVICE_AGENTS:
+        assert re.fullmatch(r"service-\{number\}@[a-z-]+\.iam\.gserviceaccount\.com", service_agent.email)
+        assert service_agent.api.endswith(".googleapis.com") and service_agent.source.startswith("https://")
+    assert {r.created_by for r in p.GOOGLE_RESOURCES} <= agents
+    assert made <= {u.resource for u in p.USES}
+
+
+def test_the_function_build_reads_its_source_where_cloud_functions_put_it():
+    """Not the build bucket (Cloud Functions' service agent reads that and copies it): gcf-v2-sources."""
+    build = {(u.resource, u.permission) for u in p.uses_of(p.FUNCTION_BUILD)}
+    assert ("bucket:gcf-sources", "storage.objects.get") in build
+    assert not {r for r, _ in build} & {"bucket:build", "bucket:runs", "bucket:configs"}
+    assert ("bucket:build", "storage.objects.get") in {(u.resource, u.permission) for u in p.uses_of(p.FUNCTIONS_AGENT)}
 
 
 def test_cluster_creation_adds_exactly_its_uses():
