@@ -6,9 +6,12 @@ resource "google_container_cluster" "ray" {
   location         = var.region
   network          = var.network
   enable_autopilot = true
+  # REGULAR has had every version past the minimum since 2025. The minimum is the oldest GKE with everything the
+  # controller renders (flex-start GPUs in a ComputeClass; functions/core/computeclass.py MIN_GKE_VERSION).
   release_channel {
     channel = "REGULAR"
   }
+  min_master_version = var.gke_min_version
   addons_config {
     ray_operator_config {
       enabled = true

@@ -146,3 +146,9 @@ variable "sweep_grace_seconds" {
   type        = number
   default     = 600
 }
+
+variable "gke_min_version" {
+  description = "The oldest GKE the cluster may run: the one with everything raytune renders (functions/core/computeclass.py MIN_GKE_VERSION)."
+  type        = string
+  default     = "1.32.2-gke.1652000"
+}

@@ -108,11 +108,51 @@ def translate(exc: Exception) -> Exception:
 
 
 def _unknown_to_kuberay(fields: str, said: str, status: int | None) -> errors.PermanentError:
+    if "Kind=ComputeClass" in fields:
+        return errors.PermanentError(
+            f"the cluster's ComputeClass CRD (GKE's own) does not know {fields}: the cluster's GKE version is older "
+            f"than the one raytune renders for ({COMPUTE_CLASS_GKE}); the API said: " + said,
+            status,
+        )
     return errors.PermanentError(
         f"the cluster's KubeRay does not know {fields}: its CRD is older than the one raytune renders for (upgrade "
         "the Ray operator add-on, or the cluster's GKE version); the API said: " + said,
         status,
     )
+
+
+# Custom compute classes on Autopilot (https://cloud.google.com/kubernetes-engine/docs/concepts/about-custom-compute-classes);
+# terraform/gke.tf's release channel has it.
+COMPUTE_CLASS_GKE = "custom compute classes need GKE 1.30.3-gke.1451000 or later on Autopilot"
+# What a server-side apply of a kind whose CRD is not installed answers (404, no such resource type), as opposed to
+# a missing namespace ('namespaces "x" not found').
+NO_SUCH_TYPE = "the server could not find the requested resource"
+MISSING_CRD = {
+    "ComputeClass": (
+        "the cluster has no ComputeClass CRD (computeclasses.cloud.google.com), which scaling.capacity needs: "
+        + COMPUTE_CLASS_GKE
+        + " (raytune doctor checks a cluster)"
+    ),
+    "RayCluster": (
+        "the cluster has no KubeRay CRD for RayCluster (rayclusters.ray.io): enable the Ray operator add-on "
+        "(gcloud container clusters update CLUSTER --update-addons=RayOperator=ENABLED; raytune doctor checks it)"
+    ),
+    "RayJob": (
+        "the cluster has no KubeRay CRD for RayJob (rayjobs.ray.io): enable the Ray operator add-on "
+        "(gcloud container clusters update CLUSTER --update-addons=RayOperator=ENABLED; raytune doctor checks it)"
+    ),
+}
+
+
+def _missing_crd(kind: str, exc: Exception) -> errors.PermanentError | None:
+    """A 404 to an apply of a custom kind whose type the server does not serve: its CRD is missing."""
+    if _status(exc) != 404 or kind not in MISSING_CRD:
+        return None
+    body = getattr(exc, "body", None) or ""
+    said = body.decode(errors="replace") if isinstance(body, bytes) else str(body)
+    if NO_SUCH_TYPE not in said and "404 page not found" not in said:
+        return None
+    return errors.PermanentError(MISSING_CRD[kind], 404)
 
 
 # Every call has connect and read timeouts: an API server that accepts and never answers must not hold a
@@ -182,6 +222,8 @@ class Kube:
             except Exception as exc:
                 if resource_version is not None and self._lost_race(exc, kind, meta, resource_version):
                     return False
+                if (missing := _missing_crd(kind, exc)) is not None:
+                    raise missing from exc
                 raise
             return True
 

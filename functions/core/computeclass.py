@@ -24,26 +24,23 @@ import json
 from typing import Any
 
 from functions.core.config import COMPUTE_CLASS_LABEL, FLEX_START_MAX_SECONDS, GKE_ACCELERATORS, ScalingSpec
+from functions.core.gpu_shapes import MACHINE_TYPES
 
 API_VERSION = "cloud.google.com/v1"
-# The machine type holding N GPUs of each accelerator (Compute Engine's accelerator-optimized families).
-MACHINE_TYPES: dict[tuple[str, int], str] = {
-    ("B200", 8): "a4-highgpu-8g",
-    ("H200", 8): "a3-ultragpu-8g",
-    **{("H100", n): f"a3-highgpu-{n}g" for n in (1, 2, 4, 8)},
-    **{("A100", n): f"a2-highgpu-{n}g" for n in (1, 2, 4, 8)},
-    **{("L4", n): machine for n, machine in ((1, "g2-standard-4"), (2, "g2-standard-24"), (4, "g2-standard-48"))},
-    ("L4", 8): "g2-standard-96",
-}
+# The oldest GKE that has everything rendered here: custom compute classes on Autopilot from 1.30.3-gke.1451000
+# (about-custom-compute-classes), flex-start GPUs from 1.32.2-gke.1652000
+# (https://cloud.google.com/kubernetes-engine/docs/concepts/dws#requirements). terraform/gke.tf asks for it and
+# `raytune doctor` checks a cluster's version against it.
+MIN_GKE_VERSION = "1.32.2-gke.1652000"
+DESCRIPTION_ANNOTATION = "raytune.dev/capacity"
 
 
 def priorities(scaling: ScalingSpec) -> list[dict[str, Any]]:
     """One ComputeClass priority per capacity option, each for a whole worker node of the run."""
     assert scaling.capacity is not None, "only a capacity list has a ComputeClass"
     gpu = {"type": GKE_ACCELERATORS[scaling.accelerator], "count": scaling.gpus_per_node, "driverVersion": "latest"}
-    node: dict[str, Any] = {"gpu": gpu}
-    if machine := MACHINE_TYPES.get((scaling.accelerator, scaling.gpus_per_node)):
-        node = {"machineType": machine, **node}
+    # Every priority names its machine type: validation admits only shapes that have one (gpu_shapes.py).
+    node: dict[str, Any] = {"machineType": MACHINE_TYPES[(scaling.accelerator, scaling.gpus_per_node)], "gpu": gpu}
     rules = []
     for option in scaling.capacity:
         rule = copy.deepcopy(node)
@@ -75,12 +72,14 @@ def compute_class(scaling: ScalingSpec, labels: dict[str, str]) -> dict[str, Any
     reservation through node selectors)."""
     if scaling.capacity is None or not scaling.use_gpu:
         return None
+    offers = "raytune GPU workers: " + ", then ".join(o.describe() for o in scaling.capacity)
     return {
         "apiVersion": API_VERSION,
         "kind": "ComputeClass",
-        "metadata": {"name": class_name(scaling), "labels": labels},
+        # What it offers, for whoever reads it with kubectl, as an annotation: spec.description is not in every
+        # supported GKE version's CRD, and a strict apply of a field the cluster's CRD lacks fails the run.
+        "metadata": {"name": class_name(scaling), "labels": labels, "annotations": {DESCRIPTION_ANNOTATION: offers}},
         "spec": {
-            "description": "raytune GPU workers: " + ", then ".join(o.describe() for o in scaling.capacity),
             "priorities": priorities(scaling),
             "nodePoolAutoCreation": {"enabled": True},
             "whenUnsatisfiable": "DoNotScaleUp",

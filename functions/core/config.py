@@ -21,6 +21,8 @@ from pydantic import (
     model_validator,
 )
 
+from functions.core.gpu_shapes import shape_problem
+
 DNS_LABEL = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
 BUCKET = r"[a-z0-9][a-z0-9._-]{1,61}[a-z0-9]"  # a GCS bucket name
 # Hub id ("org/name"), local absolute path, gs:// URI, or tiny:// (built offline by trainer/tiny.py).
@@ -332,6 +334,8 @@ class ScalingSpec(Strict):
     def selectors_do_not_contradict_fields(self, info: ValidationInfo) -> ScalingSpec:
         if stored(info):
             return self
+        if problem := shape_problem(self.accelerator, self.gpus_per_node):
+            raise ValueError(problem)
         if self.capacity is not None:
             if self.reservation is not None:
                 raise ValueError(

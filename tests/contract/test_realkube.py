@@ -456,3 +456,19 @@ def test_the_real_server_refuses_a_compute_class_field_the_reference_does_not_li
     }
     with pytest.raises(PermanentError, match="flexstart"):
         kube.apply(bad)
+
+
+def test_a_cluster_without_the_compute_class_crd_is_named_as_the_reason(control_plane):
+    """GKE older than custom compute classes has no ComputeClass CRD: the apply's 404 names the CRD and the GKE
+    version that has it, and is not retried (no "HTTP 404: Not Found", no blame on KubeRay)."""
+    from functions.adapters.kube import Kube, api_client
+    from functions.core import computeclass, errors
+    from functions.core.config import RunConfig
+
+    control_plane.kubectl("delete", "crd", "computeclasses.cloud.google.com", "--ignore-not-found", "--wait=true")
+    scaling = RunConfig.model_validate({"scaling": {"nodes": 1, "capacity": [{"kind": "spot"}]}}).scaling
+    kube = Kube(api_client(control_plane.api, token=lambda: control_plane.token, ca_file=control_plane.ca))
+    with pytest.raises(errors.PermanentError) as err:
+        kube.apply(computeclass.compute_class(scaling, {}))
+    assert str(err.value).startswith("the cluster has no ComputeClass CRD (computeclasses.cloud.google.com)")
+    assert computeclass.MIN_GKE_VERSION not in str(err.value) and "1.30.3-gke.1451000" in str(err.value)

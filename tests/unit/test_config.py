@@ -5,6 +5,7 @@ from pathlib import Path
 
 import jsonschema
 import pytest
+from pydantic import ValidationError
 
 from functions.cli import main as cli
 from functions.core.config import MAX_CONFIG_BYTES, ConfigError, RunConfig, config_format, json_schema, parse_config
@@ -302,3 +303,34 @@ def test_validate_flags_the_examples_placeholders_and_missing_local_paths(tmp_pa
     missing.write_text(json.dumps({"dataset": {"id": str(tmp_path / "nowhere.parquet")}}))
     assert cli(["validate", str(missing)]) == 2
     assert f"dataset.id {tmp_path / 'nowhere.parquet'} does not exist on this machine" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "accelerator, gpus, shapes",
+    [
+        ("B200", 4, "8 (a4-highgpu-8g)"),
+        ("H200", 2, "8 (a3-ultragpu-8g)"),
+        ("H100", 3, "1 (a3-highgpu-1g), 2 (a3-highgpu-2g), 4 (a3-highgpu-4g), 8 (a3-highgpu-8g)"),
+        ("L4", 16, "1 (g2-standard-4), 2 (g2-standard-24), 4 (g2-standard-48), 8 (g2-standard-96)"),
+    ],
+)
+def test_a_gpu_node_no_machine_type_has_is_rejected_naming_the_shapes_that_exist(accelerator, gpus, shapes):
+    with pytest.raises(ValidationError) as err:
+        RunConfig.model_validate({"scaling": {"accelerator": accelerator, "gpus_per_node": gpus}})
+    assert f"no Compute Engine machine type has {gpus} x {accelerator}" in str(err.value)
+    assert shapes in str(err.value)
+
+
+def test_every_accelerator_the_schema_accepts_has_a_machine_type_and_the_defaults_are_one():
+    from typing import get_args
+
+    from functions.core.config import GKE_ACCELERATORS, Accelerator
+    from functions.core.gpu_shapes import MACHINE_TYPES, counts
+
+    for accelerator in get_args(Accelerator):
+        assert counts(accelerator) and accelerator in GKE_ACCELERATORS, accelerator
+        for n in counts(accelerator):
+            RunConfig.model_validate({"scaling": {"accelerator": accelerator, "gpus_per_node": n}})
+    scaling = RunConfig().scaling
+    assert MACHINE_TYPES[(scaling.accelerator, scaling.gpus_per_node)] == "a4-highgpu-8g"
+    RunConfig.model_validate({"scaling": {"accelerator": "B200", "gpus_per_node": 0}})  # a CPU run has no shape
