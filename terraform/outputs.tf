@@ -46,5 +46,8 @@ output "cli_config" {
     repository = "${google_artifact_registry_repository.trainer.repository_id}"
     build_bucket = "${google_storage_bucket.build.name}"
     image_build_service_account = "${google_service_account.image_build.email}"
+    name = "${var.name}"
+    gke_cluster = "${var.gke_cluster_name}"
+    hf_token_secret = "${google_secret_manager_secret.hf_token.secret_id}"
   EOT
 }

@@ -191,9 +191,10 @@ class Kube:
                 raise
         raise AssertionError("unreachable")
 
-    def apply(self, obj: dict[str, Any], resource_version: str | None = None) -> bool:
+    def apply(self, obj: dict[str, Any], resource_version: str | None = None, dry_run: bool = False) -> bool:
         """Server-side apply (creates or updates; force: our field manager owns what it applies). Given
-        `resource_version`, only if the object is still at it: False when it changed or went meanwhile."""
+        `resource_version`, only if the object is still at it: False when it changed or went meanwhile. A dry run
+        is validated and admitted by the server as the real one would be, and stored nowhere."""
         kind, meta = obj["kind"], obj["metadata"]
         if resource_version is not None:
             obj = {**obj, "metadata": {**meta, "resourceVersion": resource_version}}
@@ -203,6 +204,7 @@ class Kube:
             "field_validation": "Strict",
             "_content_type": APPLY,
             "_preload_content": False,  # the object as applied is not needed: no JSON decode nor model build
+            **({"dry_run": "All"} if dry_run else {}),
         }
         args: tuple[Any, ...]
         if kind == "ComputeClass":  # cluster-scoped, GKE's own API group

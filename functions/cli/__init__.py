@@ -162,6 +162,23 @@ def cmd_permissions(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from dataclasses import asdict
+
+    from functions.cli import doctor
+    from functions.cli import settings as cli_settings
+    from functions.core import doctor as verdicts
+
+    found = cli_settings.load({"project": args.project, "runs_bucket": args.bucket})
+    cfg = _load(args.config) if args.config else None
+    findings, skipped = doctor.cloud_doctor(found, cfg, args.create_clusters).run()
+    if args.json:
+        print(json.dumps({"findings": [asdict(f) for f in findings], "not_asked": skipped}, indent=2))
+    else:
+        print(verdicts.report(findings, skipped))
+    return verdicts.exit_code(findings)
+
+
 def cmd_image(args: argparse.Namespace) -> int:
     from functions.cli import image
 
@@ -272,6 +289,18 @@ def build_parser() -> argparse.ArgumentParser:
     perms.add_argument("--create-clusters", action="store_true", help="as with functions_create_clusters=true")
     perms.add_argument("--json", action="store_true", help="the table as JSON")
     perms.set_defaults(func=cmd_permissions)
+
+    doc = sub.add_parser(
+        "doctor",
+        help="check a deployment on Google Cloud: APIs, what Terraform made, IAM asked of Google, the cluster "
+        "(exit 0 only when all is ok, 1 on a problem, 2 when something could not be asked)",
+    )
+    doc.add_argument("--config", help="a run config to check too: its images and what it renders")
+    doc.add_argument("--project", help="default: project in raytune.toml")
+    doc.add_argument("--bucket", help="the runs bucket (default: runs_bucket in raytune.toml)")
+    doc.add_argument("--create-clusters", action="store_true", help="as with functions_create_clusters=true")
+    doc.add_argument("--json", action="store_true", help="the findings as JSON")
+    doc.set_defaults(func=cmd_doctor)
 
     img = sub.add_parser("image", help="build the trainer image with Cloud Build into Artifact Registry")
     img.add_argument(

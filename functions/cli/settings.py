@@ -22,6 +22,9 @@ ENV = {
     "repository": "RAYTUNE_REPOSITORY",
     "build_bucket": "RAYTUNE_BUILD_BUCKET",
     "image_build_service_account": "RAYTUNE_IMAGE_BUILD_SERVICE_ACCOUNT",
+    "name": "RAYTUNE_DEPLOYMENT",
+    "gke_cluster": "RAYTUNE_GKE_CLUSTER",
+    "hf_token_secret": "RAYTUNE_HF_TOKEN_SECRET",
 }
 
 
@@ -37,6 +40,9 @@ class CliSettings:
     repository: str | None = None  # `raytune image`: the Artifact Registry repository
     build_bucket: str | None = None  # `raytune image`: where gcloud stages the source
     image_build_service_account: str | None = None  # `raytune image`: the build's identity (an email)
+    name: str | None = None  # `raytune doctor`: Terraform's name, the prefix of what it made (default raytune)
+    gke_cluster: str | None = None  # `raytune doctor`: the cluster configs run on
+    hf_token_secret: str | None = None  # `raytune doctor`: the Secret Manager secret of the HF token
     source: str = "defaults"  # where they came from, for error messages
 
     @property

@@ -216,6 +216,20 @@ class Deployment:
             return [f.get("name") for f in self.module.instances("google_cloudfunctions2_function")]
         return [None]
 
+    @staticmethod
+    def covering(grants, roles, identity, subject, resource, name, permission) -> list[Grant]:
+        """The grants that give this subject the permission on that resource (or on the whole project), where
+        their IAM Conditions hold."""
+        return [
+            g
+            for g in grants
+            if g.identity == identity
+            and g.subject == subject
+            and (g.resource == "project" or (g.resource == resource and g.name in (None, name)))
+            and permission in roles.get(g.role, frozenset())
+            and g.reaches(resource, name, permission)
+        ]
+
     def storage_permissions(self, identity: str, subject: str | None = None) -> Callable[[str, str], bool]:
         """What this identity may do on a storage resource (projects/_/buckets/B[/objects/NAME]): its grants on
         the bucket and on the project, through their roles, where their conditions hold."""

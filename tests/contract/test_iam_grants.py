@@ -9,7 +9,7 @@ from itertools import product
 import pytest
 
 from functions.core import permissions as p
-from tests.contract.iam import Deployment, Grant
+from tests.contract.iam import Deployment
 
 SETTINGS = [
     dict(
@@ -37,20 +37,6 @@ def label(settings: dict) -> str:
     )
 
 
-def covering(grants: list[Grant], roles, use: p.Use, subject, name) -> list[Grant]:
-    """The grants that give this subject the use's permission on that resource (or on the whole project), where
-    their IAM Conditions hold."""
-    return [
-        g
-        for g in grants
-        if g.identity == use.identity
-        and g.subject == subject
-        and (g.resource == "project" or (g.resource == use.resource and g.name in (None, name)))
-        and use.permission in roles.get(g.role, frozenset())
-        and g.reaches(use.resource, name, use.permission)
-    ]
-
-
 @pytest.mark.parametrize("settings", SETTINGS, ids=label)
 def test_every_identity_holds_what_its_code_paths_call(settings):
     deployment = Deployment(**settings)
@@ -61,7 +47,7 @@ def test_every_identity_holds_what_its_code_paths_call(settings):
     for identity in p.IDENTITIES:
         for use in p.uses_of(identity, create_clusters=settings["functions_create_clusters"]):
             for subject, name in product(deployment.subjects(identity), deployment.names(use.resource)):
-                if not covering(grants, roles, use, subject, name):
+                if not deployment.covering(grants, roles, use.identity, subject, use.resource, name, use.permission):
                     missing.append(
                         f"{identity} {subject or ''} lacks {use.permission} on {name or use.resource}: {use.why}"
                     )

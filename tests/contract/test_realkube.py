@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from contextlib import contextmanager
 
 import pytest
 
@@ -334,34 +335,26 @@ def test_an_idle_teardown_loses_to_a_launch_and_later_deletes_the_cluster(real):
     eventually(lambda: not real.pods(), "its pods removed by the garbage collector", 60)
 
 
-def test_a_field_the_clusters_kuberay_does_not_know_fails_the_run_naming_it(real):
-    """What a cluster whose Ray operator add-on runs an older KubeRay does: its CRD lacks a field we render
-    (played by removing activeDeadlineSeconds from the installed RayJob schema). The API server answers the
-    apply 500; the run is FAILED at once naming the field and the cause, not retried until its deadline."""
+@contextmanager
+def older_rayjob_crd(plane):
+    """What a cluster whose Ray operator add-on runs an older KubeRay serves: a RayJob CRD without a field we
+    render (activeDeadlineSeconds removed from the installed schema), put back afterwards."""
     path = "/spec/versions/0/schema/openAPIV3Schema/properties/spec/properties/activeDeadlineSeconds"
-    crd = json.loads(real.plane.kubectl("get", "crd", "rayjobs.ray.io", "-o", "json"))
+    crd = json.loads(plane.kubectl("get", "crd", "rayjobs.ray.io", "-o", "json"))
     kept = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"][
         "activeDeadlineSeconds"
     ]
-    real.plane.kubectl(
-        "patch", "crd", "rayjobs.ray.io", "--type=json", "-p", json.dumps([{"op": "remove", "path": path}])
-    )
+    plane.kubectl("patch", "crd", "rayjobs.ray.io", "--type=json", "-p", json.dumps([{"op": "remove", "path": path}]))
     try:
         # The API server's typed-patch cache follows the CRD within moments.
         eventually(
-            lambda: (
-                "activeDeadlineSeconds" not in real.plane.kubectl("explain", "rayjob.spec", "--api-version=ray.io/v1")
-            ),
+            lambda: "activeDeadlineSeconds" not in plane.kubectl("explain", "rayjob.spec", "--api-version=ray.io/v1"),
             "the older schema served",
             30,
         )
-        run_id = real.launch("old-crd", real.config("old-crd"))
-        record = real.h.ctx.store.get(run_id)
-        assert record.state == State.FAILED, (record.state, record.reason)
-        assert "the cluster's KubeRay does not know .spec.activeDeadlineSeconds" in record.reason
-        assert real.rayjobs() == [] and real.replicas() == 0
+        yield
     finally:
-        real.plane.kubectl(
+        plane.kubectl(
             "patch",
             "crd",
             "rayjobs.ray.io",
@@ -369,6 +362,17 @@ def test_a_field_the_clusters_kuberay_does_not_know_fails_the_run_naming_it(real
             "-p",
             json.dumps([{"op": "add", "path": path, "value": kept}]),
         )
+
+
+def test_a_field_the_clusters_kuberay_does_not_know_fails_the_run_naming_it(real):
+    """The API server answers the apply of a field an older KubeRay's CRD lacks 500; the run is FAILED at once
+    naming the field and the cause, not retried until its deadline."""
+    with older_rayjob_crd(real.plane):
+        run_id = real.launch("old-crd", real.config("old-crd"))
+        record = real.h.ctx.store.get(run_id)
+        assert record.state == State.FAILED, (record.state, record.reason)
+        assert "the cluster's KubeRay does not know .spec.activeDeadlineSeconds" in record.reason
+        assert real.rayjobs() == [] and real.replicas() == 0
 
 
 def test_a_missing_namespace_fails_the_run_naming_it(real):

@@ -72,6 +72,7 @@ class _Request:
         self.segments = [unquote(s) for s in parts.path.split("/")[1:]]
         self.query = {k: v[-1] for k, v in parse_qs(parts.query, keep_blank_values=True).items()}
         self.body = body
+        self.target = target
 
 
 class IamGcs(BackgroundServer):
@@ -221,6 +222,8 @@ class IamGcs(BackgroundServer):
         self, method: str, target: str, headers: dict[str, str], body: bytes
     ) -> tuple[int, list[tuple[str, str]], bytes]:
         request = _Request(method, target, body)
+        if request.segments[:3] == ["storage", "v1", "b"] and request.segments[4:] == ["iam", "testPermissions"]:
+            return self.test_permissions(request)
         needs = self.needs(request)
         path = urlsplit(target).path
         if needs is None:
@@ -232,6 +235,20 @@ class IamGcs(BackgroundServer):
         if denied is not None:
             return self.forbidden(denied, xml=not path.startswith(("/storage/", "/upload/", "/download/", "/batch/")))
         return self._forward(method, target, headers, body)
+
+    def test_permissions(self, request: _Request) -> tuple[int, list[tuple[str, str]], bytes]:
+        """buckets.testIamPermissions: which of the asked permissions the caller holds on the bucket (no permission
+        needed to ask; 404 for a bucket that does not exist)."""
+        from urllib.parse import quote
+
+        bucket = request.segments[3]
+        status, headers, payload = self._forward("GET", f"/storage/v1/b/{quote(bucket, safe='')}", {}, b"")
+        if status != 200:
+            return status, headers, payload
+        asked = parse_qs(urlsplit(request.target).query).get("permissions", [])  # repeated: every value
+        held = [perm for perm in asked if self.allowed(f"projects/_/buckets/{bucket}", perm)]
+        answer = {"kind": "storage#testIamPermissionsResponse", "permissions": held}
+        return 200, [("Content-Type", "application/json")], json.dumps(answer).encode()
 
     def _record(self, access: Access) -> None:
         with self._lock:

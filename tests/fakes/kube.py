@@ -313,6 +313,8 @@ class FakeKube:
             return 409, ("Conflict", "Apply failed with conflicts (force not set)")
         new = copy.deepcopy(obj)
         new["metadata"] = {**(current or {}).get("metadata", {}), **meta}
+        if query.get("dryRun") == "All":  # validated as a real apply, stored nowhere
+            return (200 if current is not None else 201), new
         if current is not None and "status" in current:
             new["status"] = current["status"]
         if current is None:

@@ -1,0 +1,339 @@
+"""`raytune doctor`: asks Google, with the caller's credentials and the deployment's names (raytune.toml), whether
+what Terraform made is there and works, and what the controller renders fits the cluster; one line a check, ok /
+problem (with the fix) / unknown, in seconds (the questions go out at once). The verdicts are
+functions/core/doctor.py's; this module only asks."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from functions.adapters.google_rest import GoogleRest
+from functions.cli.settings import CliSettings
+from functions.core import computeclass, errors, manifests
+from functions.core import doctor as d
+from functions.core.config import ClusterSpec, RunConfig
+from functions.core.doctor import OK, PROBLEM, UNKNOWN, Finding
+
+WORKERS = 16  # questions in flight at once
+SERVICES = {"bucket": "storage", "topic": "pubsub", "subscription": "pubsub", "scheduler": "cloudscheduler"}
+
+
+def _asked(check: str, subject: str, ask: Callable[[], Finding], missing: str, fix: str) -> Finding:
+    """One question: its finding; NotFound is the problem `missing`; refused or unanswered is unknown."""
+    try:
+        return ask()
+    except errors.NotFound:
+        return Finding(check, subject, PROBLEM, missing, fix)
+    except errors.ControllerError as exc:
+        return Finding(check, subject, UNKNOWN, f"could not ask: {errors.describe(exc, 300)}")
+
+
+@dataclass
+class Doctor:
+    settings: CliSettings
+    rest: GoogleRest
+    kube_for: Callable[[ClusterSpec], Any]  # the cluster's Kube adapter (functions/adapters/kube.py)
+    config: RunConfig | None = None  # a run config to render, with its images; else the defaults
+    create_clusters: bool = False
+    functions_env: dict[str, str] = field(default_factory=dict)  # the deployed launch function's environment
+
+    # -- the deployment ------------------------------------------------------------------------------------
+
+    def deployment(self) -> tuple[d.Deployment, list[Finding]]:
+        s = self.settings
+        s.need("project", "region", "runs_bucket")
+        project, number, found = s.project or "", "", []
+        try:
+            number = str(self.rest.get("cloudresourcemanager", f"v1/projects/{project}")["projectNumber"])
+            found.append(Finding("project", project, OK, f"number {number}"))
+        except errors.ControllerError as exc:
+            found.append(Finding("project", project, UNKNOWN, f"could not read it: {errors.describe(exc, 300)}"))
+        names = {k: getattr(s, k) or "" for k in ("runs_bucket", "configs_bucket", "build_bucket", "launch_topic")}
+        names |= {k: getattr(s, k) or "" for k in ("watch_topic", "repository", "hf_token_secret", "gke_cluster")}
+        return d.Deployment(project, number, s.region or "", s.name or "raytune", **names), found
+
+    def run(self) -> tuple[list[Finding], int]:
+        deployment, found = self.deployment()
+        accesses, skipped = d.accesses(deployment, self.create_clusters)
+        found += self.functions(deployment)  # first: the cluster's checks read the policy from their environment
+        questions: list[Callable[[], list[Finding]]] = [
+            lambda: self.apis(deployment),
+            lambda: self.cluster(deployment),
+            lambda: self.image(deployment),
+            *(lambda what=what: self.exists(deployment, what) for what in self.resources(deployment)),
+            *(lambda a=a: [self.access(a)] for a in accesses if a.principal is not None),
+            *(lambda r=r, group=group: self.callers(r, group) for r, group in self.caller_groups(accesses).items()),
+        ]
+        if not deployment.number:
+            questions = questions[:3]  # without the project number no identity or Google resource can be named
+        with ThreadPoolExecutor(WORKERS) as pool:
+            for answer in pool.map(lambda ask: ask(), questions):
+                found += answer
+        return found, len(skipped)
+
+    # -- what Terraform made -------------------------------------------------------------------------------
+
+    def apis(self, deployment: d.Deployment) -> list[Finding]:
+        enabled: set[str] = set()
+        params: dict[str, Any] = {"filter": "state:ENABLED", "pageSize": 200}
+        try:
+            while True:
+                page = self.rest.get("serviceusage", f"v1/projects/{deployment.project}/services", params)
+                enabled |= {s["config"]["name"] for s in page.get("services", [])}
+                if not page.get("nextPageToken"):
+                    break
+                params["pageToken"] = page["nextPageToken"]
+        except errors.ControllerError as exc:
+            return [Finding("api", "services", UNKNOWN, f"could not list: {errors.describe(exc, 300)}")]
+        return [
+            Finding("api", api, OK)
+            if api in enabled
+            else Finding("api", api, PROBLEM, "not enabled", f"gcloud services enable {api} (terraform apply does)")
+            for api in d.REQUIRED_APIS
+        ]
+
+    def resources(self, deployment: d.Deployment) -> list[tuple[str, str, str]]:
+        """(check, subject, path): the buckets, topics, subscriptions, scheduler job and secret Terraform made."""
+        p, r, n = deployment.project, deployment.region, deployment.name
+        # A bucket is asked with testIamPermissions: anyone may ask, and a bucket that does not exist is a 404.
+        found = [("bucket", b, f"storage/v1/b/{b}/iam/testPermissions") for b in self.buckets(deployment)]
+        found += [("topic", t, f"v1/{deployment.topic(t)}") for t in ("launch", "watch", "run-events", "dead-letter")]
+        subscriptions = (f"{n}-launch-push", f"{n}-watch-push", f"{n}-dead-letter")
+        found += [("subscription", s, f"v1/projects/{p}/subscriptions/{s}") for s in subscriptions]
+        found += [("scheduler", f"{n}-watch-tick", f"v1/projects/{p}/locations/{r}/jobs/{n}-watch-tick")]
+        secret = deployment.hf_token_secret or f"{n}-hf-token"
+        found += [("secret", secret, f"v1/projects/{p}/secrets/{secret}/versions")]
+        return found
+
+    @staticmethod
+    def buckets(deployment: d.Deployment) -> list[str]:
+        return [b for b in (deployment.runs_bucket, deployment.configs_bucket, deployment.build_bucket) if b]
+
+    def exists(self, deployment: d.Deployment, what: tuple[str, str, str]) -> list[Finding]:
+        check, subject, path = what
+
+        def ask() -> Finding:
+            if check == "secret":  # its versions' metadata only: the value is never read
+                versions = self.rest.get("secretmanager", path, {"filter": "state:ENABLED"}).get("versions", [])
+                if not versions:
+                    return Finding(
+                        check,
+                        subject,
+                        PROBLEM,
+                        "no enabled version: runs of gated models cannot download them",
+                        f'printf %s "$HF_TOKEN" | gcloud secrets versions add {subject} --data-file=-',
+                    )
+                return Finding(check, subject, OK)
+            answer = self.rest.get(
+                SERVICES[check], path, {"permissions": "storage.objects.list"} if check == "bucket" else None
+            )
+            if check == "scheduler" and answer.get("state") not in (None, "ENABLED"):
+                fix = f"gcloud scheduler jobs resume {subject} --location {deployment.region}"
+                return Finding(check, subject, PROBLEM, f"state {answer.get('state')}", fix)
+            return Finding(check, subject, OK)
+
+        return [_asked(check, subject, ask, "missing", "terraform apply (it makes it)")]
+
+    def functions(self, deployment: d.Deployment) -> list[Finding]:
+        base = f"v2/projects/{deployment.project}/locations/{deployment.region}/functions"
+        return [self.function(f"{base}/{deployment.name}-{key}", entry) for key, entry in d.FUNCTIONS.items()]
+
+    def function(self, path: str, entry: str) -> Finding:
+        subject = path.rsplit("/", 1)[1]
+
+        def ask() -> Finding:
+            fn = self.rest.get("cloudfunctions", path)
+            self.functions_env.update(fn.get("serviceConfig", {}).get("environmentVariables") or {})
+            build = fn.get("buildConfig", {})
+            if fn.get("state") != "ACTIVE":
+                said = "; ".join(m.get("message", "") for m in fn.get("stateMessages", []) if m.get("message"))
+                where = f" (build {build['build']})" if build.get("build") else ""
+                return Finding(
+                    "function",
+                    subject,
+                    PROBLEM,
+                    f"state {fn.get('state')}{where}: {said or 'no message'}",
+                    "read the build's log (gcloud builds log), fix what it says, terraform apply",
+                )
+            if build.get("entryPoint") not in (None, entry):
+                return Finding("function", subject, PROBLEM, f"entry point {build.get('entryPoint')}, not {entry}")
+            return Finding("function", subject, OK, "ACTIVE")
+
+        return _asked("function", subject, ask, "missing", "terraform apply (it builds and deploys it)")
+
+    # -- IAM, asked of Google ------------------------------------------------------------------------------
+
+    def access(self, access: d.Access) -> Finding:
+        """Another identity's access: Policy Troubleshooter evaluates its grants, conditions included."""
+        assert access.principal is not None
+        principal = access.principal.removeprefix("serviceAccount:")
+        tuple_ = {"principal": principal, "fullResourceName": access.full_name, "permission": access.permission}
+        try:
+            answer = self.rest.post("policytroubleshooter", "v3/iam:troubleshoot", {"accessTuple": tuple_})
+        except errors.ControllerError as exc:
+            return d.access_finding(access, None, errors.describe(exc, 200))
+        return d.access_finding(access, answer.get("overallAccessState"))
+
+    @staticmethod
+    def caller_groups(accesses: list[d.Access]) -> dict[str, list[d.Access]]:
+        groups: dict[str, list[d.Access]] = {}
+        for access in accesses:
+            if access.principal is None:
+                groups.setdefault(access.full_name, []).append(access)
+        return groups
+
+    def callers(self, full_name: str, group: list[d.Access]) -> list[Finding]:
+        """The caller's own permissions on one resource, in one testIamPermissions."""
+        wanted = sorted({a.permission for a in group})
+        service, _, name = full_name.removeprefix("//").partition("/")
+        try:
+            if service == "storage.googleapis.com":
+                bucket = name.removeprefix("projects/_/buckets/")
+                answer = self.rest.get("storage", f"storage/v1/b/{bucket}/iam/testPermissions", {"permissions": wanted})
+            else:
+                api = {"pubsub.googleapis.com": ("pubsub", "v1"), "iam.googleapis.com": ("iam", "v1")}
+                api |= {"cloudresourcemanager.googleapis.com": ("cloudresourcemanager", "v1")}
+                short, version = api[service]
+                answer = self.rest.post(short, f"{version}/{name}:testIamPermissions", {"permissions": wanted})
+        except (errors.ControllerError, KeyError) as exc:
+            said = errors.describe(exc, 200)
+            return [d.access_finding(a, None, said) for a in group]
+        held = set(answer.get("permissions", []))
+        return [d.access_finding(a, "CAN_ACCESS" if a.permission in held else "CANNOT_ACCESS") for a in group]
+
+    # -- the cluster ---------------------------------------------------------------------------------------
+
+    def spec(self) -> ClusterSpec:
+        cfg = self.config or RunConfig()
+        spec = cfg.cluster
+        if self.settings.gke_cluster:
+            spec = spec.model_copy(update={"gke_cluster": self.settings.gke_cluster})
+        return spec.model_copy(update={"region": self.settings.region or spec.region})
+
+    def cluster(self, deployment: d.Deployment) -> list[Finding]:
+        spec = self.spec()
+        subject = f"{spec.region}/{spec.gke_cluster}"
+        path = f"v1/projects/{deployment.project}/locations/{spec.region}/clusters/{spec.gke_cluster}"
+        try:
+            cluster = self.rest.get("container", path)
+        except errors.NotFound:
+            return [Finding("gke", subject, PROBLEM, "no such cluster", "terraform apply (create_gke_cluster=true)")]
+        except errors.ControllerError as exc:
+            return [Finding("gke", subject, UNKNOWN, f"could not read it: {errors.describe(exc, 300)}")]
+        found = []
+        version = cluster.get("currentMasterVersion", "")
+        newer = d.version_at_least(version, computeclass.MIN_GKE_VERSION)
+        status = OK if newer else UNKNOWN if newer is None else PROBLEM
+        fix = "" if newer else f"gcloud container clusters upgrade {spec.gke_cluster} --master --cluster-version ..."
+        found.append(
+            Finding("gke", f"{subject} version", status, f"{version} (needs {computeclass.MIN_GKE_VERSION})", fix)
+        )
+        ray = cluster.get("addonsConfig", {}).get("rayOperatorConfig", {}).get("enabled", False)
+        found.append(
+            Finding("gke", f"{subject} Ray operator add-on", OK)
+            if ray
+            else Finding(
+                "gke",
+                f"{subject} Ray operator add-on",
+                PROBLEM,
+                "not enabled: no KubeRay",
+                f"gcloud container clusters update {spec.gke_cluster} --update-addons=RayOperator=ENABLED",
+            )
+        )
+        if cluster.get("status") != "RUNNING":
+            found.append(Finding("gke", subject, UNKNOWN, f"status {cluster.get('status')}: its API was not asked"))
+            return found
+        return found + self.rendered(spec)
+
+    def rendered(self, spec: ClusterSpec) -> list[Finding]:
+        """A server-side dry run of what a launch applies: the cluster's CRDs declare every field we render."""
+        cfg = (self.config or RunConfig()).model_copy(update={"cluster": spec})
+        try:
+            kube = self.kube_for(spec)
+        except errors.ControllerError as exc:
+            return [Finding("kuberay", "the cluster's API", UNKNOWN, f"could not connect: {errors.describe(exc, 300)}")]
+        objects = manifests.run_objects(cfg, "doctor-dry-run", {"trainer/__init__.py": b""}, "0" * 64, 1, {})
+        wanted = [o for o in objects if o["kind"] in ("RayCluster", "RayJob")]
+        capacity = self.capacity(cfg)
+        if capacity is not None:
+            wanted.append(capacity)
+        return [self.dry_run(kube, obj) for obj in wanted]
+
+    def capacity(self, cfg: RunConfig) -> dict | None:
+        """The ComputeClass a launch would apply: the config's capacity list, else the operator's policy one (the
+        launch function's RAYTUNE_POLICY_CAPACITY), else none is in use."""
+        scaling = cfg.scaling
+        if scaling.capacity is None and (policy := self.functions_env.get("RAYTUNE_POLICY_CAPACITY")):
+            options = RunConfig.model_validate({"scaling": {"capacity": json.loads(policy)}}).scaling.capacity
+            scaling = scaling.model_copy(update={"capacity": options})
+        return computeclass.compute_class(scaling, {})
+
+    @staticmethod
+    def dry_run(kube: Any, obj: dict) -> Finding:
+        subject = f"{obj['kind']} {obj['apiVersion']}"
+        try:
+            kube.apply(obj, dry_run=True)
+        except errors.PermanentError as exc:
+            return Finding("kuberay" if obj["kind"] != "ComputeClass" else "gke", subject, PROBLEM, str(exc)[:400])
+        except errors.ControllerError as exc:
+            return Finding("kuberay", subject, UNKNOWN, f"could not ask: {errors.describe(exc, 300)}")
+        return Finding(
+            "kuberay" if obj["kind"] != "ComputeClass" else "gke", subject, OK, "every field rendered is declared"
+        )
+
+    # -- the trainer image ---------------------------------------------------------------------------------
+
+    def image(self, deployment: d.Deployment) -> list[Finding]:
+        """The trainer repository, and the images a given config runs (where they are in Artifact Registry)."""
+        found = []
+        if deployment.repository:
+            subject = f"repository {deployment.repository}"
+            path = (
+                f"v1/projects/{deployment.project}/locations/{deployment.region}/repositories/{deployment.repository}"
+            )
+            found.append(self.present("image", subject, "artifactregistry", path, "terraform apply (image.tf)"))
+        cluster = (self.config or RunConfig()).cluster
+        return found + [
+            self.tagged(ref) for ref in sorted({i for i in (cluster.worker_image, cluster.head_image) if i})
+        ]
+
+    def present(self, check: str, subject: str, service: str, path: str, fix: str) -> Finding:
+        def ask() -> Finding:
+            self.rest.get(service, path)
+            return Finding(check, subject, OK)
+
+        return _asked(check, subject, ask, "missing", fix)
+
+    def tagged(self, ref: str) -> Finding:
+        """An image in Artifact Registry (REGION-docker.pkg.dev/PROJECT/REPO/IMAGE:TAG): its tag exists."""
+        host, _, rest = ref.partition("/")
+        if not host.endswith("-docker.pkg.dev") or rest.count("/") < 2 or "@" in rest:
+            return Finding("image", ref, UNKNOWN, "not a tagged Artifact Registry image: not checked")
+        project, repo, image_tag = rest.split("/", 2)
+        image, _, tag = image_tag.rpartition(":") if ":" in image_tag else (image_tag, "", "latest")
+        location = host.removesuffix("-docker.pkg.dev")
+        package = image.replace("/", "%2F")
+        path = f"v1/projects/{project}/locations/{location}/repositories/{repo}/packages/{package}/tags/{tag}"
+        fix = "raytune image (builds and pushes it), then set cluster.worker_image to what it prints"
+        finding = self.present("image", ref, "artifactregistry", path, fix)
+        return finding if finding.status != PROBLEM else Finding("image", ref, PROBLEM, "no such image", fix)
+
+
+def cloud_doctor(settings: CliSettings, config: RunConfig | None, create_clusters: bool) -> Doctor:
+    """The doctor of a real deployment: Google's APIs with application default credentials, the cluster's API
+    server as the controller reaches it."""
+    from functions.adapters.gke import GkeClusters, GkePlatform
+
+    platform = GkePlatform(settings.project or "", None, clusters=GkeClusters(settings.project or ""))
+
+    def kube_for(spec: ClusterSpec) -> Any:
+        kube = platform.reachable(spec)
+        if kube is None:
+            raise errors.TransientError(f"GKE cluster {spec.region}/{spec.gke_cluster} is not reachable")
+        return kube
+
+    return Doctor(settings, GoogleRest(), kube_for, config, create_clusters)

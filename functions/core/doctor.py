@@ -1,0 +1,202 @@
+"""`raytune doctor`, pure: what a deployment Terraform made is called, what to ask Google about it, and the
+verdicts. Each finding is ok, a problem (with the fix), or unknown: what the caller may not ask, or what Google
+could not answer, is never reported as ok. functions/cli/doctor.py asks; this module decides."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from functions.core import permissions as p
+
+OK, PROBLEM, UNKNOWN = "ok", "problem", "unknown"
+
+# What terraform/apis.tf enables (tests/integration/test_terraform.py holds the two equal).
+REQUIRED_APIS = (
+    "artifactregistry.googleapis.com",
+    "cloudbuild.googleapis.com",
+    "cloudfunctions.googleapis.com",
+    "cloudresourcemanager.googleapis.com",
+    "cloudscheduler.googleapis.com",
+    "compute.googleapis.com",
+    "container.googleapis.com",
+    "eventarc.googleapis.com",
+    "iam.googleapis.com",
+    "iamcredentials.googleapis.com",
+    "logging.googleapis.com",
+    "pubsub.googleapis.com",
+    "run.googleapis.com",
+    "secretmanager.googleapis.com",
+    "storage.googleapis.com",
+)
+
+# terraform/functions.tf: the three functions and their entry points.
+FUNCTIONS = {"launch-upload": "launch", "launch-message": "launch", "watch": "watch"}
+
+
+@dataclass(frozen=True)
+class Finding:
+    check: str  # what kind of thing: api, bucket, topic, function, iam, gke, kuberay, image, ...
+    subject: str
+    status: str  # OK, PROBLEM or UNKNOWN
+    detail: str = ""
+    fix: str = ""
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """The names Terraform gave one deployment (variables name, project_id, region; outputs in raytune.toml)."""
+
+    project: str
+    number: str  # the project number: service agents and Google's own resources are named by it
+    region: str
+    name: str = "raytune"
+    runs_bucket: str = ""
+    configs_bucket: str = ""
+    build_bucket: str = ""
+    launch_topic: str = ""
+    watch_topic: str = ""
+    repository: str = ""
+    hf_token_secret: str = ""
+    gke_cluster: str = ""
+
+    def topic(self, short: str) -> str:
+        given = {"launch": self.launch_topic, "watch": self.watch_topic}.get(short)
+        return given or f"projects/{self.project}/topics/{self.name}-{short}"
+
+    def account(self, identity: str) -> str | None:
+        """The principal IAM knows an identity by; None for the person at the CLI (asked as the caller)."""
+        own = {
+            p.FUNCTIONS: "functions",
+            p.TRIGGER: "trigger",
+            p.FUNCTION_BUILD: "function-build",
+            p.IMAGE_BUILD: "image-build",
+        }
+        if identity in own:
+            return f"serviceAccount:{self.name}-{own[identity]}@{self.project}.iam.gserviceaccount.com"
+        if identity == p.NODES:
+            return f"serviceAccount:{self.number}-compute@developer.gserviceaccount.com"
+        if identity == p.TRAINER:  # the Ray pods' Kubernetes service account default, namespace default
+            return (
+                f"principal://iam.googleapis.com/projects/{self.number}/locations/global/workloadIdentityPools/"
+                f"{self.project}.svc.id.goog/subject/ns/default/sa/default"
+            )
+        if identity == p.OPERATOR:
+            return None
+        return "serviceAccount:" + p.agent(identity).email.format(number=self.number)
+
+    def full_name(self, resource: str) -> str | None:
+        """A resource of the permission table as IAM names it (//service/...); None where the deployment's
+        settings do not name it (policy and dataset buckets, the functions' services, the push subscriptions)."""
+        buckets = {"runs": self.runs_bucket, "configs": self.configs_bucket, "build": self.build_bucket}
+        kind, _, which = resource.partition(":")
+        for made in p.GOOGLE_RESOURCES:
+            if made.resource == resource:
+                name = made.name.format(number=self.number, project=self.project, region=self.region)
+                service = "storage" if kind == "bucket" else "artifactregistry"
+                return f"//{service}.googleapis.com/" + (f"projects/_/buckets/{name}" if kind == "bucket" else name)
+        if kind == "project":
+            return f"//cloudresourcemanager.googleapis.com/projects/{self.project}"
+        if kind == "bucket" and buckets.get(which):
+            return f"//storage.googleapis.com/projects/_/buckets/{buckets[which]}"
+        if kind == "topic":
+            return f"//pubsub.googleapis.com/{self.topic(which)}"
+        if resource == "secret:hf-token" and self.hf_token_secret:
+            return f"//secretmanager.googleapis.com/projects/{self.project}/secrets/{self.hf_token_secret}"
+        if resource == "repository:trainer" and self.repository:
+            return (
+                f"//artifactregistry.googleapis.com/projects/{self.project}/locations/{self.region}/repositories/"
+                f"{self.repository}"
+            )
+        if kind == "service-account":
+            email = (
+                f"{self.number}-compute@developer.gserviceaccount.com"
+                if which == "compute-default"
+                else f"{self.name}-{which}@{self.project}.iam.gserviceaccount.com"
+            )
+            return f"//iam.googleapis.com/projects/{self.project}/serviceAccounts/{email}"
+        return None
+
+
+@dataclass(frozen=True)
+class Access:
+    """One question for IAM: may this principal use this permission on this resource."""
+
+    identity: str
+    principal: str | None  # None: the caller (testIamPermissions)
+    resource: str  # the permission table's word
+    full_name: str
+    permission: str
+    why: str
+
+
+def accesses(deployment: Deployment, create_clusters: bool = False) -> tuple[list[Access], list[p.Use]]:
+    """Every use of the permission table this deployment's names let us ask about, and the ones they do not."""
+    asked, skipped = [], []
+    for use in p.all_uses(create_clusters):
+        full = deployment.full_name(use.resource)
+        if full is None:
+            skipped.append(use)
+            continue
+        principal = deployment.account(use.identity)
+        asked.append(Access(use.identity, principal, use.resource, full, use.permission, use.why))
+    return asked, skipped
+
+
+# Policy Troubleshooter's overallAccessState (https://cloud.google.com/policy-intelligence/docs/reference/
+# policytroubleshooter/rest/v3/iam/troubleshoot): only CAN_ACCESS is ok.
+ACCESS_STATES = {"CAN_ACCESS": OK, "CANNOT_ACCESS": PROBLEM}
+
+
+def access_finding(access: Access, state: str | None, said: str = "") -> Finding:
+    who = access.principal or "you (the caller)"
+    subject = f"{access.identity} {access.permission} on {access.full_name}"
+    status = ACCESS_STATES.get(state or "", UNKNOWN)
+    if status == OK:
+        return Finding("iam", subject, OK)
+    if status == PROBLEM:
+        return Finding(
+            "iam",
+            subject,
+            PROBLEM,
+            f"{who} cannot: {access.why}",
+            "terraform apply (terraform/iam.tf grants it); by hand: `raytune permissions` lists the role",
+        )
+    return Finding("iam", subject, UNKNOWN, f"could not ask: {said or state or 'no answer'}")
+
+
+_VERSION = re.compile(r"^(\d+)\.(\d+)\.(\d+)(?:-gke\.(\d+))?")
+
+
+def version_at_least(version: str, minimum: str) -> bool | None:
+    """GKE versions (1.32.2-gke.1652000) compared part by part; None when one cannot be read."""
+    have, need = _VERSION.match(version or ""), _VERSION.match(minimum)
+    if have is None or need is None:
+        return None
+    return tuple(int(x or 0) for x in have.groups()) >= tuple(int(x or 0) for x in need.groups())
+
+
+def exit_code(findings: Iterable[Finding]) -> int:
+    """0 only when everything is ok; 1 when something is wrong; 2 when nothing is wrong but not all was known."""
+    statuses = {f.status for f in findings}
+    if PROBLEM in statuses:
+        return 1
+    return 2 if UNKNOWN in statuses or not statuses else 0
+
+
+def report(findings: list[Finding], skipped: int = 0) -> str:
+    """One line a finding (problems and unknowns with what to do), then the counts."""
+    lines = []
+    for f in findings:
+        line = f"{f.status:<8} {f.check:<12} {f.subject}"
+        if f.detail:
+            line += f": {f.detail}"
+        if f.fix:
+            line += f"\n{'':<22}fix: {f.fix}"
+        lines.append(line)
+    counts = {s: sum(f.status == s for f in findings) for s in (OK, PROBLEM, UNKNOWN)}
+    summary = f"{counts[OK]} ok, {counts[PROBLEM]} problems, {counts[UNKNOWN]} unknown"
+    if skipped:
+        summary += f" ({skipped} uses of the permission table name resources raytune.toml does not: not asked)"
+    return "\n".join([*lines, summary])

@@ -1,0 +1,272 @@
+"""`raytune doctor` against the stand-ins of a deployment: Google's APIs as terraform/ makes them
+(tests/fakes/google_apis.py, IAM answered from Terraform's grants and Google's published role permissions), Cloud
+Storage behind its IAM (fake-gcs-server and tests/fakes/gcs_iam.py), the Kubernetes fake, and the real API server
+with KubeRay's CRDs (older ones too). A healthy deployment is all ok (exit 0); each problem the doctor claims to
+find is made to happen once and found, with its fix; what may not be asked is unknown, never ok."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from contextlib import contextmanager
+
+import pytest
+
+from functions.adapters.google_rest import GoogleRest
+from functions.adapters.kube import Kube, api_client
+from functions.cli.doctor import Doctor
+from functions.cli.settings import CliSettings
+from functions.core import doctor as d
+from functions.core import permissions as p
+from functions.core.config import RunConfig
+from tests.contract.iam import Deployment, client_at
+from tests.fakes.gcs_iam import IamGcs
+from tests.fakes.google_apis import Breakage, FakeGoogle
+from tests.fakes.kube import FakeKube
+
+CALLER = "user:ops@example.com"
+BLOCKER = (
+    "Build failed with status: FAILURE and message: failed to Fetch: failed to download archive "
+    "gs://gcf-v2-sources-123456789012-us-central1/raytune-watch/function-source.zip: Access to bucket "
+    "gcf-v2-sources-123456789012-us-central1 denied. You must grant Storage Object Viewer permission to "
+    "raytune-function-build@{project}.iam.gserviceaccount.com."
+)
+
+
+@contextmanager
+def stand_ins(gcs_emulator, broken: Breakage | None = None, buckets=("runs", "configs", "build"), kube=None):
+    """A deployment of terraform/ (its own project) on the stand-ins; yields (settings, doctor's REST client,
+    the Google fake)."""
+    deployment = Deployment(project_id=f"p{uuid.uuid4().hex[:8]}", operators=[CALLER])
+    admin = client_at(gcs_emulator.url)
+    for name in buckets:
+        admin.create_bucket(deployment.bucket(name))
+    google = FakeGoogle(deployment, CALLER, broken=broken).start()
+    storage = IamGcs(gcs_emulator.url, CALLER, deployment.storage_permissions(p.OPERATOR, CALLER)).start()
+    fake_kube = kube or FakeKube().start()
+    try:
+        settings = CliSettings(
+            project=deployment.project,
+            region="us-central1",
+            runs_bucket=deployment.bucket("runs"),
+            configs_bucket=deployment.bucket("configs"),
+            build_bucket=deployment.bucket("build"),
+            launch_topic=f"projects/{deployment.project}/topics/raytune-launch",
+            watch_topic=f"projects/{deployment.project}/topics/raytune-watch",
+            repository="raytune",
+            name="raytune",
+            gke_cluster="raytune",
+            hf_token_secret="raytune-hf-token",
+        )
+        rest = GoogleRest(_Session(), {**google.endpoints(), "storage": storage.url})
+        yield settings, rest, google, fake_kube
+    finally:
+        google.stop()
+        storage.stop()
+        if kube is None:
+            fake_kube.stop()
+
+
+class _Session:
+    """requests, unauthenticated: the stand-ins take no credentials."""
+
+    def __init__(self):
+        import requests
+
+        self.session = requests.Session()
+
+    def request(self, *args, **kwargs):
+        return self.session.request(*args, **kwargs)
+
+
+def doctor(settings, rest, kube, config: RunConfig | None = None) -> tuple[list[d.Finding], int]:
+    return Doctor(settings, rest, lambda spec: Kube(api_client(kube.url)), config).run()
+
+
+def problems(findings) -> dict[str, d.Finding]:
+    return {f"{f.check} {f.subject}": f for f in findings if f.status == d.PROBLEM}
+
+
+def test_a_healthy_deployment_is_all_ok(gcs_emulator):
+    with stand_ins(gcs_emulator) as (settings, rest, _google, kube):
+        findings, skipped = doctor(settings, rest, kube)
+    print(d.report(findings, skipped))
+    assert [f for f in findings if f.status != d.OK] == []
+    assert d.exit_code(findings) == 0
+    checks = {f.check for f in findings}
+    assert checks == {"project", "api", "bucket", "topic", "subscription", "scheduler", "secret", "function"} | {
+        "iam",
+        "gke",
+        "kuberay",
+        "image",
+    }
+    assert {f.subject for f in findings if f.check == "api"} == set(d.REQUIRED_APIS)
+    # Google's own identities were asked about, the function build on Google's copy of its source among them.
+    asked = {f.subject for f in findings if f.check == "iam"}
+    assert (
+        "function-build storage.objects.get on //storage.googleapis.com/projects/_/buckets/"
+        + ("gcf-v2-sources-123456789012-us-central1")
+        in asked
+    )
+    assert any(s.startswith("scheduler-agent pubsub.topics.publish") for s in asked)
+    assert any(s.startswith("operator ") for s in asked)  # the caller, through testIamPermissions
+    assert skipped > 0  # uses on resources raytune.toml does not name (the push subscriptions, ...)
+
+
+def test_three_faults_each_found_with_its_fix(gcs_emulator):
+    """The issue's blocker as a new project meets it (no read of gcf-v2-sources: the build fails), an API left
+    disabled, and a secret with no version."""
+    broken = Breakage(
+        dropped={"google_project_iam_member.function_build_sources"},
+        disabled={"cloudscheduler.googleapis.com"},
+        no_secret_version=True,
+    )
+    with stand_ins(gcs_emulator, broken) as (settings, rest, _google, kube):
+        broken.failed["raytune-watch"] = BLOCKER.format(project=settings.project)
+        findings, skipped = doctor(settings, rest, kube)
+    report = d.report(findings, skipped)
+    print(report)
+    found = problems(findings)
+    assert set(found) == {
+        "iam function-build storage.objects.get on //storage.googleapis.com/projects/_/buckets/"
+        "gcf-v2-sources-123456789012-us-central1",
+        "api cloudscheduler.googleapis.com",
+        "function raytune-watch",
+        "secret raytune-hf-token",
+    }, report
+    assert "You must grant Storage Object Viewer" in found["function raytune-watch"].detail
+    assert found["api cloudscheduler.googleapis.com"].fix == (
+        "gcloud services enable cloudscheduler.googleapis.com (terraform apply does)"
+    )
+    assert "gcloud secrets versions add raytune-hf-token" in found["secret raytune-hf-token"].fix
+    # The scheduler's own API refused: its job could not be asked, which is unknown, not ok.
+    [job] = [f for f in findings if f.check == "scheduler"]
+    assert job.status == d.UNKNOWN
+    assert d.exit_code(findings) == 1
+
+
+def test_what_is_missing_old_or_off_is_a_problem(gcs_emulator):
+    broken = Breakage(
+        missing={"raytune-launch", "raytune-watch-tick"}, gke_version="1.31.5-gke.1000", ray_operator=False
+    )
+    with stand_ins(gcs_emulator, broken, buckets=("runs", "configs")) as (settings, rest, _google, kube):
+        findings, _ = doctor(settings, rest, kube)
+    found = problems(findings)
+    assert {"topic launch", "scheduler raytune-watch-tick", f"bucket {settings.build_bucket}"} <= set(found)
+    assert found["gke us-central1/raytune version"].detail == "1.31.5-gke.1000 (needs 1.32.2-gke.1652000)"
+    assert "--update-addons=RayOperator=ENABLED" in found["gke us-central1/raytune Ray operator add-on"].fix
+    assert d.exit_code(findings) == 1
+
+
+def test_what_the_caller_may_not_ask_is_unknown_never_ok(gcs_emulator):
+    with stand_ins(gcs_emulator, Breakage(troubleshooter_forbidden=True)) as (settings, rest, _google, kube):
+        findings, _ = doctor(settings, rest, kube)
+    others = [f for f in findings if f.check == "iam" and not f.subject.startswith("operator ")]
+    assert others and {f.status for f in others} == {d.UNKNOWN}
+    assert all("iam.roles.get" in f.detail for f in others)
+    assert not problems(findings) and d.exit_code(findings) == 2
+
+
+def test_the_trainer_image_a_config_names_is_looked_up(gcs_emulator):
+    image = "us-central1-docker.pkg.dev/{project}/raytune/raytune-trainer:v1"
+    with stand_ins(gcs_emulator, Breakage(tags={"raytune-trainer:v1"})) as (settings, rest, _google, kube):
+        cfg = RunConfig.model_validate({"cluster": {"worker_image": image.format(project=settings.project)}})
+        findings, _ = doctor(settings, rest, kube, cfg)
+        _google.broken.tags.clear()
+        missing, _ = doctor(settings, rest, kube, cfg)
+    assert [f.status for f in findings if f.check == "image"] == [d.OK, d.OK]
+    [gone] = [f for f in missing if f.check == "image" and f.status == d.PROBLEM]
+    assert gone.detail == "no such image" and gone.fix.startswith("raytune image")
+
+
+def test_a_cli_run_prints_the_report_and_exits_with_its_code(gcs_emulator, monkeypatch, capsys, tmp_path):
+    from functions.cli import doctor as cli_doctor
+    from functions.cli import main
+
+    with stand_ins(gcs_emulator, Breakage(disabled={"eventarc.googleapis.com"})) as (settings, rest, _google, kube):
+        toml = tmp_path / "raytune.toml"
+        toml.write_text("".join(f'{k} = "{v}"\n' for k, v in vars(settings).items() if v and k != "source"))
+        monkeypatch.setenv("RAYTUNE_CLI_CONFIG", str(toml))
+        made = []
+
+        def standing_in(found, config, create_clusters):
+            made.append(found)
+            return Doctor(found, rest, lambda spec: Kube(api_client(kube.url)), config, create_clusters)
+
+        monkeypatch.setattr(cli_doctor, "cloud_doctor", standing_in)
+        assert main(["doctor"]) == 1
+        text = capsys.readouterr().out
+        assert main(["doctor", "--json"]) == 1
+        answer = json.loads(capsys.readouterr().out)
+    assert made[0].project == settings.project and made[0].gke_cluster == "raytune"
+    assert "problem  api          eventarc.googleapis.com: not enabled" in text
+    assert text.splitlines()[-1].endswith("unknown" if "(" not in text.splitlines()[-1] else "not asked)")
+    assert [f["subject"] for f in answer["findings"] if f["status"] == "problem"] == ["eventarc.googleapis.com"]
+
+
+# -- the real API server and KubeRay's CRDs -------------------------------------------------------------------
+
+
+def test_the_real_server_admits_what_a_launch_renders_and_names_an_older_crd(gcs_emulator, control_plane):
+    """A server-side dry run of the rendered RayCluster and RayJob on the real API server: ok with KubeRay 1.5.2's
+    CRDs; an older RayJob CRD (activeDeadlineSeconds removed) and a missing ComputeClass CRD are problems naming
+    what lacks it."""
+    from tests.contract.test_realkube import older_rayjob_crd
+
+    def kube_for(spec):
+        return Kube(api_client(control_plane.api, token=lambda: control_plane.token, ca_file=control_plane.ca))
+
+    capacity = RunConfig.model_validate({"scaling": {"nodes": 1, "capacity": [{"kind": "spot"}]}})
+    control_plane.kubectl("delete", "crd", "computeclasses.cloud.google.com", "--ignore-not-found", "--wait=true")
+    with stand_ins(gcs_emulator) as (settings, rest, _google, _kube):
+        healthy, _ = Doctor(settings, rest, kube_for).run()
+        with older_rayjob_crd(control_plane):
+            old, _ = Doctor(settings, rest, kube_for, capacity).run()
+    assert {(f.subject, f.status) for f in healthy if f.check == "kuberay"} == {
+        ("RayCluster ray.io/v1", d.OK),
+        ("RayJob ray.io/v1", d.OK),
+    }
+    found = problems(old)
+    assert set(found) == {"kuberay RayJob ray.io/v1", "gke ComputeClass cloud.google.com/v1"}, d.report(old)
+    assert found["kuberay RayJob ray.io/v1"].detail.startswith(
+        "the cluster's KubeRay does not know .spec.activeDeadlineSeconds"
+    )
+    assert found["gke ComputeClass cloud.google.com/v1"].detail.startswith("the cluster has no ComputeClass CRD")
+
+
+@pytest.mark.parametrize("name", ["raytune", "team-a"])
+def test_the_doctor_names_what_terraform_makes(name):
+    """raytune.toml as Terraform writes it (output cli_config) gives the doctor the names Terraform gives: the
+    service accounts, topics, functions, scheduler job, secret; and the APIs it asks about are the ones
+    terraform/apis.tf enables."""
+    import tomllib
+
+    from functions.cli.settings import load
+
+    deployment = Deployment(project_id="proj", name=name, region="europe-west4")
+    from tests.tfeval import _parse
+
+    output = next(b for b in deployment.module.blocks if b.kind == "output" and b.labels == ("cli_config",))
+    toml = tomllib.loads(str(deployment.module.eval(output.body["value"], {})))
+    # The heredoc's interpolations, as Terraform fills them in.
+    [filled] = _parse("locals {\n" + "".join(f'  {k} = "{v}"\n' for k, v in toml.items()) + "}\n")
+    values = {k: str(deployment.module.eval(v, {})) for k, v in filled.body.items()}
+    settings = load(env={}, flags=values)
+    names = d.Deployment(
+        "proj", "42", "europe-west4", settings.name or "", hf_token_secret=settings.hf_token_secret or ""
+    )
+    for account in deployment.module.instances("google_service_account"):
+        identity = {"functions": p.FUNCTIONS, "trigger": p.TRIGGER}.get(account.name) or account.name.replace("_", "-")
+        assert names.account(identity) == f"serviceAccount:{account.get('account_id')}@proj.iam.gserviceaccount.com"
+    topics = {str(t.get("name")) for t in deployment.module.instances("google_pubsub_topic")}
+    assert {names.topic(t).rsplit("/", 1)[1] for t in ("launch", "watch", "run-events", "dead-letter")} == topics
+    functions = {str(f.get("name")) for f in deployment.module.instances("google_cloudfunctions2_function")}
+    assert {f"{settings.name}-{key}" for key in d.FUNCTIONS} == functions
+    entries = {str(k).replace("_", "-"): v["entry_point"] for k, v in deployment.module.local("functions").items()}
+    assert entries == d.FUNCTIONS
+    jobs = {str(j.get("name")) for j in deployment.module.instances("google_cloud_scheduler_job")}
+    assert f"{settings.name}-watch-tick" in jobs
+    assert settings.gke_cluster == deployment.module.var("gke_cluster_name")
+    assert settings.hf_token_secret == deployment.module.var("hf_token_secret_id")
+    apis = {str(i.get("service")) for i in deployment.module.instances("google_project_service")}
+    assert apis == set(d.REQUIRED_APIS)

@@ -1,0 +1,232 @@
+"""Google's REST APIs `raytune doctor` asks (Resource Manager, Service Usage, Pub/Sub, Cloud Functions v2, Cloud
+Scheduler, Secret Manager, Artifact Registry, GKE, IAM, Policy Troubleshooter), for one deployment: what
+terraform/ makes for given variables (tests/contract/iam.py evaluates it) and what Google makes of it. IAM
+questions are answered from Terraform's grants plus Google's own to its agents, through Google's published role
+permissions and the grants' conditions, as the grants test reads them. Each service is served under /<service>/
+(GoogleRest's endpoints). A test breaks one thing (`disabled`, `failed`, `dropped`, ...) and the doctor must say so."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from urllib.parse import parse_qs, unquote, urlsplit
+
+from functions.core import permissions as p
+from tests.contract.iam import SERVICE_ACCOUNTS, Deployment
+from tests.fakes.http import BackgroundServer, JsonHandler
+
+NUMBER_REF = "${data.google_project.this.number}"
+
+
+@dataclass
+class Breakage:
+    """What is wrong with the deployment, one field a fault."""
+
+    disabled: set[str] = field(default_factory=set)  # APIs not enabled
+    failed: dict[str, str] = field(default_factory=dict)  # function -> its build's error
+    missing: set[str] = field(default_factory=set)  # names of topics, subscriptions, jobs, secrets, functions gone
+    dropped: set[str] = field(default_factory=set)  # Terraform grant addresses never applied
+    no_secret_version: bool = False
+    troubleshooter_forbidden: bool = False  # the caller may not ask about others' access
+    gke_version: str | None = None
+    ray_operator: bool = True
+    tags: set[str] = field(default_factory=set)  # image tags that exist (package/tag)
+
+
+class FakeGoogle(BackgroundServer):
+    def __init__(
+        self, deployment: Deployment, caller: str, number: str = "123456789012", broken: Breakage | None = None
+    ):
+        self.d, self.caller, self.number = deployment, caller, number
+        self.broken = broken or Breakage()
+        self.requests: list[tuple[str, str]] = []
+        fake = self
+
+        class Handler(JsonHandler):
+            def _handle(self) -> None:
+                url = urlsplit(self.path)
+                length = int(self.headers.get("Content-Length") or 0)
+                body = json.loads(self.rfile.read(length) or b"{}") if length else {}
+                fake.requests.append((self.command, url.path))
+                status, answer = fake.answer(self.command, unquote(url.path), parse_qs(url.query), body)
+                self.reply(status, answer)
+
+            do_GET = do_POST = _handle
+
+        super().__init__(Handler)
+
+    def endpoints(self) -> dict[str, str]:
+        services = ("cloudresourcemanager", "serviceusage", "pubsub", "cloudfunctions", "cloudscheduler")
+        services += ("secretmanager", "artifactregistry", "container", "iam", "policytroubleshooter")
+        return {s: f"{self.url}/{s}" for s in services}
+
+    # -- what terraform/ makes ------------------------------------------------------------------------------
+
+    def names(self, kind: str, attribute: str = "name") -> list[str]:
+        return [str(i.get(attribute)) for i in self.d.module.instances(kind)]
+
+    def exists(self, name: str) -> bool:
+        return name not in self.broken.missing
+
+    def text(self, value: object) -> str:
+        return str(value).replace(NUMBER_REF, self.number)
+
+    def identity_of(self, principal: str) -> tuple[str, str | None] | None:
+        """(identity, subject) of a principal Troubleshooter was asked about."""
+        for sa in self.d.module.instances("google_service_account"):
+            if principal == f"{sa.get('account_id')}@{self.d.project}.iam.gserviceaccount.com":
+                return SERVICE_ACCOUNTS[sa.name], None
+        for agent in p.SERVICE_AGENTS:
+            if principal == agent.email.format(number=self.number):
+                return agent.identity, None
+        if principal == f"{self.number}-compute@developer.gserviceaccount.com":
+            return p.NODES, None
+        if m := re.fullmatch(
+            rf".*/workloadIdentityPools/{re.escape(self.d.project)}\.svc\.id\.goog/subject/ns/(.+)/sa/default",
+            principal,
+        ):
+            return p.TRAINER, m.group(1)
+        if principal == self.caller:
+            return p.OPERATOR, self.caller
+        return None
+
+    def resource_of(self, full_name: str) -> tuple[str, str | None] | None:
+        """(the permission table's word, name) of an IAM full resource name."""
+        service, _, name = full_name.removeprefix("//").partition("/")
+        if service == "cloudresourcemanager.googleapis.com":
+            return ("project", None) if name == f"projects/{self.d.project}" else None
+        if service == "storage.googleapis.com":
+            bucket = name.removeprefix("projects/_/buckets/")
+            [made] = self.d.names("bucket:gcf-sources")
+            if bucket == self.text(made):
+                return "bucket:gcf-sources", made
+            try:
+                return self.d.buckets(bucket)[0], bucket
+            except AssertionError:
+                return None
+        if service == "pubsub.googleapis.com":
+            topic = name.rsplit("/", 1)[1]
+            for instance in self.d.module.instances("google_pubsub_topic"):
+                if instance.get("name") == topic:
+                    return "topic:" + instance.name.replace("_", "-"), None
+        if service == "iam.googleapis.com":
+            email = name.rsplit("/", 1)[1]
+            if email == f"{self.number}-compute@developer.gserviceaccount.com":
+                return "service-account:compute-default", None
+            found = self.identity_of(email)
+            if found:
+                return "service-account:" + next(k for k, v in SERVICE_ACCOUNTS.items() if v == found[0]).replace(
+                    "_", "-"
+                ), None
+        if service == "artifactregistry.googleapis.com":
+            return (
+                ("repository:gcf-artifacts", None) if name.endswith("/gcf-artifacts") else ("repository:trainer", None)
+            )
+        if service == "secretmanager.googleapis.com":
+            return "secret:hf-token", None
+        return None
+
+    def may(self, principal: str, full_name: str, permission: str) -> bool | None:
+        who, where = self.identity_of(principal), self.resource_of(full_name)
+        if who is None or where is None:
+            return None
+        grants = [g for g in self.d.grants() if g.address not in self.broken.dropped]
+        resource, name = where
+        return bool(self.d.covering(grants, self.d.roles(), *who, resource, name, permission))
+
+    # -- answering ------------------------------------------------------------------------------------------
+
+    def answer(self, method: str, path: str, query: dict, body: dict) -> tuple[int, object]:
+        service, _, rest = path.lstrip("/").partition("/")
+        project, region, n = self.d.project, self.d.region(), self.d.module.var("name")
+        if f"{service}.googleapis.com" in self.broken.disabled:
+            return 403, {"error": {"code": 403, "message": f"{service} API has not been used in project {project}"}}
+        if service == "cloudresourcemanager":
+            if rest == f"v1/projects/{project}":
+                return 200, {"projectId": project, "projectNumber": self.number}
+            if rest == f"v1/projects/{project}:testIamPermissions":
+                return 200, self.tested(f"//cloudresourcemanager.googleapis.com/projects/{project}", body)
+        if service == "serviceusage" and rest == f"v1/projects/{project}/services":
+            enabled = [s for s in self.names("google_project_service", "service") if s not in self.broken.disabled]
+            return 200, {"services": [{"config": {"name": s}, "state": "ENABLED"} for s in enabled]}
+        if service == "pubsub":
+            if rest.endswith(":testIamPermissions"):
+                return 200, self.tested(
+                    "//pubsub.googleapis.com/" + rest.removeprefix("v1/").removesuffix(":testIamPermissions"), body
+                )
+            kind, _, name = rest.removeprefix(f"v1/projects/{project}/").partition("/")
+            made = self.names("google_pubsub_topic" if kind == "topics" else "google_pubsub_subscription")
+            if name in made and self.exists(name):
+                return 200, {"name": f"projects/{project}/{kind}/{name}"}
+        if service == "iam" and rest.endswith(":testIamPermissions"):
+            email = rest.removesuffix(":testIamPermissions").rsplit("/", 1)[1]
+            return 200, self.tested(f"//iam.googleapis.com/projects/{project}/serviceAccounts/{email}", body)
+        if service == "cloudfunctions":
+            name = rest.rsplit("/", 1)[1]
+            if rest.startswith(f"v2/projects/{project}/locations/{region}/functions/") and self.exists(name):
+                for fn in self.d.module.instances("google_cloudfunctions2_function"):
+                    if fn.get("name") == name:
+                        return 200, self.function(fn)
+        if service == "cloudscheduler":
+            name = rest.rsplit("/", 1)[1]
+            jobs = self.names("google_cloud_scheduler_job")
+            if (
+                rest.startswith(f"v1/projects/{project}/locations/{region}/jobs/")
+                and self.exists(name)
+                and name in jobs
+            ):
+                return 200, {"name": rest.removeprefix("v1/"), "state": "ENABLED"}
+        if service == "secretmanager":
+            secret = rest.removeprefix(f"v1/projects/{project}/secrets/").removesuffix("/versions")
+            if secret in self.names("google_secret_manager_secret", "secret_id") and self.exists(secret):
+                versions = (
+                    [] if self.broken.no_secret_version else [{"name": f"{secret}/versions/1", "state": "ENABLED"}]
+                )
+                return 200, {"versions": versions}
+        if service == "artifactregistry":
+            repo = f"v1/projects/{project}/locations/{region}/repositories/{n}"
+            if rest == repo and self.exists(n):
+                return 200, {"name": rest.removeprefix("v1/")}
+            if (
+                rest.startswith(repo + "/packages/")
+                and rest.removeprefix(repo + "/packages/").replace("/tags/", ":") in self.broken.tags
+            ):
+                return 200, {"name": rest.removeprefix("v1/")}
+        if service == "container":
+            for cluster in self.d.module.instances("google_container_cluster"):
+                if rest == f"v1/projects/{project}/locations/{region}/clusters/{cluster.get('name')}":
+                    return 200, {
+                        "status": "RUNNING",
+                        "currentMasterVersion": self.broken.gke_version or str(self.d.module.var("gke_min_version")),
+                        "addonsConfig": {"rayOperatorConfig": {"enabled": self.broken.ray_operator}},
+                    }
+        if service == "policytroubleshooter" and rest == "v3/iam:troubleshoot":
+            if self.broken.troubleshooter_forbidden:
+                return 403, {"error": {"code": 403, "message": "Permission 'iam.roles.get' denied"}}
+            access = body["accessTuple"]
+            verdict = self.may(access["principal"], access["fullResourceName"], access["permission"])
+            state = {True: "CAN_ACCESS", False: "CANNOT_ACCESS", None: "UNKNOWN_INFO"}[verdict]
+            return 200, {"overallAccessState": state}
+        return 404, {"error": {"code": 404, "message": f"{path} not found"}}
+
+    def tested(self, full_name: str, body: dict) -> dict:
+        held = [perm for perm in body.get("permissions", []) if self.may(self.caller, full_name, perm)]
+        return {"permissions": held}
+
+    def function(self, fn) -> dict:
+        name = str(fn.get("name"))
+        [build] = fn.blocks("build_config")
+        answer = {
+            "name": name,
+            "state": "ACTIVE",
+            "buildConfig": {"entryPoint": str(fn.module.eval(build.body["entry_point"], dict(fn.scope)))},
+            "serviceConfig": {"environmentVariables": {"RAYTUNE_POLICY_CAPACITY": ""}},
+        }
+        if name in self.broken.failed:
+            answer |= {
+                "state": "FAILED",
+                "stateMessages": [{"severity": "ERROR", "message": self.broken.failed[name]}],
+            }
+            answer["buildConfig"]["build"] = f"projects/{self.number}/locations/{self.d.region()}/builds/b-1"
+        return answer
