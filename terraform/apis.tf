@@ -1,4 +1,6 @@
 locals {
+  # On what Terraform makes that takes labels: who made it, for billing and inventory.
+  labels = { managed-by = "raytune" }
   apis = [
     "artifactregistry.googleapis.com",
     "cloudbuild.googleapis.com",
@@ -19,6 +21,10 @@ locals {
 }
 
 resource "google_project_service" "apis" {
+  # vs google_project_service#0: setting project: the provider's project (versions.tf), which is var.project_id
+  # vs google_project_service#0: setting timeouts: the provider's (20 minutes) suffice for enabling APIs
+  # vs google_project_service#0: setting timeouts.create: as for the line above
+  # vs google_project_service#0: setting timeouts.update: as for the line above
   for_each           = toset(local.apis)
   service            = each.value
   disable_on_destroy = false

@@ -34,18 +34,22 @@ locals {
   }
   functions = {
     # A run config uploaded to the configs bucket (storage finalize through Eventarc, retried).
-    launch_upload = { entry_point = "launch", instances = 10, concurrency = 8, trigger_bucket = google_storage_bucket.configs.name }
+    launch_upload = { entry_point = "launch", instances = 10, concurrency = 8, trigger_bucket = google_storage_bucket.configs.name, description = "raytune: launch the run a config uploaded to the configs bucket describes" }
     # Launch messages from other systems and the nightly scheduler (Pub/Sub push, see pubsub.tf).
-    launch_message = { entry_point = "launch", instances = 10, concurrency = 8, trigger_bucket = null }
+    launch_message = { entry_point = "launch", instances = 10, concurrency = 8, trigger_bucket = null, description = "raytune: launch runs other systems and the nightly schedule ask for" }
     # Ticks, completion notices, cancels (Pub/Sub push). One watcher at a time: more would only contend.
-    watch = { entry_point = "watch", instances = 1, concurrency = 1, trigger_bucket = null }
+    watch = { entry_point = "watch", instances = 1, concurrency = 1, trigger_bucket = null, description = "raytune: follow runs to their end, record them, scale the GPU workers down" }
   }
 }
 
 resource "google_cloudfunctions2_function" "fn" {
-  for_each = local.functions
-  name     = "${var.name}-${replace(each.key, "_", "-")}"
-  location = var.region
+  # vs cloudfunctions2_basic_gcs: setting build_config.environment_variables: the build needs none (pip installs requirements.txt as is)
+  # vs cloudfunctions2_basic_gcs: setting service_config.min_instance_count: 0: events are not latency-bound, an idle instance costs money
+  # vs cloudfunctions2_basic_gcs: setting service_config.all_traffic_on_latest_revision: the provider default (true) already
+  for_each    = local.functions
+  name        = "${var.name}-${replace(each.key, "_", "-")}"
+  description = each.value.description
+  location    = var.region
   build_config {
     runtime     = "python311"
     entry_point = each.value.entry_point

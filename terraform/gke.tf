@@ -1,6 +1,15 @@
 # The GKE Autopilot cluster with the Ray operator add-on (KubeRay), Ray logs and metrics in Cloud
 # Logging/Monitoring. A4 (B200) nodes come and go with the RayCluster's GPU worker group.
 resource "google_container_cluster" "ray" {
+  # vs gkebackup_backupplan_autopilot: setting addons_config.gke_backup_agent_config: nothing to back up: no volumes, checkpoints are in GCS
+  # vs gkebackup_backupplan_autopilot: setting addons_config.gke_backup_agent_config.enabled: as for the line above
+  # vs gkebackup_backupplan_autopilot: setting subnetwork: var.network's subnet in the region (auto mode), which GKE picks
+  # vs simple_autopilot_private: setting subnetwork: as for the line above; a custom-mode VPC needs it (an existing cluster: create_gke_cluster=false)
+  # vs simple_autopilot_private: setting private_cluster_config.enable_private_endpoint: the functions reach the API server from Google's network (no VPC connector); public endpoint, Google CIDRs only
+  # vs simple_autopilot_private: setting private_cluster_config.master_ipv4_cidr_block: Autopilot clusters made now use Private Service Connect: no range to reserve
+  # vs simple_autopilot_private: setting master_authorized_networks_config.cidr_blocks: gcp_public_cidrs_access_enabled admits Google's ranges, where the functions call from
+  # vs simple_autopilot_private: setting cluster_autoscaling.auto_provisioning_defaults.service_account: nodes run as the Compute Engine default (image pulls granted in image.tf); a dedicated node identity is a later hardening
+  # vs simple_autopilot_private: setting vertical_pod_autoscaling.enabled: Autopilot turns it on itself
   count            = var.create_gke_cluster ? 1 : 0
   name             = var.gke_cluster_name
   location         = var.region

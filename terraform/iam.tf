@@ -29,6 +29,8 @@ locals {
 # Run records and allocations (compare-and-swap), champions, nightly pointers; result.json: read and write
 # objects in the runs bucket only.
 resource "google_storage_bucket_iam_member" "functions_runs" {
+  # vs storage_bucket_iam#4: setting timeouts: the provider's default suffices for a policy write
+  # vs storage_bucket_iam#4: setting timeouts.create: as for the line above
   bucket = google_storage_bucket.runs.name
   role   = "roles/storage.objectUser"
   member = google_service_account.functions.member
@@ -65,6 +67,10 @@ resource "google_project_iam_member" "functions_gke" {
 
 # Creating an Autopilot cluster acts as the default compute service account on its nodes.
 resource "google_service_account_iam_member" "functions_node_sa" {
+  # vs google_service_account_iam#4: setting condition: actAs on one service account has nothing narrower to condition on
+  # vs google_service_account_iam#4: setting condition.description: as for the line above
+  # vs google_service_account_iam#4: setting condition.expression: as for the line above
+  # vs google_service_account_iam#4: setting condition.title: as for the line above
   count              = var.functions_create_clusters ? 1 : 0
   service_account_id = "projects/${var.project_id}/serviceAccounts/${local.node_service_account}"
   role               = "roles/iam.serviceAccountUser"
@@ -217,6 +223,9 @@ resource "google_service_account" "function_build" {
 }
 
 resource "google_project_iam_member" "function_build" {
+  # vs cloudfunctions2_basic_builder: grant roles/storage.objectAdmin to function-build: read of gcf-v2-sources alone (function_build_sources below), not every bucket's objects to write
+  # vs cloudfunctions2_basic_gcs: grant roles/artifactregistry.reader to functions: the runtime never pulls its image; Cloud Run's service agent does (functions/core/permissions.py)
+  # vs cloudfunctions2_basic_gcs: order after google_project_iam_member: the functions wait on every grant they need (functions.tf, time_sleep); grants need no order among them
   for_each = toset(["roles/logging.logWriter", "roles/artifactregistry.writer"])
   project  = var.project_id
   role     = each.value

@@ -3,11 +3,26 @@
 # egress to PyPI. Build it with `raytune image` (Cloud Build, image/cloudbuild.yaml) and set
 # cluster.worker_image (and head_image) with dependencies: image, as examples/cloud.yaml does.
 resource "google_artifact_registry_repository" "trainer" {
+  # vs artifact_registry_repository_cleanup: setting cleanup_policies.condition.newer_than: nothing young is kept apart: the 10 most recent are
+  # vs artifact_registry_repository_cleanup: setting cleanup_policies.condition.package_name_prefixes: one image (the trainer) lives here
+  # vs artifact_registry_repository_cleanup: setting cleanup_policies.most_recent_versions.package_name_prefixes: one image lives here
+  # vs artifact_registry_repository_cleanup: setting cleanup_policies.condition.tag_prefixes: tags are Ray versions, no release naming to keep by
+  # vs artifact_registry_repository_cleanup: setting cleanup_policy_dry_run: the provider default (false) is what we want: policies act
   #checkov:skip=CKV_GCP_84:Images hold public packages and the trainer's code, no secrets; Google-managed encryption suffices.
   location      = var.region
   repository_id = var.name
   description   = "raytune trainer images"
   format        = "DOCKER"
+  # A keep policy only exempts versions from a delete policy (cleanup-policy-overview): alone, it deleted nothing.
+  # Versions older than 30 days go, except the 10 most recent of each image.
+  cleanup_policies {
+    id     = "delete-old"
+    action = "DELETE"
+    condition {
+      tag_state  = "ANY"
+      older_than = "2592000s"
+    }
+  }
   cleanup_policies {
     id     = "keep-recent"
     action = "KEEP"

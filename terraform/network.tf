@@ -9,6 +9,8 @@ locals {
 }
 
 resource "google_compute_router" "nat" {
+  # vs router_nat_basic: setting bgp: NAT only: no BGP peers, and GCE picks a private ASN when none is given
+  # vs router_nat_basic: setting bgp.asn: as above: nothing peers with this router
   for_each   = var.create_nat ? toset(local.regions) : toset([])
   name       = "${var.name}-nat-router"
   region     = each.value

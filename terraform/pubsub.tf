@@ -1,12 +1,14 @@
 resource "google_pubsub_topic" "launch" {
   #checkov:skip=CKV_GCP_83:Messages carry run ids and gs:// paths, never secrets; Google-managed encryption suffices.
   name       = "${var.name}-launch"
+  labels     = local.labels
   depends_on = [google_project_service.apis]
 }
 
 resource "google_pubsub_topic" "watch" {
   #checkov:skip=CKV_GCP_83:Messages carry run ids and gs:// paths, never secrets; Google-managed encryption suffices.
   name       = "${var.name}-watch"
+  labels     = local.labels
   depends_on = [google_project_service.apis]
 }
 
@@ -14,6 +16,7 @@ resource "google_pubsub_topic" "watch" {
 resource "google_pubsub_topic" "run_events" {
   #checkov:skip=CKV_GCP_83:Messages carry run ids and gs:// paths, never secrets; Google-managed encryption suffices.
   name       = "${var.name}-run-events"
+  labels     = local.labels
   depends_on = [google_project_service.apis]
 }
 
@@ -21,12 +24,14 @@ resource "google_pubsub_topic" "run_events" {
 resource "google_pubsub_topic" "dead_letter" {
   #checkov:skip=CKV_GCP_83:Messages carry run ids and gs:// paths, never secrets; Google-managed encryption suffices.
   name                       = "${var.name}-dead-letter"
+  labels                     = local.labels
   message_retention_duration = "604800s"
   depends_on                 = [google_project_service.apis]
 }
 
 resource "google_pubsub_subscription" "dead_letter" {
   name                       = "${var.name}-dead-letter"
+  labels                     = local.labels
   topic                      = google_pubsub_topic.dead_letter.id
   message_retention_duration = "604800s"
   expiration_policy {
@@ -47,8 +52,11 @@ locals {
 resource "google_pubsub_subscription" "push" {
   for_each             = local.pushed
   name                 = "${var.name}-${each.key}-push"
+  labels               = local.labels
   topic                = each.value.topic
   ack_deadline_seconds = 600
+  # vs pubsub_subscription_push: setting push_config.attributes: the default x-goog-version v1 (wrapped) is what
+  # functions-framework turns into a messagePublished CloudEvent
   push_config {
     push_endpoint = each.value.uri
     oidc_token {

@@ -4,6 +4,9 @@
 # the Kubernetes Secret hf-secret.
 resource "google_secret_manager_secret" "hf_token" {
   secret_id = var.hf_token_secret_id
+  labels    = local.labels
+  # vs secret_config_basic: setting deletion_protection: the provider default (off): the value lives outside
+  # Terraform, and `terraform destroy` takes the deployment down whole
   replication {
     user_managed {
       replicas {

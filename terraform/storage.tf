@@ -53,6 +53,11 @@ resource "google_storage_bucket" "configs" {
 # In the build bucket. Cloud Functions' service agent copies it into its own gcf-v2-sources bucket, which the
 # functions' build reads (iam.tf): that build never sees run records.
 resource "google_storage_bucket_object" "function_source" {
+  # vs storage_bucket_object#1: setting content: the archive is a file (source), built by `raytune package`
+  # vs storage_bucket_object#2: setting contexts: no object contexts are read by anything here
+  # vs storage_bucket_object#2: setting contexts.custom: as for the line above
+  # vs storage_bucket_object#2: setting contexts.custom.key: as for the line above
+  # vs storage_bucket_object#2: setting contexts.custom.value: as for the line above
   name   = "functions/raytune-functions-${filemd5(var.function_source_zip)}.zip"
   bucket = google_storage_bucket.build.name
   source = var.function_source_zip
