@@ -185,6 +185,9 @@ def cmd_image(args: argparse.Namespace) -> int:
     if args.write_requirements:
         print(f"wrote {image.write_requirements()}")
         return 0
+    if args.write_resolved:
+        print(f"wrote {image.write_resolved()}")
+        return 0
     from functions.cli import settings
 
     given = settings.load(
@@ -317,6 +320,11 @@ def build_parser() -> argparse.ArgumentParser:
     img.add_argument("--dry-run", action="store_true", help="print the gcloud command instead of running it")
     img.add_argument(
         "--write-requirements", action="store_true", help="rewrite image/requirements.txt from TRAINER_PIP"
+    )
+    img.add_argument(
+        "--write-resolved",
+        action="store_true",
+        help="rewrite image/resolved.json: what pip resolves image/requirements.txt to on the image's platform",
     )
     img.set_defaults(func=cmd_image)
 

@@ -29,6 +29,49 @@ def write_requirements(path: Path = REQUIREMENTS) -> Path:
     return path
 
 
+RESOLVED = ROOT / "image" / "resolved.json"
+# The image's platform (rayproject/ray's GPU images: Ubuntu 22.04, glibc 2.35, CPython 3.11): every manylinux tag
+# such a system takes, so pip picks the wheels the image's own pip install would.
+PLATFORMS = [f"manylinux_2_{minor}_x86_64" for minor in range(35, 4, -1)]
+PLATFORMS += ["manylinux2014_x86_64", "manylinux2010_x86_64", "manylinux1_x86_64", "linux_x86_64", "any"]
+
+
+def resolve_command(report: Path) -> list[str]:
+    """pip's resolution of image/requirements.txt for the image's platform, as a report: metadata only (PyPI
+    serves it apart from the wheels), nothing installed; --isolated: PyPI as the image sees it, not local config."""
+    platforms = [arg for platform in PLATFORMS for arg in ("--platform", platform)]
+    return [
+        *("pip", "--isolated", "install", "--dry-run", "--quiet", "--ignore-installed", "--only-binary=:all:"),
+        *platforms,
+        *("--python-version", "3.11", "--implementation", "cp", "--target", str(report.parent / "target")),
+        *("--report", str(report), "-r", str(REQUIREMENTS)),
+    ]
+
+
+def write_resolved(path: Path = RESOLVED) -> Path:
+    """image/resolved.json: every package and version the image's pip install resolves to, from pip's report."""
+    import json
+    import os
+    import sys
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as folder:
+        report = Path(folder) / "report.json"
+        command = resolve_command(report)
+        env = {**os.environ, "PIP_CONFIG_FILE": os.devnull, "PIP_FIND_LINKS": ""}
+        subprocess.run([sys.executable, "-m", *command], check=True, env=env)
+        installed = json.loads(report.read_text())["install"]
+    packages = {i["metadata"]["name"].lower(): i["metadata"]["version"] for i in installed}
+    made = "raytune image --write-resolved (" + shlex.join([*command[:3], "...", "-r", "image/requirements.txt"]) + ")"
+    body = {
+        "made_with": made,
+        "platform": "x86_64 CPython 3.11, manylinux <= 2.35",
+        "packages": dict(sorted(packages.items())),
+    }
+    path.write_text(json.dumps(body, indent=1) + "\n")
+    return path
+
+
 @dataclass(frozen=True)
 class Target:
     """Where the build runs and pushes: Terraform's names for a deployment called `name` unless given."""

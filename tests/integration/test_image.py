@@ -101,3 +101,40 @@ def test_the_cloud_example_uses_the_image_and_marks_what_to_edit():
     assert cfg.cluster.dependencies == "image"
     assert cfg.cluster.worker_image and cfg.cluster.worker_image.endswith(f"/raytune/trainer:{RAY_VERSION}")
     assert text.count("EDIT") >= 3  # project, region, reservation
+
+
+def test_the_image_runs_on_every_gpu_the_schema_offers():
+    """From what pip resolves image/requirements.txt to on the image's platform (image/resolved.json, pip's own
+    report): torch's CUDA build, NCCL and bitsandbytes carry code for B200 (sm_100), H200/H100 (sm_90), A100 and
+    L4. resolved.json goes stale with requirements.txt: `raytune image --write-resolved` renews it."""
+    from typing import get_args
+
+    from functions.core import gpu_support
+    from functions.core.config import Accelerator
+
+    resolved = json.loads((ROOT / "image" / "resolved.json").read_text())["packages"]
+    pins = dict(
+        line.split("==") for line in (ROOT / "image" / "requirements.txt").read_text().splitlines() if "==" in line
+    )
+    assert {name.lower(): resolved.get(name.lower()) for name in pins} == {n.lower(): v for n, v in pins.items()}
+    assert gpu_support.torch_cuda(resolved) == (13, 0)  # a CUDA 13.0 build: sm_75 to sm_120
+    for accelerator in get_args(Accelerator):
+        assert gpu_support.problems(resolved, accelerator) == [], accelerator
+
+
+def test_an_image_that_would_not_run_on_b200_says_why():
+    from functions.core import gpu_support
+
+    resolved = json.loads((ROOT / "image" / "resolved.json").read_text())["packages"]
+    cuda126 = {k: v for k, v in resolved.items() if k != "cuda-toolkit"} | {"nvidia-cuda-runtime-cu12": "12.6.77"}
+    assert gpu_support.problems(cuda126, "B200")[0].endswith("(CUDA 12.6) carries no sm_100 code for B200")
+    assert gpu_support.problems(cuda126, "H200") == []
+    old_nccl = {k: v for k, v in resolved.items() if k != "nvidia-nccl-cu13"} | {"nvidia-nccl-cu12": "2.21.5"}
+    assert gpu_support.problems(old_nccl, "B200") == [
+        "NCCL ((12, 0)) is built without sm_100 for B200: it needs CUDA 12.8+"
+    ]
+    assert gpu_support.problems({**resolved, "bitsandbytes": "0.44.1"}, "B200") == [
+        "bitsandbytes 0.44.1: no sm_100 build for B200 (0.45.3 is the first)"
+    ]
+    cpu = {k: v for k, v in resolved.items() if k != "cuda-toolkit"}
+    assert "a CPU build" in gpu_support.problems(cpu, "L4")[0]
