@@ -316,14 +316,18 @@ class GkePlatform:
     def job_log(self, cfg: RunConfig, job: str) -> str:
         return self._kube(cfg.cluster).job_log(cfg.cluster.namespace, job)
 
-    def disruptions(self, cfg: RunConfig, run_id: str, since: dt.datetime | None) -> list[str]:
+    def disruptions(
+        self, cfg: RunConfig, run_id: str, since: dt.datetime | None, nodes: tuple[str, ...] = ()
+    ) -> list[str]:
         kube = self._kube(cfg.cluster)
         namespace = cfg.cluster.namespace
         pods = kube.pods(namespace, f"{manifests.RUN_LABEL}={run_id}")
         # KubeRay names a group's pods <cluster>-<group>-worker-<suffix>; the replaced ones are gone, their Events stay
-        group = f"-{group_name(run_id)}-"
-        events = [e for e in kube.events(namespace) if group in (e.get("involvedObject") or {}).get("name", "")]
-        return disruption.from_pods(pods, events, since)
+        group = group_name(run_id)
+        events = [e for e in kube.events(namespace) if f"-{group}-" in (e.get("involvedObject") or {}).get("name", "")]
+        found = disruption.from_pods(pods, events, since)
+        found += disruption.from_kuberay(kube.events(namespace, cfg.cluster.ray_cluster), group, since)
+        return found + disruption.gone([name for name in nodes if kube.node_labels(name) is None])
 
     def worker_nodes(self, cfg: RunConfig, run_id: str) -> dict[str, str]:
         kube = self._kube(cfg.cluster)

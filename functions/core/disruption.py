@@ -7,6 +7,11 @@ notice on GKE starts the kubelet's graceful node shutdown (https://cloud.google.
 concepts/spot-vms#termination-graceful-shutdown), which fails the pod with status reason `Terminated` (or
 `NodeShutdown`) and the message "Pod was terminated in response to imminent node shutdown". Ray says a task's
 node died in the job's message (ray.exceptions.NodeDiedError, ActorDiedError "its node has died").
+
+The real KubeRay operator deletes a Failed worker pod within about a second and makes a new one, long before the
+next tick reads the pod. What outlives it: KubeRay's Event on the RayCluster ("Deleted worker Pod NS/NAME; Pod
+status: Failed; ...", reason DeletedWorkerPod: ray-operator/controllers/ray/raycluster_controller.go; Events live
+an hour), and the node itself, which GKE deletes once its VM is gone.
 """
 
 from __future__ import annotations
@@ -32,6 +37,8 @@ RAY_NODE_LOSS = re.compile(
     re.IGNORECASE,
 )
 LINE_LIMIT = 240
+# KubeRay's Event when it deletes an unhealthy worker pod (scale-downs say "Deleted Pod NS/NAME" without a status).
+KUBERAY_DELETED = re.compile(r"Deleted worker Pod (?P<namespace>[^/\s]+)/(?P<pod>\S+); Pod status: Failed")
 
 
 def _at(value: Any) -> dt.datetime | None:
@@ -83,6 +90,27 @@ def from_pods(pods: list[dict[str, Any]], events: list[dict[str, Any]], since: d
         if not any(f"pod {pod} " in seen for seen in found):
             found.append(line)
     return found
+
+
+def from_kuberay(events: list[dict[str, Any]], group: str, since: dt.datetime | None) -> list[str]:
+    """Worker pods of the run's group that KubeRay deleted as Failed during the attempt, from its Events on the
+    RayCluster. An out-of-memory kill is the run's own doing (it would fail again), not a lost node."""
+    found = []
+    for event in events:
+        if (event.get("involvedObject") or {}).get("kind") != "RayCluster" or event.get("reason") != "DeletedWorkerPod":
+            continue
+        said = str(event.get("message") or "")
+        hit = KUBERAY_DELETED.search(said)
+        when = _at(event.get("lastTimestamp") or event.get("eventTime") or event.get("firstTimestamp"))
+        if hit is None or f"-{group}-" not in hit["pod"] or "OOMKilled" in said or not _recent(when, since):
+            continue
+        found.append(_line(hit["pod"], None, when, "failed, and KubeRay deleted it (DeletedWorkerPod)"))
+    return found
+
+
+def gone(nodes: list[str]) -> list[str]:
+    """The run's nodes (seen while it ran) that no longer exist: GKE removed their VMs."""
+    return [f"node {name}: gone from the cluster (its VM was deleted or preempted)"[:LINE_LIMIT] for name in nodes]
 
 
 def from_ray(job: dict[str, Any] | None) -> list[str]:

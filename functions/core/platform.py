@@ -69,9 +69,12 @@ class Platform(Protocol):
     def job_status(self, cfg: RunConfig, job: str) -> dict[str, Any] | None:
         """The job's status in RayJob terms (jobStatus, jobDeploymentStatus, reason, message, ...); None if gone."""
 
-    def disruptions(self, cfg: RunConfig, run_id: str, since: dt.datetime | None) -> list[str]:
+    def disruptions(
+        self, cfg: RunConfig, run_id: str, since: dt.datetime | None, nodes: tuple[str, ...] = ()
+    ) -> list[str]:
         """What took the run's worker nodes away since `since` (preemption, a node shut down or gone, an eviction),
-        one line each naming the node and when, as Kubernetes (or the local cluster) says it; [] when nothing did."""
+        one line each naming the node and when, as Kubernetes (or the local cluster) says it; [] when nothing did.
+        `nodes`: the ones the attempt was seen running on (those gone since are lost too)."""
 
     def job_log(self, cfg: RunConfig, job: str) -> str:
         """The job's driver log so far ('' when there is none yet or any more)."""

@@ -123,7 +123,7 @@ def lost(ctx: Context, cfg: RunConfig, record: RunRecord, job: dict[str, Any] | 
     lines: list[str] = best_effort(
         record.run_id,
         "what happened to its nodes",
-        lambda: ctx.platform.disruptions(cfg, record.run_id, record.submitted_at),
+        lambda: ctx.platform.disruptions(cfg, record.run_id, record.submitted_at, tuple(record.nodes)),
         [],
     )
     return tuple(redact(line) for line in lines)

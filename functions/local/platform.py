@@ -465,7 +465,9 @@ class LocalRay:
     def waiting_reason(self, cfg: RunConfig, run_id: str) -> str | None:
         return None  # Ray's own job message says why locally; there are no pods
 
-    def disruptions(self, cfg: RunConfig, run_id: str, since: dt.datetime | None) -> list[str]:
+    def disruptions(
+        self, cfg: RunConfig, run_id: str, since: dt.datetime | None, nodes: tuple[str, ...] = ()
+    ) -> list[str]:
         """The run's worker nodes that exited without being asked to (a killed raylet, an OOM-killed node):
         the local stand-in for a preempted or vanished GKE node. Nodes this platform stops leave its list first."""
         group = group_name(run_id)

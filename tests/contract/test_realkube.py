@@ -103,8 +103,8 @@ class Real:
 
         return eventually(found, f"{run_id} submitted to the dashboard", 90)
 
-    def end_job(self, run_id: str, status: str) -> None:
-        self.plane.set_job(self.namespace, HEAD_SERVICE, self.submitted(run_id), status)
+    def end_job(self, run_id: str, status: str, message: str = "") -> None:
+        self.plane.set_job(self.namespace, HEAD_SERVICE, self.submitted(run_id), status, message)
 
     def write_result(self, run_id: str) -> None:
         from functions.adapters.gcs import storage_client
@@ -478,3 +478,73 @@ def test_a_cluster_without_the_compute_class_crd_is_named_as_the_reason(control_
         kube.apply(computeclass.compute_class(scaling, {}))
     assert str(err.value).startswith("the cluster has no ComputeClass CRD (computeclasses.cloud.google.com)")
     assert computeclass.MIN_GKE_VERSION not in str(err.value) and "1.30.3-gke.1451000" in str(err.value)
+
+
+# -- a lost node, as the real operator leaves it (issue 38) ----------------------------------------------------
+
+COLLECTIVE = "RuntimeError: NCCL communicator was aborted on rank 3: Some NCCL operations have failed or timed out"
+
+
+def preempt_worker(real, pod) -> None:
+    """What GKE's kubelet does to a Spot VM's pods on its preemption notice: graceful node shutdown fails them."""
+    shutdown = "Pod was terminated in response to imminent node shutdown."
+    at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    status = {
+        "phase": "Failed",
+        "reason": "Terminated",
+        "message": shutdown,
+        "conditions": [
+            {
+                "type": "DisruptionTarget",
+                "status": "True",
+                "reason": "TerminationByKubelet",
+                "message": shutdown,
+                "lastTransitionTime": at,
+            }
+        ],
+    }
+    real.core.patch_namespaced_pod_status(pod.metadata.name, real.namespace, {"status": status})
+
+
+def test_a_preempted_worker_the_operator_replaced_gives_the_run_its_next_attempt(real):
+    """The real KubeRay deletes the failed worker within a second and makes a new one; the Ray job then fails
+    with a collective-communication error that names no node. The run's attempt 2 is submitted (its own RayJob,
+    resuming from the run's checkpoints) because KubeRay's Event on the RayCluster outlives the pod."""
+    run_id = real.launch("spot", real.config("spot"))
+    running_workers(real, 1)
+    real.end_job(run_id, "RUNNING")
+    real.until_state(run_id, State.RUNNING)
+    [pod] = real.pods("ray.io/node-type=worker")
+    preempt_worker(real, pod)
+    eventually(
+        lambda: pod.metadata.name not in {p.metadata.name for p in real.pods("ray.io/node-type=worker")},
+        "the failed worker deleted by KubeRay",
+        30,
+    )
+    real.end_job(run_id, "FAILED", COLLECTIVE)
+    assert real.until_state(run_id, State.QUEUED, State.FAILED) == State.QUEUED, real.h.ctx.store.get(run_id).reason
+    record = real.h.ctx.store.get(run_id)
+    [first] = record.attempts[:1]
+    assert any(pod.metadata.name in line and "KubeRay deleted it" in line for line in first.lost), first.lost
+    assert "attempt 1 of 3 lost its nodes" in record.reason
+    real.h.clock.advance(61)
+    assert real.until_state(run_id, State.SUBMITTED) == State.SUBMITTED
+    assert f"{run_id}-2" in real.rayjobs()
+    job = real.custom.get_namespaced_custom_object("ray.io", "v1", real.namespace, "rayjobs", f"{run_id}-2")
+    assert f"--run-id {run_id}" in job["spec"]["entrypoint"]  # the same run's storage: it resumes
+    assert real.submitted(f"{run_id}-2") == f"{run_id}-2"
+    real.write_result(run_id)
+    real.end_job(f"{run_id}-2", "SUCCEEDED")
+    assert real.until_state(run_id, State.SUCCEEDED, State.FAILED) == State.SUCCEEDED
+    assert [a.number for a in real.h.ctx.store.get(run_id).attempts] == [1, 2]
+
+
+def test_a_training_failure_on_the_real_operator_ends_in_one_attempt(real):
+    run_id = real.launch("bad-data", real.config("bad-data"))
+    running_workers(real, 1)
+    real.end_job(run_id, "RUNNING")
+    real.until_state(run_id, State.RUNNING)
+    real.end_job(run_id, "FAILED", "ValueError: no image in row 3 of the dataset")
+    assert real.until_state(run_id, State.FAILED, State.QUEUED) == State.FAILED
+    record = real.h.ctx.store.get(run_id)
+    assert record.attempts == [] and "no image in row 3" in record.reason

@@ -109,12 +109,66 @@ class FakeKube:
             obj["metadata"]["resourceVersion"] = self._next_version()
 
     def put(self, plural: str, obj: dict, namespace: str = "default") -> None:
-        """An object some other controller made (a pod, an Event)."""
+        """An object some other controller made (a pod, an Event). A worker pod of a RayCluster that is Failed is
+        what KubeRay acts on at once, as the real operator does (tests/contract/test_realkube.py): it deletes the
+        pod, says so in an Event on the RayCluster, and makes a new pod for the group."""
         with self._lock:
             obj = copy.deepcopy(obj)
             obj.setdefault("metadata", {}).update(namespace=namespace, resourceVersion=self._next_version())
             obj["metadata"].setdefault("creationTimestamp", self._timestamp())
+            if plural == "pods" and self._replaced_by_kuberay(obj, namespace):
+                return
             self.objects[(plural, namespace, obj["metadata"]["name"])] = obj
+
+    def remove(self, plural: str, name: str, namespace: str = "default") -> None:
+        """An object another controller deleted (GKE a node whose VM is gone)."""
+        with self._lock:
+            self.objects.pop((plural, namespace, name), None)
+
+    def _replaced_by_kuberay(self, pod: dict, namespace: str) -> bool:
+        """KubeRay's reconcilePods for an unhealthy worker (shouldDeletePod: a Failed pod): delete, Event, new pod."""
+        name = pod["metadata"]["name"]
+        cluster = next(
+            (
+                n
+                for (plural, ns, n) in self.objects
+                if plural == "rayclusters" and ns == namespace and name.startswith(f"{n}-")
+            ),
+            None,
+        )
+        if cluster is None or "-worker-" not in name or (pod.get("status") or {}).get("phase") != "Failed":
+            return False
+        self.objects.pop(("pods", namespace, name), None)
+        at = self._timestamp()
+        restart = (pod.get("spec") or {}).get("restartPolicy", "Never")
+        self.objects[("events", namespace, f"{cluster}.{self._next_version()}")] = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {
+                "name": f"{cluster}.{self._version}",
+                "namespace": namespace,
+                "resourceVersion": str(self._version),
+            },
+            "involvedObject": {
+                "kind": "RayCluster",
+                "name": cluster,
+                "namespace": namespace,
+                "apiVersion": "ray.io/v1",
+            },
+            "reason": "DeletedWorkerPod",
+            "type": "Normal",
+            "message": f"Deleted worker Pod {namespace}/{name}; Pod status: Failed; Pod restart policy: {restart}; "
+            "Ray container terminated status: nil",
+            "lastTimestamp": at,
+        }
+        new = copy.deepcopy(pod)
+        new["metadata"].update(
+            name=f"{name.rsplit('-', 1)[0]}-{uuid.uuid4().hex[:5]}", resourceVersion=self._next_version()
+        )
+        new["spec"] = {k: v for k, v in (pod.get("spec") or {}).items() if k != "nodeName"}
+        new["status"] = {"phase": "Pending"}
+        self.objects[("pods", namespace, new["metadata"]["name"])] = new
+        return True
 
     def _timestamp(self) -> str:
         return self.clock().strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -18,34 +18,57 @@ from tests.integration.test_invariants import DONE, RUNNING, launch, tick
 FAILED = {"jobStatus": "FAILED", "jobDeploymentStatus": "Failed", "message": "Job entrypoint command failed"}
 
 
+SPOT_NODE = "gke-raytune-a4-spot-1"
+
+
+def worker(run_id: str, cluster: str = "gemma3-tuning", **status) -> dict:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": f"{cluster}-{group_name(run_id)}-worker-abcde", "labels": {manifests.RUN_LABEL: run_id}},
+        "spec": {"nodeName": SPOT_NODE, "restartPolicy": "Never"},
+        "status": status or {"phase": "Running"},
+    }
+
+
+def on_spot(h, run_id: str) -> None:
+    """The run's worker runs on a Spot node (the next tick records it)."""
+    node = {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": SPOT_NODE, "labels": {"cloud.google.com/gke-spot": "true"}},
+    }
+    h.kube.put("nodes", node, "")
+    h.kube.put("pods", worker(run_id))
+
+
 def preempt(h, run_id: str, cluster: str = "gemma3-tuning") -> None:
-    """What Kubernetes leaves when GKE reclaims a Spot VM under a run's worker: the pod failed by the kubelet's
-    graceful node shutdown, and the Events of the group's pod that KubeRay already replaced."""
+    """What Kubernetes and KubeRay leave when GKE reclaims a Spot VM under a run's worker: the kubelet's graceful
+    node shutdown fails the pod, KubeRay deletes it at once (the fake plays it: an Event on the RayCluster, a new
+    pod), GKE deletes the node; another pod of the group, replaced earlier, left its taint-manager Event."""
     at = h.clock().strftime("%Y-%m-%dT%H:%M:%SZ")
     group = group_name(run_id)
+    shutdown = "Pod was terminated in response to imminent node shutdown."
     h.kube.put(
         "pods",
-        {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {"name": f"{cluster}-{group}-worker-abcde", "labels": {manifests.RUN_LABEL: run_id}},
-            "spec": {"nodeName": "gke-raytune-a4-spot-1"},
-            "status": {
-                "phase": "Failed",
-                "reason": "Terminated",
-                "message": "Pod was terminated in response to imminent node shutdown.",
-                "conditions": [
-                    {
-                        "type": "DisruptionTarget",
-                        "status": "True",
-                        "reason": "TerminationByKubelet",
-                        "message": "Pod was terminated in response to imminent node shutdown.",
-                        "lastTransitionTime": at,
-                    }
-                ],
-            },
-        },
+        worker(
+            run_id,
+            cluster,
+            phase="Failed",
+            reason="Terminated",
+            message=shutdown,
+            conditions=[
+                {
+                    "type": "DisruptionTarget",
+                    "status": "True",
+                    "reason": "TerminationByKubelet",
+                    "message": shutdown,
+                    "lastTransitionTime": at,
+                }
+            ],
+        ),
     )
+    h.kube.remove("nodes", SPOT_NODE, "")
     h.kube.put(
         "events",
         {
@@ -65,19 +88,24 @@ def test_a_preempted_run_finishes_in_its_second_attempt_as_its_own_rayjob(contro
     record = launch(h, bucket, "spot-run")
     run_id = record.run_id
     h.kube.set_status("rayjobs", run_id, RUNNING)
+    on_spot(h, run_id)
     tick(h)
+    assert h.ctx.store.get(run_id).nodes == {SPOT_NODE: "spot"}
     h.clock.advance(600)
     preempt(h, run_id)
-    h.kube.set_status("rayjobs", run_id, FAILED)
+    assert [p for p in h.kube.names("pods") if p.endswith("-abcde")] == []  # KubeRay replaced it before any tick
+    h.kube.set_status("rayjobs", run_id, FAILED)  # "Job entrypoint command failed": no word of a node
     tick(h)
     queued = h.ctx.store.get(run_id)
     assert queued.state == State.QUEUED and "attempt 1 of 3 lost its nodes: pod gemma3-tuning-run-" in queued.reason
-    assert "TerminationByKubelet" in queued.reason and "resumes from the last checkpoint in 60s" in queued.reason
+    assert "resumes from the last checkpoint in 60s" in queued.reason
     assert h.kube.names("rayjobs") == []  # the lost attempt's RayJob is gone
     assert workers(h)["replicas"] == 2  # its group keeps its nodes for the next attempt
     first = queued.attempts[0]
-    assert first.lost[0].startswith("pod gemma3-tuning-run-") and "gke-raytune-a4-spot-1" in first.lost[0]
     assert any("TaintManagerEviction" in line for line in first.lost)
+    [deleted] = [line for line in first.lost if "-worker-abcde" in line]
+    assert deleted.endswith("failed, and KubeRay deleted it (DeletedWorkerPod)"), first.lost
+    assert f"node {SPOT_NODE}: gone from the cluster (its VM was deleted or preempted)" in first.lost
     tick(h)  # within the backoff: nothing
     assert h.ctx.store.get(run_id).state == State.QUEUED and h.kube.names("rayjobs") == []
     h.clock.advance(61)

@@ -261,5 +261,6 @@ class ControlPlane:
         """Every submitted job: {"<ns>/<head svc>": {submission id: info}}."""
         return self._control("state").get("jobs") or {}
 
-    def set_job(self, namespace: str, head_service: str, submission_id: str, status: str) -> None:
-        self._control(f"jobs/{namespace}/{head_service}/{submission_id}", {"status": status})
+    def set_job(self, namespace: str, head_service: str, submission_id: str, status: str, message: str = "") -> None:
+        body = {"status": status, **({"message": message} if message else {})}
+        self._control(f"jobs/{namespace}/{head_service}/{submission_id}", body)

@@ -184,6 +184,33 @@ def test_kubernetes_disruption_conditions_and_events_name_the_pod_node_and_time(
     ]
 
 
+def test_kuberay_deleting_a_failed_worker_of_the_group_is_a_lost_node():
+    """What outlives a pod the real operator replaced: its Event on the RayCluster. Scale-downs ("Deleted Pod"),
+    other groups' pods, events before the attempt and out-of-memory kills are not lost nodes."""
+
+    def event(message: str, at: str = "2026-12-02T11:31:00Z", kind: str = "RayCluster") -> dict:
+        return {
+            "involvedObject": {"kind": kind, "name": "c"},
+            "reason": "DeletedWorkerPod",
+            "message": message,
+            "lastTimestamp": at,
+        }
+
+    failed = "Deleted worker Pod default/c-run-x-worker-a; Pod status: Failed; Pod restart policy: Never; {}"
+    events = [
+        event(failed.format("Ray container terminated status: &ContainerStateTerminated{ExitCode:143,Reason:Error}")),
+        event("Deleted Pod default/c-run-x-worker-b"),  # a scale-down
+        event(failed.replace("run-x", "run-y").format("")),  # another run's group
+        event(failed.format(""), at="2026-12-02T10:00:00Z"),  # before the attempt
+        event(failed.format("&ContainerStateTerminated{ExitCode:137,Reason:OOMKilled}")),  # the run's own memory
+        event(failed.format(""), kind="Pod"),
+    ]
+    assert disruption.from_kuberay(events, "run-x", SINCE) == [
+        "pod c-run-x-worker-a on its node at 2026-12-02 11:31:00Z: failed, and KubeRay deleted it (DeletedWorkerPod)"
+    ]
+    assert disruption.gone(["n-1"]) == ["node n-1: gone from the cluster (its VM was deleted or preempted)"]
+
+
 @pytest.mark.parametrize(
     ("message", "lost"),
     [
