@@ -16,7 +16,14 @@ from typing import Any
 
 from functions.adapters.retry import with_retries
 from functions.core import errors
-from functions.core.manifests import ALLOCATION_ANNOTATION, BASE_ANNOTATION, MANAGED_BY, OWNER_LABEL, group_ops
+from functions.core.manifests import (
+    ALLOCATION_ANNOTATION,
+    BASE_ANNOTATION,
+    MANAGED_BY,
+    OWNER_LABEL,
+    WORKER_GROUPS,
+    group_ops,
+)
 
 FIELD_MANAGER = "raytune"
 APPLY = "application/apply-patch+yaml"
@@ -37,6 +44,7 @@ class RayClusterSeen:
     managed: bool  # it carries the controller's label: never change another team's RayCluster
     owner: str | None = None  # the deployment label's value (manifests.OWNER_LABEL), None when unlabelled
     base: str | None = None  # its manifests.BASE_ANNOTATION: what it was last applied with, groups left out
+    stamped: bool = False  # it carries the allocation stamp (what the controller's writes are conditional on)
 
 
 def stamp_of(obj: dict[str, Any]) -> int:
@@ -105,6 +113,21 @@ def translate(exc: Exception) -> Exception:
     if type(exc).__name__ in URLLIB3_TRANSIENT:
         return errors.TransientError(f"{type(exc).__name__}: {exc}")
     return exc
+
+
+# What the API server answers a JSON patch it cannot apply (a test op that fails, a path that is not there), and
+# nothing more: 422, this message, no details (tests/contract/test_kube_servers.py).
+PATCH_NOT_APPLIED = "the server rejected our request due to an error in our request"
+
+
+def _not_applied(exc: Exception) -> bool:
+    body = getattr(exc, "body", None) or b""
+    said = body.decode(errors="replace") if isinstance(body, bytes) else str(body)
+    try:
+        message = json.loads(said).get("message")
+    except (ValueError, AttributeError):
+        return False
+    return _status(exc) == 422 and message == PATCH_NOT_APPLIED
 
 
 def _unknown_to_kuberay(fields: str, said: str, status: int | None) -> errors.PermanentError:
@@ -242,15 +265,22 @@ class Kube:
         current = self._get(kind, meta["namespace"], meta["name"])
         return current is None or current["metadata"].get("resourceVersion") != resource_version
 
-    def _conditional(self, call: Callable[[], Any], what: str, lost: tuple[int, ...] = (409,)) -> bool:
-        """A write with a precondition: False when the object changed (or exists) meanwhile, with retries
+    def _conditional(
+        self,
+        call: Callable[[], Any],
+        what: str,
+        lost: tuple[int, ...] = (409,),
+        moved: Callable[[], bool] | None = None,
+    ) -> bool:
+        """A write with a precondition: False when the object changed (or exists) meanwhile (given `moved`, also a
+        JSON patch the server could not apply to an object that `moved()` says changed since read), with retries
         for transient errors; anything else raises."""
 
         def send() -> bool:
             try:
                 call()
             except Exception as exc:
-                if _status(exc) in lost:
+                if _status(exc) in lost or (moved is not None and _not_applied(exc) and moved()):
                     return False
                 raise
             return True
@@ -409,6 +439,7 @@ class Kube:
             MANAGED_BY.items() <= labels.items(),
             labels.get(OWNER_LABEL),
             (found["metadata"].get("annotations") or {}).get(BASE_ANNOTATION),
+            STAMP in (found["metadata"].get("annotations") or {}),
         )
 
     def set_worker_groups(
@@ -420,16 +451,13 @@ class Kube:
         for group in groups:
             if int(group.get("replicas", 0)) < 0:  # the CRD accepts -1 (KubeRay 1.5.2 on a real API server)
                 raise ValueError(f"replicas must be at least 0, got {group.get('replicas')}")
+        stamp_path = "/metadata/annotations/" + STAMP.replace("/", "~1")
         stamped = (
-            {"op": "add", "path": "/metadata/annotations/" + STAMP.replace("/", "~1"), "value": str(stamp)}
+            {"op": "add", "path": stamp_path, "value": str(stamp)}
             if current.annotated
             else {"op": "add", "path": "/metadata/annotations", "value": {STAMP: str(stamp)}}
         )
-        patch = [
-            {"op": "replace", "path": "/metadata/resourceVersion", "value": current.resource_version},
-            *group_ops(current.groups, groups),
-            stamped,
-        ]
+        patch = [*self._unchanged(current, stamp_path), *group_ops(current.groups, groups), stamped]
         return self._conditional(  # 409: changed since read. The caller looks again.
             lambda: self._send(
                 self.custom.patch_namespaced_custom_object,
@@ -446,4 +474,32 @@ class Kube:
             ),
             f"set the worker groups of {namespace}/{cluster}",
             lost=(409,),
+            moved=lambda: self._groups_moved(namespace, cluster, current),
         )
+
+    def _groups_moved(self, namespace: str, cluster: str, current: RayClusterSeen) -> bool:
+        """Whether a groups' patch the server could not apply met a RayCluster changed since `current` was read
+        (a lost race: read again), rather than a patch of ours that is wrong (raised)."""
+        fresh = self.worker_groups(namespace, cluster)
+
+        def sizes(seen: RayClusterSeen) -> list[tuple[str, Any]]:
+            return [(g["groupName"], g.get("replicas")) for g in seen.groups]
+
+        return fresh is None or fresh.stamp != current.stamp or sizes(fresh) != sizes(current)
+
+    @staticmethod
+    def _unchanged(current: RayClusterSeen, stamp_path: str) -> list[dict[str, Any]]:
+        """What a groups' write is conditional on. The controller's writes are all that change the groups, and each
+        moves the stamp: a test of the stamp as read (and of each group's name and size at its index, against a hand edit)
+        refuses a writer whose copy is stale, and lets KubeRay's status writes, which move the resourceVersion two
+        or three times after every change of the spec, pass. A RayCluster without a stamp: its resourceVersion."""
+        if not current.stamped:
+            return [{"op": "replace", "path": "/metadata/resourceVersion", "value": current.resource_version}]
+        return [
+            {"op": "test", "path": stamp_path, "value": str(current.stamp)},
+            *(
+                {"op": "test", "path": f"{WORKER_GROUPS}/{index}/{field}", "value": group.get(field)}
+                for index, group in enumerate(current.groups)
+                for field in ("groupName", "replicas")
+            ),
+        ]

@@ -186,7 +186,12 @@ def _missed_deadline(record: RunRecord, now: dt.datetime) -> str | None:
 def _before_submission(record: RunRecord, facts: Facts) -> Step:
     """RECEIVED belongs to the handler that created it until its claim expires; QUEUED and PROVISIONING
     to the watcher (a duplicate launch delivery leaves them alone)."""
-    if record.state == State.RECEIVED and not facts.created and not claim_expired(record, facts.now):
+    if (
+        record.state == State.RECEIVED
+        and not facts.created
+        and not record.claim_released
+        and not claim_expired(record, facts.now)
+    ):
         return NOTHING  # its launch handler is still at work
     if record.state != State.RECEIVED and facts.handler == "launch":
         return NOTHING

@@ -139,6 +139,9 @@ class RunRecord(BaseModel):
     # Where an ended run's time went (seconds): in each state it passed through (attempts summed), then the job's
     # own phases from its result ("job: loading the model", ...). Written when it ends.
     timings: dict[str, float] = {}
+    # RECEIVED belongs to the launch handler that created it (functions/core/decide.py); one that failed gives it
+    # back so the platform's redelivery of its event takes the run over at once instead of after the claim's expiry.
+    claim_released: bool = False
     cancel_requested: bool = False
     cancel_reason: str | None = None  # who or what asked, e.g. "interrupted (SIGINT)"
     settled: bool = False  # terminal and its run-finished event published

@@ -22,7 +22,7 @@ from typing import Any
 from functions.core import advice, events
 from functions.core.config import MAX_CONFIG_BYTES, ConfigError, RunConfig, parse_config
 from functions.core.decide import Facts
-from functions.core.errors import NotFound, PermanentError, TooLarge, describe
+from functions.core.errors import Conflict, NotFound, PermanentError, TooLarge, describe
 from functions.core.runs import RunRecord, State, Transition
 from functions.core.secrets import redact
 from functions.handlers import steps
@@ -40,6 +40,9 @@ def handle(event: Any, ctx: Context | None = None) -> RunRecord | None:
         log.info("ignored: %s", why, extra={"ignored": str(why)[:500]})
         return None
     record, created = receive(ctx, request)
+    if not created and record.state == State.RECEIVED and record.claim_released:
+        taken = take_claim(ctx, record)
+        record, created = (taken, True) if taken is not None else (record, False)
     if not created:
         log.info(
             "%s: duplicate delivery, run is %s",
@@ -47,7 +50,36 @@ def handle(event: Any, ctx: Context | None = None) -> RunRecord | None:
             record.state.value,
             extra={"run_id": record.run_id, "state": record.state.value},
         )
-    return steps.run(ctx, record, Facts(now=ctx.clock(), handler="launch", created=created))
+    try:
+        return steps.run(ctx, record, Facts(now=ctx.clock(), handler="launch", created=created))
+    except Exception:
+        if created:
+            give_claim_back(ctx, record.run_id)
+        raise
+
+
+def take_claim(ctx: Context, record: RunRecord) -> RunRecord | None:
+    """The claim a failed handler gave back, taken by this delivery (one of several at once wins the write)."""
+    try:
+        return ctx.store.put(record.model_copy(update={"claim_released": False, "updated_at": ctx.clock()}))
+    except Conflict:
+        return None
+
+
+def give_claim_back(ctx: Context, run_id: str) -> None:
+    """This delivery fails (it raises, and the platform redelivers its event): a run it left RECEIVED is given back,
+    so the redelivery takes it over at once rather than waiting out the claim. Best effort: without it the claim
+    expires as before."""
+
+    def released(record: RunRecord) -> RunRecord | None:
+        if record.state != State.RECEIVED or record.claim_released:
+            return None
+        return record.model_copy(update={"claim_released": True})
+
+    try:
+        ctx.store.update(run_id, released, attempts=3)
+    except Exception as exc:
+        log.warning("%s: cannot give its claim back (it expires instead): %s", run_id, describe(exc))
 
 
 def receive(ctx: Context, request: events.LaunchRequest) -> tuple[RunRecord, bool]:

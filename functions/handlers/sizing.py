@@ -4,17 +4,22 @@ nodes of ended runs, and bring a RayCluster's worker group to its allocation wit
 from __future__ import annotations
 
 import logging
+import random
 from collections.abc import Callable
 
 from functions.core import allocation
 from functions.core.allocation import Admission, Allocation
 from functions.core.config import ClusterSpec, RunConfig
-from functions.core.errors import PermanentError, TransientError
+from functions.core.errors import Contended, PermanentError
 from functions.core.runs import RunRecord
 from functions.handlers.context import Context
 
 log = logging.getLogger(__name__)
-ATTEMPTS = 4
+# Writers of one RayCluster's groups (a burst of launches, the tick) each read, decide and write; the ones that
+# lose read again after a random pause, so they do not collide again in step. 8 tries, pauses of up to 0.2, 0.4,
+# ... 2 s: at most about 6 s of pauses, well inside a delivery's time.
+ATTEMPTS = 8
+PAUSE_S, PAUSE_CAP_S = 0.2, 2.0
 
 
 def live_check(ctx: Context, keep: str | None = None) -> Callable[[str], bool]:
@@ -83,6 +88,8 @@ def sync_workers(
     write is conditional on the RayCluster as read and on its stamp being older than the allocation, so a stale
     writer loses."""
     for attempt in range(ATTEMPTS):
+        if attempt:
+            ctx.sleep(random.uniform(0, min(PAUSE_CAP_S, PAUSE_S * 2 ** (attempt - 1))))
         alloc = read if attempt == 0 and read is not None else ctx.allocations.get(spec)
         if alloc is None:
             return 0
@@ -113,4 +120,4 @@ def sync_workers(
                 alloc.version,
             )
             return sum(target.values())
-    raise TransientError(f"RayCluster {spec.ray_cluster} kept changing while being sized")
+    raise Contended(f"RayCluster {spec.ray_cluster} kept changing while being sized ({ATTEMPTS} writes lost)")

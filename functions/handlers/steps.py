@@ -100,11 +100,13 @@ def observe(
 
 
 def submit(ctx: Context, cfg: RunConfig, record: RunRecord) -> str:
-    replicas = sizing.sync_workers(ctx, cfg.cluster, launching=(cfg, record.run_id))
+    sizing.sync_workers(ctx, cfg.cluster, launching=(cfg, record.run_id))
     job = record.job_name
     ctx.platform.submit(cfg, record.run_id, job, {**trainer_env(ctx), **lineage.trainer_env(ctx, cfg)})
     attempt = f", attempt {record.attempt}" if record.attempts else ""
-    return f"RayJob {job} on RayCluster {cfg.cluster.ray_cluster} ({replicas} worker nodes{attempt})"
+    nodes = cfg.scaling.nodes
+    # The run's own nodes (its worker group), not the RayCluster's: other runs' groups share it.
+    return f"RayJob {job} on RayCluster {cfg.cluster.ray_cluster} ({nodes} worker node{'s' * (nodes != 1)} of its own{attempt})"
 
 
 def nodes(ctx: Context, cfg: RunConfig, record: RunRecord, job: dict[str, Any] | None) -> dict[str, str] | None:

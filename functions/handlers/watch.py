@@ -16,7 +16,7 @@ from functions.core import events
 from functions.core.allocation import key_path
 from functions.core.config import ClusterSpec
 from functions.core.decide import Facts, cluster_key
-from functions.core.errors import describe, is_transient
+from functions.core.errors import Contended, describe, is_transient
 from functions.core.platform import Leftover
 from functions.core.runs import RunRecord, State
 from functions.handlers import housekeeping, sizing, steps
@@ -134,9 +134,11 @@ def reconcile_all(ctx: Context) -> list[RunRecord]:
     live = [r for r in reconciled if not r.state.terminal]
     ended_jobs = {r.job_name for r in reconciled if r.state.terminal}
     outcomes += housekeeping.tidy(ctx, live, surveyed, ended_jobs, synced)
-    failures = [o for o in outcomes if isinstance(o, Exception)]
-    if any(is_transient(f) for f in failures):
-        raise next(f for f in failures if is_transient(f))
+    # A transient failure asks Pub/Sub for the tick again soon; contention (writers of the same record or RayCluster
+    # kept changing it) does not: the writers that won did the work, and the next tick finds what is left.
+    retry = [o for o in outcomes if isinstance(o, Exception) and is_transient(o) and not isinstance(o, Contended)]
+    if retry:
+        raise retry[0]
     return reconciled
 
 

@@ -4,7 +4,6 @@ one line without it), through the same adapter (functions/adapters/kube.py)."""
 
 from __future__ import annotations
 
-import dataclasses
 import uuid
 
 import pytest
@@ -94,6 +93,7 @@ def test_only_the_groups_that_change_are_sent_and_the_list_ends_as_wanted(server
     a, b, c = (manifests.worker_group(cfg, f"run-{n}", n, [], "h" * 64) for n in (1, 2, 3))
     assert kube.create(manifests.ray_cluster(cfg, [], "h" * 64, [a, b, c]))
     d = manifests.worker_group(cfg, "run-4", 1, [], "h" * 64)
+    before = kube.worker_groups(namespace, cfg.cluster.ray_cluster)
     set_groups(kube, namespace, lambda seen: [seen.groups[0], manifests.resized(seen.groups[2], 0), d], 1)
     after = kube.worker_groups(namespace, cfg.cluster.ray_cluster)
     assert [(g["groupName"], g["replicas"]) for g in after.groups] == [
@@ -102,9 +102,8 @@ def test_only_the_groups_that_change_are_sent_and_the_list_ends_as_wanted(server
         (d["groupName"], 1),
     ]
     assert after.stamp == 1
-    # A copy read before that write: its indexes are stale, and the resourceVersion it carries refuses it whole.
-    stale = dataclasses.replace(after, resource_version=str(int(after.resource_version) - 1))
-    assert not kube.set_worker_groups(namespace, cfg.cluster.ray_cluster, stale, [d], 2)
+    # A copy read before that write: its indexes are stale, and what it is conditional on refuses it whole.
+    assert not kube.set_worker_groups(namespace, cfg.cluster.ray_cluster, before, [d], 2)
     assert [g["groupName"] for g in kube.worker_groups(namespace, cfg.cluster.ray_cluster).groups] == [
         a["groupName"],
         c["groupName"],
@@ -127,3 +126,35 @@ def test_a_patched_group_with_a_field_kuberay_does_not_know_is_refused(server):
     assert str(err.value).startswith("the cluster's KubeRay does not know .spec.workerGroupSpecs[1].notAFieldAnywhere:")
     assert str(err.value).endswith('strict decoding error: unknown field "spec.workerGroupSpecs[1].notAFieldAnywhere"')
     assert len(kube.worker_groups(namespace, cfg.cluster.ray_cluster).groups) == 1
+
+
+def test_kuberays_status_writes_do_not_refuse_a_groups_write_a_stale_copy_is_refused(server):
+    """KubeRay writes a RayCluster's status two or three times after each change of its spec, which moves the
+    resourceVersion (10 launches at once lost 4-7 writes to it). A groups' write is conditional on the stamp and
+    the groups as read, which only the controller's writes change: a status write between read and write lets
+    it land; a groups' write of another writer in between refuses it."""
+    kube, namespace, fake = server
+    cfg = in_namespace(CFG, namespace)
+    a = manifests.worker_group(cfg, "run-1", 1, [], "h" * 64)
+    assert kube.create(manifests.ray_cluster(cfg, [], "h" * 64, [a], 1))
+    seen = kube.worker_groups(namespace, cfg.cluster.ray_cluster)
+    assert seen.stamped and seen.stamp == 1
+    status = {"status": {"state": "ready", "desiredWorkerReplicas": 1, "lastUpdateTime": "2026-12-05T06:00:00Z"}}
+    if fake is None:
+        from kubernetes import client
+
+        client.CustomObjectsApi(kube.custom.api_client).patch_namespaced_custom_object_status(
+            "ray.io", "v1", namespace, "rayclusters", cfg.cluster.ray_cluster, status
+        )
+    else:
+        fake.set_status("rayclusters", cfg.cluster.ray_cluster, status["status"], namespace)
+    moved = kube.worker_groups(namespace, cfg.cluster.ray_cluster)
+    assert moved.resource_version != seen.resource_version  # the status write moved it
+    b = manifests.worker_group(cfg, "run-2", 2, [], "h" * 64)
+    assert kube.set_worker_groups(namespace, cfg.cluster.ray_cluster, seen, [a, b], 2)
+    # Another writer's groups' write after that read: the copy is stale and the write refused whole.
+    stale = kube.worker_groups(namespace, cfg.cluster.ray_cluster)
+    set_groups(kube, namespace, lambda now: [now.groups[0]], 3)
+    assert not kube.set_worker_groups(namespace, cfg.cluster.ray_cluster, stale, [a, b, manifests.resized(b, 5)], 4)
+    after = kube.worker_groups(namespace, cfg.cluster.ray_cluster)
+    assert [(g["groupName"], g["replicas"]) for g in after.groups] == [(a["groupName"], 1)] and after.stamp == 3

@@ -548,3 +548,61 @@ def test_a_training_failure_on_the_real_operator_ends_in_one_attempt(real):
     assert real.until_state(run_id, State.FAILED, State.QUEUED) == State.FAILED
     record = real.h.ctx.store.get(run_id)
     assert record.attempts == [] and "no image in row 3" in record.reason
+
+
+# -- many launches onto one RayCluster (issue 38) --------------------------------------------------------------
+
+
+def test_ten_launches_at_once_and_two_overlapping_ticks_on_a_new_raycluster(real):
+    """KubeRay writes a new RayCluster's status two or three times after each change of its spec, and the
+    launches change it ten times within a second: no delivery answers 5xx, every run is SUBMITTED within 30 s of
+    its upload with its group exactly its own node, and nothing is left once they end."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from functions.adapters.gcs import storage_client
+    from functions.core.allocation import group_name
+
+    names = [f"burst-{n}" for n in range(10)]
+    statuses: list[int] = []
+
+    def upload_and_deliver(name: str) -> tuple[str, float]:
+        blob = storage_client().bucket(real.bucket).blob(f"configs/{name}.json")
+        blob.upload_from_string(json.dumps(real.config(name, cluster={"max_worker_nodes": 16})))
+        started = time.monotonic()
+        response = post(real.servers["launch"], storage_event(real.bucket, f"configs/{name}.json", blob.generation))
+        statuses.append(response.status_code)
+        return f"gs://{real.bucket}/configs/{name}.json#{blob.generation}", started
+
+    def tick() -> int:
+        return post(real.servers["watch"], pubsub_event({"kind": "tick"})).status_code
+
+    with ThreadPoolExecutor(12) as pool:
+        uploads = list(pool.map(upload_and_deliver, names))
+        ticks = [pool.submit(tick), pool.submit(tick)]
+        statuses += [t.result() for t in ticks]
+    assert statuses == [200] * 12, statuses
+    refs = {ref: started for ref, started in uploads}
+    found = {}
+    for name in real.h.ctx.store.blobs.list("runs/"):
+        record = real.h.ctx.store.get(name.removeprefix("runs/").removesuffix(".json"))
+        if record is not None and record.source.get("ref") in refs:
+            found[record.run_id] = record
+    assert len(found) == 10
+    for run_id, record in found.items():
+        submitted = record.left(State.RECEIVED) or record.updated_at
+        waited = (submitted - record.created_at).total_seconds()
+        assert record.state == State.SUBMITTED and waited <= 30, (run_id, record.state, record.reason, waited)
+        [submission] = [t.reason for t in record.history if t.state == State.SUBMITTED]
+        assert submission.endswith(f"on RayCluster {RAYCLUSTER} (1 worker node of its own)"), submission
+    groups = {g["groupName"]: g["replicas"] for g in real.raycluster()["spec"]["workerGroupSpecs"]}
+    assert groups == {group_name(run_id): 1 for run_id in found}
+    running_workers(real, 10)
+    for run_id in found:
+        real.write_result(run_id)
+        real.end_job(run_id, "SUCCEEDED")
+    for run_id in found:
+        assert real.until_state(run_id, State.SUCCEEDED, State.FAILED) == State.SUCCEEDED
+    assert real.replicas() == 0
+    eventually(lambda: not real.pods("ray.io/node-type=worker"), "every worker gone", 90)
+    real.tick()  # drained groups leave the spec
+    assert real.raycluster()["spec"]["workerGroupSpecs"] == [] and real.rayjobs() == []

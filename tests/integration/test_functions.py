@@ -221,25 +221,47 @@ def test_provisioning_deadline_fails_the_run(controller, functions_server, bucke
 
 
 def test_kube_outage_is_retried_and_nothing_is_lost(controller, functions_server, bucket):
+    """A delivery that fails (it answers 500, so the platform redelivers) gives its claim back: the redelivery
+    takes the run over at once instead of answering 200 and leaving it RECEIVED until the claim expires."""
     h = controller
     h.kube.fail("PATCH", "/rayjobs/", 503, times=4)  # every attempt of the first delivery
     generation = upload(bucket, "configs/flaky.json", QUICK)
     event = storage_event(bucket, "configs/flaky.json", generation)
     assert post(functions_server["launch"], event).status_code == 500  # the platform redelivers
     record = only_record(h)
-    assert record.state == State.RECEIVED and h.kube.names("rayjobs") == []
-    # A redelivery within the claim leaves the run to its first handler...
+    assert record.state == State.RECEIVED and record.claim_released and h.kube.names("rayjobs") == []
     assert post(functions_server["launch"], event).status_code == 200
-    assert h.kube.names("rayjobs") == []
-    # ...once that has expired, the redelivery takes over.
+    done = h.ctx.store.get(record.run_id)
+    assert done.state == State.SUBMITTED and not done.claim_released
+    assert h.kube.names("rayjobs") == [record.run_id]
+    assert post(functions_server["launch"], event).status_code == 200  # one more: a duplicate, nothing new
+    assert h.kube.names("rayjobs") == [record.run_id] and h.ctx.store.get(record.run_id).history == done.history
+
+
+def test_a_launch_that_died_keeps_its_claim_until_it_expires(controller, functions_server, bucket, monkeypatch):
+    """A handler killed outright gives nothing back: its claim holds a redelivery off until it expires (the
+    handler may still be at work), then the redelivery, or the watcher, takes over."""
+    from functions.handlers import launch as launch_module
+
+    h = controller
+    monkeypatch.setattr(launch_module, "give_claim_back", lambda ctx, run_id: None)  # killed: nothing runs after
+    h.kube.fail("PATCH", "/rayjobs/", 503, times=4)
+    generation = upload(bucket, "configs/killed.json", QUICK)
+    event = storage_event(bucket, "configs/killed.json", generation)
+    assert post(functions_server["launch"], event).status_code == 500
+    record = only_record(h)
+    assert post(functions_server["launch"], event).status_code == 200
+    assert h.kube.names("rayjobs") == [] and h.ctx.store.get(record.run_id).state == State.RECEIVED
     h.clock.advance(121)
     assert post(functions_server["launch"], event).status_code == 200
     assert h.ctx.store.get(record.run_id).state == State.SUBMITTED
-    assert h.kube.names("rayjobs") == [record.run_id]
 
 
-def test_watcher_picks_up_a_run_whose_launch_died(controller, functions_server, bucket):
+def test_watcher_picks_up_a_run_whose_launch_died(controller, functions_server, bucket, monkeypatch):
+    from functions.handlers import launch as launch_module
+
     h = controller
+    monkeypatch.setattr(launch_module, "give_claim_back", lambda ctx, run_id: None)  # killed: nothing runs after
     h.kube.fail("PATCH", "/rayjobs/", 500, times=4)
     assert launch_upload(functions_server, bucket, "configs/dead.json", QUICK).status_code == 500
     watch(functions_server)
@@ -247,6 +269,14 @@ def test_watcher_picks_up_a_run_whose_launch_died(controller, functions_server, 
     h.clock.advance(121)
     watch(functions_server)
     assert only_record(h).state == State.SUBMITTED
+
+
+def test_watcher_takes_over_at_once_a_run_whose_launch_failed(controller, functions_server, bucket):
+    h = controller
+    h.kube.fail("PATCH", "/rayjobs/", 500, times=4)
+    assert launch_upload(functions_server, bucket, "configs/failed.json", QUICK).status_code == 500
+    watch(functions_server)
+    assert only_record(h).state == State.SUBMITTED  # the failed launch gave its claim back
 
 
 def test_run_to_success_records_results_and_scales_down(controller, functions_server, bucket):

@@ -39,7 +39,7 @@ def test_server_side_apply_creates_then_is_idempotent(fake, kube):
     assert fake.get("rayclusters", "gemma3-tuning")["metadata"]["resourceVersion"] == version
 
 
-def test_scale_uses_the_resource_version_as_precondition(fake, kube):
+def test_scale_is_conditional_on_the_groups_as_read(fake, kube):
     kube.apply(objects()[1])
     seen = kube.worker_groups("default", "gemma3-tuning")
     [group] = seen.groups

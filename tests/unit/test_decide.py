@@ -206,6 +206,22 @@ BEFORE_SUBMISSION = [
     ),
     ("watcher leaves a claimed run", record(S.RECEIVED, idle=10), {}, A.NOTHING, None, None),
     (
+        "a redelivery takes a claim its failed handler gave back",
+        record(S.RECEIVED, idle=10).model_copy(update={"claim_released": True}),
+        dict(handler="launch"),
+        A.ADMIT,
+        None,
+        None,
+    ),
+    (
+        "the watcher takes a claim given back",
+        record(S.RECEIVED, idle=10).model_copy(update={"claim_released": True}),
+        {},
+        A.ADMIT,
+        None,
+        None,
+    ),
+    (
         "watcher takes over a dead launch",
         record(S.RECEIVED, idle=EXPIRED, age=EXPIRED),
         {},
