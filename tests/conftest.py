@@ -204,6 +204,23 @@ def functions_server(controller):
         yield urls
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionstart(session):
+    """The real control plane of the contract tier starts in the background as the run begins, in the process
+    that runs the session (before xdist starts its workers, which inherit where to find it)."""
+    if hasattr(session.config, "workerinput"):
+        return
+    from tests.realkube import session as realkube
+
+    session.config._realkube = realkube.start(list(session.config.args), session.config.option.markexpr or "")
+
+
+def pytest_sessionfinish(session):
+    starter = getattr(session.config, "_realkube", None)
+    if starter is not None:
+        starter.stop()
+
+
 def pytest_collection_modifyitems(config, items):
     """The tests that run Ray (marked slow: 15-100 s each, most of the suite's CPU) are dealt in turn to the front
     of each xdist worker's first share, the fast tests after them. Work stealing hands worker w the w-th

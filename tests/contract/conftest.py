@@ -1,28 +1,35 @@
-"""The real control plane for the tier that needs it: started once, on first use, from the binaries
-RAYTUNE_REALKUBE names (CI unpacks ../shared/realkube there), and stopped when tests/contract/ is done, so it
-burns no CPU under the rest of the suite; skipped with one line otherwise."""
+"""The real control plane for the tier that needs it: one for the whole test run, started by the process that
+runs the session as the run begins (tests/realkube/session.py, hooks in tests/conftest.py) from the binaries
+RAYTUNE_REALKUBE names (CI unpacks ../shared/realkube there), and attached to by each process that runs one of
+its tests; skipped with one line otherwise."""
 
 from __future__ import annotations
 
 import pytest
 
-from tests.realkube.control_plane import ENV, ControlPlane, binaries
+from tests.realkube import session
+from tests.realkube.control_plane import ENV, binaries
+from tests.realkube.session import NO_CAPACITY
 
-NO_CAPACITY = "cloud.google.com/reservation-name"
+__all__ = ["NO_CAPACITY"]
 
 
-@pytest.fixture(scope="package")
-def control_plane():
-    folder = binaries()
-    if folder is None:
+@pytest.fixture(scope="session")
+def shared_plane():
+    if binaries() is None:
         pytest.skip(
             f"the real Kubernetes tier needs {ENV}=<dir with bin/kube-apiserver, bin/etcd, bin/kube-controller-manager, "
             "bin/kuberay-operator, kuberay/>; .ci/run sets it from ../shared/realkube"
         )
-    plane = ControlPlane(folder)
     try:
-        # Nodes for any selector appear as Autopilot would make them, except for a reservation: "no capacity".
-        plane.start(kubelet_args=("--no-capacity-for", NO_CAPACITY))
-        yield plane
-    finally:
-        plane.stop()
+        return session.attach()
+    except Exception as exc:
+        pytest.fail(str(exc), pytrace=False)
+
+
+@pytest.fixture
+def control_plane(shared_plane, request):
+    """The run's control plane for one test: with the other processes' tests, or alone for a test marked
+    cluster_scoped (it changes a CRD every test sees)."""
+    with shared_plane.sharing(exclusive=request.node.get_closest_marker("cluster_scoped") is not None):
+        yield shared_plane

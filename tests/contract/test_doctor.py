@@ -207,6 +207,7 @@ def test_a_cli_run_prints_the_report_and_exits_with_its_code(gcs_emulator, monke
 # -- the real API server and KubeRay's CRDs -------------------------------------------------------------------
 
 
+@pytest.mark.cluster_scoped
 def test_the_real_server_admits_what_a_launch_renders_and_names_an_older_crd(gcs_emulator, control_plane):
     """A server-side dry run of the rendered RayCluster and RayJob on the real API server: ok with KubeRay 1.5.2's
     CRDs; an older RayJob CRD (activeDeadlineSeconds removed) and a missing ComputeClass CRD are problems naming

@@ -106,6 +106,14 @@ class Real:
     def end_job(self, run_id: str, status: str, message: str = "") -> None:
         self.plane.set_job(self.namespace, HEAD_SERVICE, self.submitted(run_id), status, message)
 
+    def succeed(self, run_ids) -> None:
+        """Each run's job ends SUCCEEDED with a result, and each run gets there."""
+        for run_id in run_ids:
+            self.write_result(run_id)
+            self.end_job(run_id, "SUCCEEDED")
+        for run_id in run_ids:
+            assert self.until_state(run_id, State.SUCCEEDED, State.FAILED) == State.SUCCEEDED
+
     def write_result(self, run_id: str) -> None:
         from functions.adapters.gcs import storage_client
 
@@ -186,11 +194,7 @@ def test_two_concurrent_launches_size_one_raycluster_for_both(real):
     assert {real.state(i) for i in ids} == {State.SUBMITTED}
     assert real.replicas() == 3 and real.rayjobs() == sorted(ids)
     running_workers(real, 3)
-    for run_id in ids:
-        real.write_result(run_id)
-        real.end_job(run_id, "SUCCEEDED")
-    for run_id in ids:
-        assert real.until_state(run_id, State.SUCCEEDED, State.FAILED) == State.SUCCEEDED
+    real.succeed(ids)
     assert real.replicas() == 0
 
 
@@ -209,29 +213,32 @@ def test_a_queued_run_is_admitted_when_the_run_ahead_ends(real):
     real.submitted(second)  # the admitted run's job reached the head
 
 
-def test_an_ended_run_releases_exactly_its_own_pods_on_the_real_operator(real):
+@pytest.mark.parametrize("ending", ["small", "big"])
+def test_an_ended_run_releases_exactly_its_own_pods_on_the_real_operator(real, ending):
     """Issue 21: with one shared group, a 1-node run kept a 5-node group until every run ended. Each run has its
-    own group now: the real KubeRay deletes exactly the ended run's pod, the other run's pods stay (same names),
-    and the drained group leaves the spec."""
+    own group now: the real KubeRay deletes exactly the ended run's pods, the other run's pods stay (same names),
+    and the drained group leaves the spec; whichever ends first (the large one beside a small live one is the
+    case exact release exists for)."""
     from functions.core.allocation import group_name
 
-    big = real.launch("big", real.config("big", nodes=2))
-    small = real.launch("small", real.config("small", nodes=1))
+    runs = {"big": real.launch("big", real.config("big", nodes=2)), "small": real.launch("small", real.config("small"))}
     running_workers(real, 3)
 
     def pods_of(run_id):
         return sorted(p.metadata.name for p in real.pods(f"ray.io/group={group_name(run_id)}"))
 
-    kept = pods_of(big)
-    assert len(kept) == 2 and len(pods_of(small)) == 1
-    real.write_result(small)
-    real.end_job(small, "SUCCEEDED")
-    real.until_state(small, State.SUCCEEDED)
-    eventually(lambda: not pods_of(small), "the small run's pod deleted by KubeRay", 60)
-    assert pods_of(big) == kept, "not one of the live run's pods was touched"
+    ended, live = runs[ending], runs["small" if ending == "big" else "big"]
+    kept = pods_of(live)
+    assert len(pods_of(runs["big"])) == 2 and len(pods_of(runs["small"])) == 1
+    real.write_result(ended)
+    real.end_job(ended, "SUCCEEDED")
+    real.until_state(ended, State.SUCCEEDED)
+    eventually(lambda: not pods_of(ended), f"the {ending} run's pods deleted by KubeRay", 60)
+    assert pods_of(live) == kept, "not one of the live run's pods was touched"
     real.tick()
     groups = [g["groupName"] for g in real.raycluster()["spec"]["workerGroupSpecs"]]
-    assert groups == [group_name(big)] and real.replicas() == 2
+    assert groups == [group_name(live)] and real.replicas() == len(kept)
+    assert real.state(live) == State.SUBMITTED
 
 
 def test_stuck_workers_fail_at_the_deadline_with_the_schedulers_reason(real):
@@ -258,14 +265,15 @@ def test_stuck_workers_fail_at_the_deadline_with_the_schedulers_reason(real):
 
 def test_leaked_objects_are_swept_on_the_real_server(real):
     """Ours (this deployment's label) swept; another deployment's in the same namespace left alone, selected out
-    by the real server's label selector. The grace period is short: the objects are seconds old."""
-    import dataclasses
+    by the real server's label selector. The grace is the deployment's default (600 s): the controller's clock is
+    moved past it (the API server stamps the objects with real time); within it, nothing is swept."""
     import datetime as dt
 
     from functions.core import manifests
     from functions.core.config import RunConfig
 
-    real.h.ctx.settings = dataclasses.replace(real.h.ctx.settings, sweep_grace_s=1)
+    grace = real.h.ctx.settings.sweep_grace_s
+    assert grace == 600  # the default, not shortened
     live = real.launch("live", real.config("live"))
     cfg = RunConfig.model_validate(real.h.ctx.store.get(live).config)
     create = real.custom.create_namespaced_custom_object
@@ -292,7 +300,10 @@ def test_leaked_objects_are_swept_on_the_real_server(real):
                 owner=owner,
             ),
         )
-    real.h.clock.now = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=2)  # the API server stamps real time
+    real.h.clock.now = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=grace - 30)  # within the grace
+    real.tick()
+    assert "ghost-0123456789" in real.rayjobs() and real.h.events_of("leak") == []
+    real.h.clock.now = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=grace + 5)  # past it
     real.tick()
     eventually(lambda: sorted(real.rayjobs()) == sorted([live, "theirs-0123456789"]), "the ghost RayJob gone", 60)
     names = {
@@ -364,6 +375,7 @@ def older_rayjob_crd(plane):
         )
 
 
+@pytest.mark.cluster_scoped
 def test_a_field_the_clusters_kuberay_does_not_know_fails_the_run_naming_it(real):
     """The API server answers the apply of a field an older KubeRay's CRD lacks 500; the run is FAILED at once
     naming the field and the cause, not retried until its deadline."""
@@ -415,9 +427,7 @@ def compute_classes(control_plane):
     from tests.realkube.computeclass_crd import crd
 
     control_plane.kubectl("apply", "--server-side", "-f", "-", stdin=json.dumps(crd()))
-    control_plane.kubectl(
-        "wait", "--for", "condition=Established", "--timeout=60s", "crd/computeclasses.cloud.google.com"
-    )
+    control_plane.established("computeclasses.cloud.google.com")
     return control_plane
 
 
@@ -464,6 +474,7 @@ def test_the_real_server_refuses_a_compute_class_field_the_reference_does_not_li
     assert str(err.value).startswith("the cluster's ComputeClass CRD (GKE's own) does not know"), str(err.value)
 
 
+@pytest.mark.cluster_scoped
 def test_a_cluster_without_the_compute_class_crd_is_named_as_the_reason(control_plane):
     """GKE older than custom compute classes has no ComputeClass CRD: the apply's 404 names the CRD and the GKE
     version that has it, and is not retried (no "HTTP 404: Not Found", no blame on KubeRay)."""
@@ -565,43 +576,38 @@ def test_ten_launches_at_once_and_two_overlapping_ticks_on_a_new_raycluster(real
     names = [f"burst-{n}" for n in range(10)]
     statuses: list[int] = []
 
-    def upload_and_deliver(name: str) -> tuple[str, float]:
+    def upload_and_deliver(name: str) -> str:
         blob = storage_client().bucket(real.bucket).blob(f"configs/{name}.json")
         blob.upload_from_string(json.dumps(real.config(name, cluster={"max_worker_nodes": 16})))
-        started = time.monotonic()
         response = post(real.servers["launch"], storage_event(real.bucket, f"configs/{name}.json", blob.generation))
         statuses.append(response.status_code)
-        return f"gs://{real.bucket}/configs/{name}.json#{blob.generation}", started
+        return f"gs://{real.bucket}/configs/{name}.json#{blob.generation}"
 
     def tick() -> int:
         return post(real.servers["watch"], pubsub_event({"kind": "tick"})).status_code
 
+    started = time.monotonic()
     with ThreadPoolExecutor(12) as pool:
-        uploads = list(pool.map(upload_and_deliver, names))
+        refs = set(pool.map(upload_and_deliver, names))
         ticks = [pool.submit(tick), pool.submit(tick)]
         statuses += [t.result() for t in ticks]
+    elapsed = time.monotonic() - started  # the handlers' clock is the harness's: wall time is measured here
     assert statuses == [200] * 12, statuses
-    refs = {ref: started for ref, started in uploads}
     found = {}
     for name in real.h.ctx.store.blobs.list("runs/"):
         record = real.h.ctx.store.get(name.removeprefix("runs/").removesuffix(".json"))
         if record is not None and record.source.get("ref") in refs:
             found[record.run_id] = record
     assert len(found) == 10
+    assert elapsed <= 30, f"the burst took {elapsed:.1f} s"
     for run_id, record in found.items():
-        submitted = record.left(State.RECEIVED) or record.updated_at
-        waited = (submitted - record.created_at).total_seconds()
-        assert record.state == State.SUBMITTED and waited <= 30, (run_id, record.state, record.reason, waited)
+        assert record.state == State.SUBMITTED, (run_id, record.state, record.reason)
         [submission] = [t.reason for t in record.history if t.state == State.SUBMITTED]
         assert submission.endswith(f"on RayCluster {RAYCLUSTER} (1 worker node of its own)"), submission
     groups = {g["groupName"]: g["replicas"] for g in real.raycluster()["spec"]["workerGroupSpecs"]}
     assert groups == {group_name(run_id): 1 for run_id in found}
     running_workers(real, 10)
-    for run_id in found:
-        real.write_result(run_id)
-        real.end_job(run_id, "SUCCEEDED")
-    for run_id in found:
-        assert real.until_state(run_id, State.SUCCEEDED, State.FAILED) == State.SUCCEEDED
+    real.succeed(found)
     assert real.replicas() == 0
     eventually(lambda: not real.pods("ray.io/node-type=worker"), "every worker gone", 90)
     real.tick()  # drained groups leave the spec

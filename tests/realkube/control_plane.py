@@ -12,6 +12,7 @@ process is started in its own session and stopped by its pid, nothing else."""
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
@@ -20,6 +21,8 @@ import sys
 import tempfile
 import time
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -50,8 +53,17 @@ def binaries() -> Path | None:
     return Path(folder) if folder and (Path(folder) / "bin" / "kube-apiserver").exists() else None
 
 
+class CommandFailed(RuntimeError):
+    """A start-up command that failed, with what it said (pytest shows the message, not a CalledProcessError's
+    swallowed stderr)."""
+
+
 def _run(args: list[str], **kw) -> subprocess.CompletedProcess:
-    return subprocess.run(args, check=True, capture_output=True, text=True, **kw)
+    done = subprocess.run(args, capture_output=True, text=True, **kw)
+    if done.returncode != 0:
+        said = (done.stderr or done.stdout or "").strip()[-2000:]
+        raise CommandFailed(f"{' '.join(args[:6])} ... exited with {done.returncode}: {said}")
+    return done
 
 
 def _pki(folder: Path) -> None:
@@ -135,7 +147,10 @@ class ControlPlane:
         self.procs[name] = emulators.start(args, 0, self.logs / f"{name}.log", env=env, ready=lambda: True)
 
     def _wait(self, what: str, ready, timeout_s: float = 120) -> None:
+        """Poll `ready` until it holds; a process that exits, or the time running out, fails with what the
+        last try said (a command's stderr) and the logs' folder."""
         deadline = time.monotonic() + timeout_s
+        last: Exception | None = None
         while time.monotonic() < deadline:
             for name, service in self.procs.items():
                 if service.proc.poll() is not None:
@@ -144,10 +159,22 @@ class ControlPlane:
             try:
                 if ready():
                     return
-            except Exception:
-                pass
+            except Exception as exc:
+                last = exc
             time.sleep(0.25)
-        raise TimeoutError(f"{what} not ready after {timeout_s}s (logs in {self.logs})")
+        said = f"; the last try said: {last}" if last else ""
+        raise TimeoutError(f"{what} not ready after {timeout_s}s (logs in {self.logs}){said}")
+
+    def established(self, crd: str, timeout_s: float = 60) -> None:
+        """Wait for a CRD's Established condition by reading it: `kubectl wait --for condition=Established` on a
+        CRD just applied exits 1 at once while its status has no conditions yet (kubernetes/kubernetes#66439)."""
+
+        def ready() -> bool:
+            found = json.loads(self.kubectl("get", "crd", crd, "-o", "json"))
+            conditions = (found.get("status") or {}).get("conditions") or []
+            return any(c.get("type") == "Established" and c.get("status") == "True" for c in conditions)
+
+        self._wait(f"the CRD {crd} established", ready, timeout_s)
 
     def kubectl(self, *args: str, stdin: str | None = None) -> str:
         return _run(
@@ -201,7 +228,7 @@ class ControlPlane:
             lambda: self.kubectl("apply", "--server-side", "--force-conflicts", "--validate=false", "-f", str(crds)),
         )
         for crd in ("rayclusters.ray.io", "rayjobs.ray.io"):
-            self.kubectl("wait", "--for", "condition=Established", "--timeout=60s", f"crd/{crd}")
+            self.established(crd)
         self.kubectl("apply", "--server-side", "--validate=false", "-f", str(self.bin / "kuberay" / "role.yaml"))
         self.kubectl("create", "clusterrolebinding", "kuberay-operator", "--clusterrole", "kuberay-operator",
                      "--user", "kuberay-operator")  # fmt: skip
@@ -238,6 +265,29 @@ class ControlPlane:
              "--provision-delay", "1", "--kill-delay", "0.5", "--poll", "0.25", *args],
         )  # fmt: skip
         self._wait("the node player", lambda: bool(self.kubectl("get", "node", "rk-node-cpu")), 30)
+
+    @contextmanager
+    def sharing(self, exclusive: bool = False) -> Iterator[None]:
+        """The run's processes share one control plane: a test that changes what is cluster-wide (a CRD) holds it
+        alone, the others together (a lock file beside it, flock)."""
+        with open(self.root / "cluster-scoped.lock", "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+            try:
+                yield
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+
+    def info(self) -> dict:
+        """What another process of the test run needs to use this control plane (attach)."""
+        return {"bin": str(self.bin), "root": str(self.root), "ports": [self.api_port, self.dashboard_port]}
+
+    @classmethod
+    def attach(cls, info: dict) -> ControlPlane:
+        """This control plane, started by another process of the test run: its API, files and players, not its
+        processes (the process that started it stops it)."""
+        plane = cls(Path(info["bin"]), Path(info["root"]))
+        plane.api_port, plane.dashboard_port = info["ports"]
+        return plane
 
     def stop(self) -> None:
         """Every process, then its folder (etcd's data, certificates, logs: about 76 MB a session)."""
