@@ -58,6 +58,9 @@ def test_the_config_is_torch_configs_fields_and_the_backend_torch_trainer_picks(
 
 
 def test_the_hooks_run_rays_own(monkeypatch):
+    import ray.train.torch.config as ray_config
+
+    monkeypatch.setattr(ray_config, "get_address_and_port", ray_config.get_address_and_port)  # on_start sets it
     called = []
     for hook in ("on_start", "on_shutdown", "on_training_start"):
         monkeypatch.setattr(_TorchBackend, hook, lambda self, group, config, hook=hook: called.append((hook, group)))
@@ -71,3 +74,22 @@ def test_the_hooks_run_rays_own(monkeypatch):
     with TorchDeviceContext():
         pass
     assert entered == [True]
+
+
+def test_the_rendezvous_port_is_free_and_outside_the_ephemeral_range(monkeypatch):
+    """Ray's on_start asks worker 0 for get_address_and_port (the module's name, which on_start replaces); the
+    port comes from below the ephemeral range, where no outgoing connection can take it before torch binds it."""
+    import ray.train.torch.config as ray_config
+
+    from trainer import torch_backend
+
+    assert "get_address_and_port" in inspect.getsource(_TorchBackend.on_start)
+    monkeypatch.setattr("ray.util.get_node_ip_address", lambda: "127.0.0.1")
+    low, high = torch_backend.ephemeral_range()
+    for _ in range(20):
+        address, port = torch_backend.rendezvous_address()
+        assert address == "127.0.0.1" and not low <= port <= high and 20000 <= port <= 32767
+    monkeypatch.setattr(_TorchBackend, "on_start", lambda self, group, config: None)
+    monkeypatch.setattr(ray_config, "get_address_and_port", ray_config.get_address_and_port)
+    TorchBackend().on_start("group", TorchBackendConfig())
+    assert ray_config.get_address_and_port is torch_backend.rendezvous_address
