@@ -152,3 +152,9 @@ variable "gke_min_version" {
   type        = string
   default     = "1.32.2-gke.1652000"
 }
+
+variable "policy_reservation_projects" {
+  description = "Projects besides this one whose (shared) reservations a run config's scaling.capacity may name."
+  type        = list(string)
+  default     = []
+}

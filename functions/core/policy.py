@@ -67,6 +67,9 @@ class Policy(BaseModel):
     capacity: tuple[CapacityOption, ...] | None = None
     # The capacity kinds a config may list; None: any, or only the operator's reservation when it fixes one
     capacity_kinds: tuple[CapacityKind, ...] | None = None
+    # The projects whose reservations a capacity list may name (a reservation shared from another project);
+    # None: any (the local default). Terraform sets the deployment's project and policy_reservation_projects.
+    reservation_projects: tuple[str, ...] | None = None
     buckets: tuple[str, ...] = ()  # config_uri buckets; empty: the controller's own
     # storage_path (and a gs:// init_adapter) buckets: where the trainer may write; empty: the controller's own.
     storage_buckets: tuple[str, ...] = ()
@@ -156,19 +159,38 @@ class Policy(BaseModel):
             if fixed is not None and given is not None and given != fixed:
                 found.append(f"policy {knob}: scaling.{knob} is fixed to {fixed!r} by the operator (got {given!r})")
         found += self._capacity_list_violations(cfg)
-        fixed_labels = self.fixed_selectors
-        if fixed_labels:
-            for key, value in sorted(scaling.node_selector.items()):
-                if key in fixed_labels and value != fixed_labels[key]:
+        found += self._selector_violations(cfg)
+        return found
+
+    @property
+    def restricts_capacity(self) -> bool:
+        """Whether the operator rules anything out about where GPU nodes come from: fixed labels, the kinds a
+        config may ask for, a default capacity list, the projects reservations may come from."""
+        restrictions = (self.capacity_kinds, self.capacity, self.reservation_projects)
+        return bool(self.fixed_selectors) or any(r is not None for r in restrictions)
+
+    def _selector_violations(self, cfg: RunConfig) -> list[str]:
+        """scaling.node_selector can reach around whatever the operator restricts: Spot, another team's
+        reservation, any compute class. With any restriction, a selector on a label that chooses capacity is
+        REJECTED naming the rule, unless it says what is fixed (or the config's own accelerator) again."""
+        if not self.restricts_capacity:
+            return []
+        scaling, fixed_labels = cfg.scaling, self.fixed_selectors
+        own_accelerator = GKE_ACCELERATORS[scaling.accelerator] if scaling.use_gpu else None
+        found = []
+        for key, value in sorted(scaling.node_selector.items()):
+            if key in fixed_labels:
+                if value != fixed_labels[key]:
                     found.append(
-                        f"policy node_selector: scaling.node_selector sets {key}={value!r}; the operator fixes it to "
-                        f"{fixed_labels[key]!r}"
+                        f"policy node_selector: scaling.node_selector sets {key}={value!r}; the operator fixes it "
+                        f"to {fixed_labels[key]!r}"
                     )
-                elif key not in fixed_labels and key in CAPACITY_LABELS:
-                    found.append(
-                        f"policy node_selector: scaling.node_selector sets {key}, which chooses capacity; the "
-                        "operator fixes where workers run"
-                    )
+            elif key in CAPACITY_LABELS and not (key == ACCELERATOR_LABEL and value == own_accelerator):
+                rule = "capacity_kinds" if self.capacity_kinds is not None else "node_selector"
+                found.append(
+                    f"policy {rule}: scaling.node_selector sets {key}, which chooses capacity; the operator decides "
+                    f"where workers run (scaling.capacity may list {list(self.allowed_capacity)})"
+                )
         return found
 
     @property
@@ -195,6 +217,17 @@ class Policy(BaseModel):
                 found.append(
                     f"policy reservation: scaling.capacity names reservation {option.name!r}; the operator's is "
                     f"{self.reservation!r}"
+                )
+            projects = self.reservation_projects
+            if (
+                option.kind == "reservation"
+                and option.project
+                and projects is not None
+                and option.project not in projects
+            ):
+                found.append(
+                    f"policy reservation_projects: scaling.capacity names a reservation of project "
+                    f"{option.project!r}; reservations may come from {list(projects)}"
                 )
         return found
 
@@ -241,16 +274,20 @@ class Policy(BaseModel):
         return _outside(uri, what, self.buckets or buckets, "buckets")
 
     def fixed(self, cfg: RunConfig) -> RunConfig:
-        """The config with the operator's fixed reservation, accelerator and node selectors filled in (a config's
-        own further selectors kept beside them)."""
+        """The config with the operator's fixed reservation, accelerator and node selectors filled in where it sets
+        none (its own further selectors kept beside them)."""
         scaling = cfg.scaling
-        updates: dict[str, object] = {"accelerator": self.accelerator} if self.accelerator is not None else {}
+        updates: dict[str, object] = {}
+        # Filled in where the config says nothing; what it says itself stays, for violations() to judge: a config
+        # asking for another reservation, accelerator or selector value is REJECTED, never silently overridden.
+        if self.accelerator is not None and "accelerator" not in scaling.model_fields_set:
+            updates["accelerator"] = self.accelerator
         if scaling.capacity is None and self.capacity and scaling.use_gpu and scaling.reservation is None:
             updates["capacity"] = list(self.capacity)  # the operator's default list, where the config gives none
-        elif self.reservation is not None and scaling.capacity is None:
+        elif self.reservation is not None and scaling.capacity is None and scaling.reservation is None:
             updates["reservation"] = self.reservation
         if self.node_selector is not None:
-            updates["node_selector"] = {**cfg.scaling.node_selector, **self.node_selector}
+            updates["node_selector"] = {**self.node_selector, **cfg.scaling.node_selector}
         if not updates:
             return cfg
         # Copied, not validated: a config that clashes with the operator is reported by violations(), by rule.

@@ -112,6 +112,9 @@ def policy_from_env(env: Mapping[str, str]) -> Policy:
         "gke_clusters": _list(env.get("RAYTUNE_POLICY_GKE_CLUSTERS")),
         "capacity": json.loads(env["RAYTUNE_POLICY_CAPACITY"]) if env.get("RAYTUNE_POLICY_CAPACITY") else None,
         "capacity_kinds": _list(env.get("RAYTUNE_POLICY_CAPACITY_KINDS")),
+        # Reservations a capacity list names come from the deployment's project unless the operator lists others.
+        "reservation_projects": _list(env.get("RAYTUNE_POLICY_RESERVATION_PROJECTS"))
+        or ((project,) if project else None),
         "max_worker_nodes": env.get("RAYTUNE_POLICY_MAX_WORKER_NODES") or None,
         "nightly_key": env.get("RAYTUNE_NIGHTLY_KEY") or None,
         "operator_key": env.get("RAYTUNE_OPERATOR_KEY") or None,

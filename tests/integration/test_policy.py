@@ -176,3 +176,30 @@ def test_a_queued_record_rewritten_in_the_bucket_is_checked_again_before_it_is_a
     assert record.state == State.FAILED
     assert "breaks the operator policy now: policy images: cluster.worker_image 'evil.io/miner:1'" in record.reason
     assert h.kube.names("rayjobs") == [] and workers(h)["replicas"] == 0  # nothing of it was applied
+
+
+def test_a_config_asking_for_other_capacity_than_the_operators_is_rejected_not_rewritten(
+    controller, functions_server, bucket
+):
+    """Issue 39: a config naming another reservation or accelerator than the operator's fixed ones was
+    SUBMITTED with the operator's values put in; one choosing Spot through a node selector under a kinds-only
+    policy ran on Spot. Each is one REJECTED record naming the rule, and nothing reaches the cluster."""
+    h = controller
+    with_policy(h, reservation="a4-res", accelerator="B200", capacity_kinds=("reservation", "on-demand"))
+    asks = {
+        "other-reservation": {"reservation": "team-b-res"},
+        "other-accelerator": {"accelerator": "H200"},
+        "spot-by-selector": {"node_selector": {"cloud.google.com/gke-spot": "true"}},
+    }
+    for name, scaling in asks.items():
+        config = {**QUICK, "scaling": {**QUICK["scaling"], **scaling}}
+        event = storage_event(bucket, f"configs/{name}.json", upload(bucket, f"configs/{name}.json", config))
+        assert post(functions_server["launch"], event).status_code == 200
+    rules = {r.run_id.rsplit("-", 1)[0]: [e.split(":")[0] for e in r.errors] for r in records(h)}
+    assert rules == {
+        "other-reservation": ["policy reservation"],
+        "other-accelerator": ["policy accelerator"],
+        "spot-by-selector": ["policy capacity_kinds"],
+    }
+    assert {r.state for r in records(h)} == {State.REJECTED}
+    assert h.kube.names("rayjobs") == [] and h.kube.names("rayclusters") == []

@@ -203,3 +203,66 @@ def test_in_the_runs_bucket_the_trainer_may_touch_only_the_checkpoints_prefix():
     ):
         [found] = settings.violations(config)
         assert "outside ['gs://runs-bucket/checkpoints/', 'gs://runs-bucket/datasets/']: the trainer may read" in found
+
+
+@pytest.mark.parametrize(
+    "selector",
+    [
+        {"cloud.google.com/gke-spot": "true"},
+        {"cloud.google.com/reservation-name": "team-b-res", "cloud.google.com/reservation-affinity": "specific"},
+        {"cloud.google.com/compute-class": "Performance"},
+    ],
+)
+def test_a_node_selector_cannot_reach_around_the_capacity_kinds_the_operator_allows(selector):
+    """Issue 39: the kinds were enforced on scaling.capacity only; without a fixed reservation, a node selector
+    took Spot, another team's reservation or any compute class."""
+    policy = Policy(capacity_kinds=("reservation", "on-demand"))
+    found = policy.violations(policy.fixed(cfg(scaling={"node_selector": selector})), OWN)
+    assert found and all(
+        f.startswith("policy capacity_kinds: scaling.node_selector sets cloud.google.com/") for f in found
+    )
+    assert len(found) == len(selector)
+    # A label that chooses nothing, or the config's own accelerator said again, is fine.
+    fine = cfg(scaling={"node_selector": {"team": "a", "cloud.google.com/gke-accelerator": "nvidia-b200"}})
+    assert policy.violations(policy.fixed(fine), OWN) == []
+    # The local default restricts nothing.
+    assert Policy.unrestricted().violations(cfg(scaling={"node_selector": selector}), OWN) == []
+
+
+def test_a_reservation_comes_from_the_operators_projects():
+    policy = Policy(reservation="a4-res", reservation_projects=("my-project",))
+    option = {"kind": "reservation", "name": "a4-res"}
+    assert policy.violations(cfg(scaling={"capacity": [option]}), OWN) == []
+    assert policy.violations(cfg(scaling={"capacity": [{**option, "project": "my-project"}]}), OWN) == []
+    [found] = policy.violations(cfg(scaling={"capacity": [{**option, "project": "other-team"}]}), OWN)
+    assert found == (
+        "policy reservation_projects: scaling.capacity names a reservation of project 'other-team'; "
+        "reservations may come from ['my-project']"
+    )
+    assert policy_from_env({"RAYTUNE_PROJECT": "my-project"}).reservation_projects == ("my-project",)
+    shared = policy_from_env(
+        {"RAYTUNE_PROJECT": "my-project", "RAYTUNE_POLICY_RESERVATION_PROJECTS": "my-project,shared-gpus"}
+    )
+    assert shared.reservation_projects == ("my-project", "shared-gpus")
+
+
+def test_what_the_operator_fixes_is_never_silently_replaced():
+    """Issue 39: fixed() substituted the operator's reservation, accelerator and selector values for the config's
+    own before the rules were checked, so a config asking for others was SUBMITTED with the operator's values."""
+    policy = Policy(reservation="a4-res", accelerator="H200", node_selector={"pool": "gpu"})
+    asking = cfg(
+        scaling={
+            "reservation": "team-b-res",
+            "accelerator": "B200",
+            "gpus_per_node": 8,
+            "node_selector": {"pool": "cpu"},
+        }
+    )
+    applied = policy.fixed(asking)
+    assert (applied.scaling.reservation, applied.scaling.accelerator, applied.scaling.node_selector["pool"]) == (
+        "team-b-res",
+        "B200",
+        "cpu",
+    )
+    rules = sorted(v.split(":")[0] for v in policy.violations(applied, OWN))
+    assert rules == ["policy accelerator", "policy node_selector", "policy reservation"]
