@@ -37,7 +37,8 @@ class Blobs(Protocol):
 
 RECORDS = "runs/"
 ACTIVE = "runs/active/"
-QUARANTINE = "quarantine/runs/"  # outside runs/: never listed as a record again
+QUARANTINE_ROOT = "quarantine/"  # what cannot be read is moved under it
+QUARANTINE = f"{QUARANTINE_ROOT}runs/"  # outside runs/: never listed as a record again
 EVENT_CLAIMS = "events/claims/"  # one object per run and state: who publishes its run-finished event
 STALE_CLAIM = dt.timedelta(minutes=5)
 ORPHAN_AFTER = dt.timedelta(minutes=10)

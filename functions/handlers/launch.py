@@ -107,6 +107,7 @@ def receive(ctx: Context, request: events.LaunchRequest) -> tuple[RunRecord, boo
     from_message = request.source["kind"] != "upload" and request.config_uri
     if from_message and (
         why := policy.bucket_violation(request.config_uri or "", "config_uri", ctx.settings.own_buckets)
+        or ctx.settings.config_uri_violation(request.config_uri or "")
     ):
         errors.append(why)
     raw: bytes | dict[str, Any] | None = None

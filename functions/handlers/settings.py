@@ -7,8 +7,12 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from functions.adapters.store import LOGS, QUARANTINE_ROOT, RECORDS
+from functions.core.allocation import ALLOCATIONS
+from functions.core.champion import CHAMPIONS_PREFIX
 from functions.core.config import RunConfig
 from functions.core.decide import RETRY_BACKOFF_SECONDS
+from functions.core.fingerprint import NIGHTLY_PREFIX
 from functions.core.policy import Confined, Policy
 
 RUNS_BUCKET_DATASETS = "datasets/"  # where datasets staged in the runs bucket go: the trainer reads them
@@ -51,6 +55,22 @@ class Settings:
         if any(price is None for price in prices):
             return None
         return sum(p for p in prices if p is not None) / len(prices)
+
+    def config_uri_violation(self, uri: str) -> str | None:
+        """A config_uri into what the controller and the trainer keep in the runs bucket (run records, allocations,
+        champions, nightly pointers, kept logs, quarantined objects, runs' checkpoints and results) is refused
+        before it is read: their content would be copied into a REJECTED record anyone may read."""
+        bucket, _, name = uri.removeprefix("gs://").partition("/")
+        if not uri.startswith("gs://") or bucket != self.bucket:
+            return None
+        checkpoints = self.default_storage.removeprefix(f"gs://{bucket}/").rstrip("/") + "/"
+        owned = (RECORDS, QUARANTINE_ROOT, ALLOCATIONS, CHAMPIONS_PREFIX, NIGHTLY_PREFIX, LOGS, checkpoints)
+        if hit := next((prefix for prefix in owned if name.startswith(prefix)), None):
+            return (
+                f"config_uri {uri} is under {hit} of the runs bucket, which the controller and its runs keep: "
+                "never read as a config"
+            )
+        return None
 
     def violations(self, cfg: RunConfig) -> list[str]:
         """The operator policy's verdict on a run's config in this deployment: its own buckets, and in the runs

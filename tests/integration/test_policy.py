@@ -203,3 +203,24 @@ def test_a_config_asking_for_other_capacity_than_the_operators_is_rejected_not_r
     }
     assert {r.state for r in records(h)} == {State.REJECTED}
     assert h.kube.names("rayjobs") == [] and h.kube.names("rayclusters") == []
+
+
+def test_a_config_uri_into_the_controllers_own_prefixes_is_refused_before_it_is_read(controller, bucket):
+    """Issue 39: Terraform lists the runs bucket among the buckets config_uri may name, so a message could point
+    at another run's record, whose content was then copied into the new run's REJECTED record."""
+    from functions.handlers import launch
+    from functions.local.cloudevents import message_published, object_finalized
+
+    h = controller
+    with_policy(h)
+    other = launch.handle(
+        object_finalized(bucket, "configs/other.json", upload(bucket, "configs/other.json", QUICK)), h.ctx
+    )
+    assert other.state == State.SUBMITTED
+    for n, target in enumerate((f"runs/{other.run_id}.json", f"checkpoints/{other.run_id}/result.json", "clusters/x")):
+        record = launch.handle(message_published({"config_uri": f"gs://{bucket}/{target}"}, f"peek-{n}"), h.ctx)
+        assert record.state == State.REJECTED and record.raw_config is None, record  # nothing of it was read
+        [error] = record.errors
+        assert error.startswith(
+            f"config_uri gs://{bucket}/{target} is under {target.split('/')[0]}/ of the runs bucket"
+        )
