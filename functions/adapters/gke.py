@@ -8,7 +8,8 @@ import datetime as dt
 import functools
 import tempfile
 import threading
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from functions.adapters.google_api import translate
 from functions.adapters.kube import Kube, RayClusterSeen, api_client
@@ -35,6 +36,8 @@ GKE_DEFAULT_SCOPES = (
     "https://www.googleapis.com/auth/servicecontrol",
     "https://www.googleapis.com/auth/trace.append",
 )
+
+T = TypeVar("T")
 
 
 def autopilot_cluster(spec: ClusterSpec, network: str = "default") -> dict:
@@ -234,10 +237,24 @@ class GkePlatform:
             self._connect(cfg.cluster, cluster)  # the cluster as just read: no second lookup to reach its API
         return readiness
 
-    def workers(self, spec: ClusterSpec) -> Workers | None:
+    def _asked(self, spec: ClusterSpec, ask: Callable[[Kube], T]) -> T:
+        """A question for the cluster's API through its cached client; when it does not answer, GKE is asked
+        whether the cluster still exists: one deleted meanwhile is ClusterGone (its client dropped, so a later
+        cluster of the same name is reached afresh), not an outage retried on every tick."""
         kube = self.reachable(spec)
-        if kube is None:
+        assert kube is not None
+        try:
+            return ask(kube)
+        except errors.TransientError as exc:
+            self._gone_or(spec, exc)
+            raise
+
+    def workers(self, spec: ClusterSpec) -> Workers | None:
+        if self.reachable(spec) is None:
             return None  # no GKE cluster, no RayCluster
+        return self._asked(spec, lambda kube: self._workers(kube, spec))
+
+    def _workers(self, kube: Kube, spec: ClusterSpec) -> Workers | None:
         seen = kube.worker_groups(spec.namespace, spec.ray_cluster)
         if seen is None:
             return None
@@ -343,9 +360,12 @@ class GkePlatform:
         self._kube(spec).delete_rayjob(spec.namespace, job)
 
     def leftovers(self, spec: ClusterSpec) -> list[Leftover]:
-        kube = self.reachable(spec)
-        if kube is None or self.owner is None:
+        if self.reachable(spec) is None or self.owner is None:
             return []
+        return self._asked(spec, lambda kube: self._leftovers(kube, spec))
+
+    def _leftovers(self, kube: Kube, spec: ClusterSpec) -> list[Leftover]:
+        assert self.owner is not None
         labels = manifests.ownership(self.owner)
         found = [
             Leftover(

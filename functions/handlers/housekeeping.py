@@ -11,7 +11,7 @@ import logging
 from functions.core import allocation
 from functions.core.allocation import Allocation
 from functions.core.config import ClusterSpec
-from functions.core.errors import describe
+from functions.core.errors import ClusterGone, describe
 from functions.core.platform import Leftover
 from functions.core.runs import RunRecord
 from functions.handlers import sizing
@@ -40,6 +40,8 @@ def tidy(
             elif not alloc.deleted and allocation.key_path(alloc.cluster) not in synced:
                 # Groups of ended runs leave the spec once drained; a size a lost write left behind is repaired.
                 sizing.sync_workers(ctx, alloc.cluster, read=alloc)
+        except ClusterGone as gone:
+            settle_gone(ctx, alloc, gone)
         except Exception as exc:
             log.warning("RayCluster %s: idle teardown or sizing failed: %s", alloc.cluster.ray_cluster, describe(exc))
             troubles.append(exc)
@@ -57,10 +59,26 @@ def tidy(
             if found is None:
                 found = ctx.platform.leftovers(spec)
             sweep(ctx, spec, found, {k[3] for k in known if k[:3] == (region, gke, namespace)}, live_jobs, ended)
+        except ClusterGone:
+            continue  # nothing is left on a cluster that is gone
         except Exception as exc:
             log.warning("%s/%s: leak sweep failed: %s", gke, namespace, describe(exc))
             troubles.append(exc)
     return troubles
+
+
+def settle_gone(ctx: Context, alloc: Allocation, gone: ClusterGone) -> None:
+    """The RayCluster's GKE cluster no longer exists (its client is dropped): an allocation no run holds or waits
+    for is marked deleted, as an idle teardown would, so the tick moves past it and the next admission makes the
+    RayCluster afresh (on a cluster of the same name, if one is made again). Runs that hold it learn it on their
+    own (their job's cluster is gone) and release it."""
+    spec = alloc.cluster
+
+    def deleted(current: Allocation) -> Allocation | None:
+        return None if current.deleted or current.holders or current.queue else current.changed(deleted=True)
+
+    ctx.allocations.update(spec, deleted)
+    log.warning("RayCluster %s: %s; its allocation settled", spec.ray_cluster, describe(gone))
 
 
 def teardown(ctx: Context, alloc: Allocation, attempts: int = 3) -> None:

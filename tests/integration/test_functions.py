@@ -548,3 +548,35 @@ def test_a_missing_namespace_fails_the_run_naming_it(controller, functions_serve
     record = only_record(h)
     assert record.state == State.FAILED and 'namespaces "team-x" not found' in record.reason, record.reason
     assert h.kube.names("rayjobs") == []
+
+
+def test_a_deleted_gke_cluster_is_a_fact_the_tick_moves_past(controller, functions_server, bucket):
+    """Issue 39: once a GKE cluster holding only an idle allocation was deleted, every tick answered 500 for the
+    life of the instance (its cached Kubernetes client was never dropped). The tick asks GKE, records the cluster
+    gone (the allocation settled, the client dropped) and answers 200; a later cluster of the same name is served
+    afresh."""
+    from tests.conftest import CLUSTER_PATH
+
+    h = controller
+    launch_upload(functions_server, bucket, "configs/before.json", QUICK)
+    run = only_record(h)
+    write_result(h, run.run_id)
+    h.kube.set_status("rayjobs", run.run_id, {"jobStatus": "SUCCEEDED", "jobDeploymentStatus": "Complete"})
+    watch(functions_server)
+    spec = run.run_config().cluster
+    assert h.ctx.store.get(run.run_id).settled and not h.ctx.allocations.get(spec).holders
+    # GKE deletes the cluster: its API server no longer answers, and GKE no longer knows it.
+    with h.gke.lock:
+        del h.gke.clusters[CLUSTER_PATH]
+    for method in ("GET", "PATCH", "POST", "DELETE"):
+        h.kube.fail(method, "/", 503, times=10_000)
+    for _ in range(2):
+        watch(functions_server)  # 200, every time
+    assert h.ctx.allocations.get(spec).deleted
+    assert h.ctx.platform._kubes == {}
+    # A new cluster of the same name: the next launch reaches it afresh.
+    h.gke.add_running(CLUSTER_PATH)
+    h.kube.faults.clear()
+    launch_upload(functions_server, bucket, "configs/after.json", QUICK)
+    after = [r for r in h.ctx.store.active() if r.run_id != run.run_id]
+    assert [r.state for r in after] == [State.SUBMITTED]
