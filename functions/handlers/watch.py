@@ -35,7 +35,13 @@ def handle(event: Any, ctx: Context | None = None) -> list[RunRecord]:
         return []
     if request.kind in ("cancel", "retry"):
         assert request.run_id is not None
-        record = _readable(ctx, request.run_id)
+        try:
+            record = ctx.store.get(request.run_id)
+        except ValueError as why:
+            # Unreadable: moved aside now (it answered 500 until a tick did it) and reported; nothing to act on.
+            ctx.store.quarantine(request.run_id, str(why))
+            quarantined(ctx, request.run_id, f"{why}; a {request.kind} for it was refused")
+            return reconcile_all(ctx)
         if record is not None and not ctx.settings.policy.may_cancel(record.source, request.token, request.attributes):
             log.warning(
                 "%s: %s refused (policy): without the run's cancel token or the operator key",
@@ -107,22 +113,27 @@ def reconcile_one(
             return again
 
 
+def quarantined(ctx: Context, run_id: str, why: str) -> None:
+    """An unreadable record moved to quarantine/runs/: logged and published, for a person to look at."""
+    log.error("%s: unreadable run record moved to quarantine/runs/: %s", run_id, why, extra={"run_id": run_id})
+    if ctx.settings.events_topic:
+        ctx.publisher.publish(
+            ctx.settings.events_topic,
+            {"run_id": run_id, "state": "QUARANTINED", "reason": f"unreadable record: {why}"},
+            run_id=run_id,
+            state="QUARANTINED",
+        )
+
+
 def reconcile_all(ctx: Context) -> list[RunRecord]:
     """Every live run at once (a hung call holds one worker thread, not the tick); then each RayCluster a run
     of this tick ended on releases its nodes (runs that ended together each saw the others live), and in a
     second pass its ended runs settle and its queued runs get their turn; then every RayCluster is sized to its
     allocation, idle ones deleted and leaked Ray objects cleaned up (housekeeping.tidy)."""
-    quarantined: list[tuple[str, str]] = []
-    records = ctx.store.active(now=ctx.clock(), quarantined=quarantined)
-    for run_id, why in quarantined:
-        log.error("%s: unreadable run record moved to quarantine/runs/: %s", run_id, why, extra={"run_id": run_id})
-        if ctx.settings.events_topic:
-            ctx.publisher.publish(
-                ctx.settings.events_topic,
-                {"run_id": run_id, "state": "QUARANTINED", "reason": f"unreadable record: {why}"},
-                run_id=run_id,
-                state="QUARANTINED",
-            )
+    moved_aside: list[tuple[str, str]] = []
+    records = ctx.store.active(now=ctx.clock(), quarantined=moved_aside)
+    for run_id, why in moved_aside:
+        quarantined(ctx, run_id, why)
     surveyed = survey(ctx, records)
     listed = {
         o.name: o.status for found in surveyed.values() for o in found if o.kind == "RayJob" and o.status is not None

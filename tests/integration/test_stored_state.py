@@ -168,3 +168,17 @@ def test_a_run_whose_gke_cluster_was_deleted_fails_after_the_pending_deadline(co
     record = h.ctx.store.get(good.run_id)
     assert record.state == State.FAILED and "GKE cluster raytune in us-central1 does not exist" in record.reason
     assert record.settled
+
+
+def test_a_cancel_or_retry_of_an_unreadable_record_quarantines_it_at_once(controller, functions_server, bucket):
+    """Issue 39: a cancel or retry of a run whose record cannot be read answered 500 (and was redelivered) until a
+    later tick quarantined it. It is moved aside and reported at once, the delivery answered 200."""
+    h = controller
+    for n, kind in enumerate(("cancel", "retry")):
+        run_id = f"broken{n}-0123456789"
+        upload(bucket, f"runs/{run_id}.json", b"{not json")
+        watch(functions_server, {"kind": kind, "run_id": run_id})  # 200
+        assert f"quarantine/runs/{run_id}.json" in h.ctx.store.blobs.list("quarantine/runs/")
+        assert h.ctx.store.get(run_id) is None
+        [event] = [e for e in h.finished_events() if e["state"] == "QUARANTINED" and e["run_id"] == run_id]
+        assert f"a {kind} for it was refused" in event["reason"]
