@@ -16,7 +16,7 @@ from pydantic import BaseModel
 from functions.adapters.gcs import Listed
 from functions.core.allocation import ALLOCATIONS, Allocation, key_path, spec_of
 from functions.core.config import ClusterSpec
-from functions.core.errors import Conflict, Contended
+from functions.core.errors import Conflict, Contended, NewerRelease
 from functions.core.runs import RECORD_FORMAT, RunRecord
 
 log = logging.getLogger(__name__)
@@ -123,6 +123,13 @@ class Stored(Generic[M]):
         raise Contended(f"{self.path(key)}: still contended after {attempts or self.attempts} attempts")
 
 
+def _ours(record: RunRecord) -> RunRecord:
+    """The record, if this release may rewrite it (its format is this release's or older)."""
+    if record.format > RECORD_FORMAT:
+        raise NewerRelease(f"{record.run_id}: a format {record.format} record (a newer release's): left to it")
+    return record
+
+
 def _generation(stored: BaseModel | None) -> int:
     return 0 if stored is None else int(getattr(stored, "generation", 0))
 
@@ -160,7 +167,9 @@ class RunStore:
             return existing, False
 
     def put(self, record: RunRecord) -> RunRecord:
-        """Replace the record if nobody wrote it since it was read, else raise Conflict."""
+        """Replace the record if nobody wrote it since it was read, else raise Conflict (NewerRelease for one of a
+        newer release: no path of this one downgrades it)."""
+        _ours(record)
         return self.records.write(record.run_id, record, if_generation_match=record.generation)
 
     def update(
@@ -172,7 +181,9 @@ class RunStore:
     ) -> RunRecord | None:
         """Read-modify-write with CAS: `change` sees the latest record and returns the new one (None: no change);
         None when there is no record. `known`: the record as last read or written (Stored.swap)."""
-        return self.records.swap(run_id, lambda record: None if record is None else change(record), attempts, known)
+        return self.records.swap(
+            run_id, lambda record: None if record is None else change(_ours(record)), attempts, known
+        )
 
     def _written(self, run_id: str, record: RunRecord) -> None:
         """Note the record's new generation on its marker (absent for settled runs: nothing is noted). A failed

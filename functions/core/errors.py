@@ -44,6 +44,11 @@ class ClusterGone(PermanentError):
     """The run's GKE cluster does not exist (deleted under it): a fact for the decision, not an outage."""
 
 
+class NewerRelease(PermanentError):
+    """A record written by a newer release (a higher format): this one never rewrites it, since it would drop the
+    fields it does not know; the release that wrote it acts on it."""
+
+
 class Contended(TransientError):
     """A record kept changing under a read-modify-write: worth another try later, not a failure."""
 

@@ -120,6 +120,29 @@ def test_a_newer_releases_record_is_left_to_it(controller, functions_server, buc
     stored = json.loads(h.ctx.store.blobs.read("runs/newer-0123456789.json")[0])
     assert stored["state"] == "RECEIVED" and stored["future_field"] == {"x": 1}, "not rewritten without its fields"
     assert "newer-0123456789" not in h.kube.names("rayjobs") and h.ctx.store.blobs.list("quarantine/") == []
+    # Issue 39: an operator's cancel (or a retry) rewrote it as this release's format, dropping future_field.
+    for kind in ("cancel", "retry"):
+        watch(functions_server, {"kind": kind, "run_id": "newer-0123456789"})
+    after = json.loads(h.ctx.store.blobs.read("runs/newer-0123456789.json")[0])
+    assert after == stored, "no path of this release downgrades a newer release's record"
+
+
+def test_no_write_of_this_release_downgrades_a_newer_record(controller, functions_server, bucket):
+    import pytest
+
+    from functions.core.errors import NewerRelease
+
+    h = controller
+    good = launched(h, functions_server, bucket)
+    record = h.ctx.store.get(good.run_id)
+    newer = record.model_copy(update={"format": RECORD_FORMAT + 1})
+    with pytest.raises(NewerRelease):
+        h.ctx.store.put(newer)
+    raw = json.loads(h.ctx.store.blobs.read(f"runs/{good.run_id}.json")[0])
+    upload(bucket, f"runs/{good.run_id}.json", json.dumps({**raw, "format": RECORD_FORMAT + 1}).encode())
+    with pytest.raises(NewerRelease):
+        h.ctx.store.update(good.run_id, lambda r: r.model_copy(update={"cancel_requested": True}))
+    assert json.loads(h.ctx.store.blobs.read(f"runs/{good.run_id}.json")[0])["format"] == RECORD_FORMAT + 1
 
 
 def test_a_corrupt_allocation_is_rebuilt_from_the_live_runs_and_the_raycluster(controller, functions_server, bucket):
