@@ -47,6 +47,12 @@ class Ignored(Exception):
     """An event that is not ours to act on (another object in the bucket, an unknown type)."""
 
 
+class Malformed(Ignored):
+    """An envelope the platform would not send (a body that is not a JSON object, a storage event without a string
+    bucket, name and generation, a Pub/Sub envelope without a message id): no run id can be derived, so the launch
+    keeps a copy for a person and logs why, instead of dropping it without a trace."""
+
+
 # A bucket name as GCS allows it, an object name, and optionally a numeric generation.
 GS_URI = re.compile(
     rf"^gs://(?P<bucket>{BUCKET})/(?P<name>[^#\x00-\x1f\x7f]{{1,1024}})"
@@ -74,9 +80,9 @@ def _data(event: Any) -> dict[str, Any]:
         try:
             data = jsonsafe.loads(data)
         except (ValueError, UnicodeDecodeError) as err:
-            raise Ignored(f"event data is not JSON: {err}") from None
+            raise Malformed(f"event data is not JSON: {err}") from None
     if not isinstance(data, dict):
-        raise Ignored("event data is not an object")
+        raise Malformed("event data is not an object")
     return data
 
 
@@ -99,7 +105,7 @@ def _message(event: Any) -> tuple[dict[str, Any], dict[str, Any] | None, list[st
         or not isinstance(message.get("messageId"), (str, int))
         or not str(message["messageId"])
     ):
-        raise Ignored("Pub/Sub envelope without messageId")
+        raise Malformed("Pub/Sub envelope without messageId")
     data = message.get("data") or ""
     if not isinstance(data, str):
         return message, None, [f"message data is a JSON {type(data).__name__}, not base64 text"]
@@ -138,7 +144,7 @@ def _from_upload(event: Any) -> LaunchRequest:
         and name
         and str(generation)
     ):
-        raise Ignored("storage event without bucket, name or generation")
+        raise Malformed("storage event without a string bucket, name and generation")
     if not name.startswith(CONFIG_PREFIX) or not name.lower().endswith(CONFIG_SUFFIXES):
         raise Ignored(f"gs://{bucket[:100]}/{name[:200]} is not a run config (configs/*.json, *.yaml)")
     generation = str(generation)[:40]

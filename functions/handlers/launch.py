@@ -15,6 +15,7 @@ on the same record.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import logging
 from typing import Any
@@ -36,6 +37,10 @@ def handle(event: Any, ctx: Context | None = None) -> RunRecord | None:
     ctx = ctx or current()
     try:
         request = events.launch_request(event)
+    except events.Malformed as why:
+        kept = keep_malformed(ctx, event, str(why))
+        log.error("rejected launch event: %s (kept as %s)", why, kept, extra={"rejected": str(why)[:500], "kept": kept})
+        return None
     except events.Ignored as why:
         log.info("ignored: %s", why, extra={"ignored": str(why)[:500]})
         return None
@@ -83,6 +88,34 @@ def give_claim_back(ctx: Context, run_id: str) -> None:
         ctx.store.update(run_id, released, attempts=3)
     except Exception as exc:
         log.warning("%s: cannot give its claim back (it expires instead): %s", run_id, describe(exc))
+
+
+MALFORMED = "quarantine/events/"  # launch events no run id could be derived from, kept for a person
+MALFORMED_KEPT = 64 * 1024  # of the event's body
+
+
+def keep_malformed(ctx: Context, event: Any, why: str) -> str | None:
+    """A copy of an event no run id can be derived from, in the runs bucket under quarantine/events/ (outside
+    runs/: nothing reads it as state), its body redacted and cut to MALFORMED_KEPT; its path, or None when it could
+    not be written (the log line says why all the same)."""
+    attributes = event.get_attributes() if hasattr(event, "get_attributes") else {}
+    raw = event.get_data() if hasattr(event, "get_data") else None
+    body = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else json.dumps(raw, default=str)
+    kept = {
+        "reason": why,
+        "event": {k: str(v)[:1024] for k, v in attributes.items() if k in ("id", "type", "source", "subject", "time")},
+        "data": redact(body[:MALFORMED_KEPT]),
+    }
+    data = json.dumps(kept, indent=2).encode()
+    path = f"{MALFORMED}{hashlib.sha256(data).hexdigest()[:24]}.json"
+    try:
+        ctx.store.blobs.write(path, data, if_generation_match=0)
+    except Conflict:
+        pass  # the same event kept already (a redelivery)
+    except Exception as exc:
+        log.warning("cannot keep the rejected event: %s", describe(exc))
+        return None
+    return path
 
 
 def receive(ctx: Context, request: events.LaunchRequest) -> tuple[RunRecord, bool]:

@@ -167,3 +167,26 @@ def test_raw_envelope_oddities_are_answered(controller, functions_server, bucket
         ).encode(),
     ):
         assert post(functions_server["launch"], (headers, raw)).status_code < 500
+
+
+def test_a_broken_launch_envelope_is_kept_and_logged_not_dropped(controller, functions_server, bucket, caplog):
+    """Issue 39: a storage event whose body is not JSON, or whose name is not a string, got 200 and left no
+    trace: no run id can be derived, so the launch keeps a copy under quarantine/events/ naming the reason (and
+    logs it); an ordinary object that is not a run config is still only ignored."""
+    h = controller
+    headers, _ = storage_event(bucket, "configs/x.json", 1)
+    assert (
+        post(functions_server["launch"], (headers, b'{"bucket": "b", "name": 12, "generation": "1"}')).status_code
+        == 200
+    )
+    assert post(functions_server["launch"], (headers, json.dumps(["not", "an", "object"]).encode())).status_code == 200
+    assert post(functions_server["launch"], (headers, b"{not json")).status_code == 200
+    assert post(functions_server["launch"], storage_event(bucket, "notes/readme.txt", 1)).status_code == 200
+    kept = h.ctx.store.blobs.list("quarantine/events/")
+    reasons = sorted(json.loads(h.ctx.store.blobs.read(path)[0])["reason"] for path in kept)
+    assert (
+        reasons[0]
+        == "event data is not JSON: Expecting property name enclosed in double quotes: line 1 column 2 (char 1)"
+    )
+    assert reasons[1:] == ["event data is not an object", "storage event without a string bucket, name and generation"]
+    assert h.ctx.store.blobs.list("runs/") == []  # no run from any of them
