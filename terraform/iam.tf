@@ -178,10 +178,7 @@ resource "google_storage_bucket_iam_member" "trainer_runs_bucket" {
   condition {
     title       = "raytune-${each.value.prefix}-only"
     description = "the trainer's ${each.value.prefix}/ in the runs bucket; never the functions' run records"
-    expression = join(" || ", [
-      "resource.name == \"${local.runs_objects}/${each.value.prefix}\"",
-      "resource.name.startsWith(\"${local.runs_objects}/${each.value.prefix}/\")",
-    ])
+    expression  = local.within[each.value.prefix]
   }
 }
 
@@ -243,6 +240,14 @@ resource "google_project_iam_member" "function_build" {
 # functions/core/permissions.py with its source; `raytune doctor` asks Google whether the build can read it.
 locals {
   function_sources_bucket = "projects/_/buckets/gcf-v2-sources-${data.google_project.this.number}-${var.region}"
+  # IAM Conditions on Cloud Storage match resource.name (projects/_/buckets/B[/objects/O]): each conditioned grant
+  # here reaches one name and everything under it, in this one form.
+  within = {
+    for key, name in merge(
+      { for prefix in values(local.trainer_runs_bucket) : prefix => "${local.runs_objects}/${prefix}" },
+      { function_sources = local.function_sources_bucket },
+    ) : key => join(" || ", ["resource.name == \"${name}\"", "resource.name.startsWith(\"${name}/\")"])
+  }
 }
 
 resource "google_project_iam_member" "function_build_sources" {
@@ -252,10 +257,7 @@ resource "google_project_iam_member" "function_build_sources" {
   condition {
     title       = "raytune-function-sources-only"
     description = "Cloud Functions' copy of the source archive, read by the function build"
-    expression = join(" || ", [
-      "resource.name == \"${local.function_sources_bucket}\"",
-      "resource.name.startsWith(\"${local.function_sources_bucket}/\")",
-    ])
+    expression  = local.within.function_sources
   }
 }
 
