@@ -99,10 +99,7 @@ def translate(exc: Exception) -> Exception:
     from kubernetes.client.exceptions import ApiException
 
     if isinstance(exc, ApiException):
-        try:
-            message = json.loads(getattr(exc, "body", None) or "{}").get("message")
-        except (TypeError, ValueError, AttributeError):
-            message = None
+        message = _message(exc)
         if message and (undeclared := UNDECLARED.search(message)):
             what, field = undeclared.groups()
             return _unknown_to_kuberay(f"{field} ({what})", message, _status(exc))
@@ -120,14 +117,23 @@ def translate(exc: Exception) -> Exception:
 PATCH_NOT_APPLIED = "the server rejected our request due to an error in our request"
 
 
-def _not_applied(exc: Exception) -> bool:
-    body = getattr(exc, "body", None) or b""
-    said = body.decode(errors="replace") if isinstance(body, bytes) else str(body)
+def _body(exc: Exception) -> str:
+    """An API error's body as text (the client keeps bytes or str)."""
+    body = getattr(exc, "body", None) or ""
+    return body.decode(errors="replace") if isinstance(body, bytes) else str(body)
+
+
+def _message(exc: Exception) -> str | None:
+    """The message of an API error's Status body; None when the body is not one."""
     try:
-        message = json.loads(said).get("message")
-    except (ValueError, AttributeError):
-        return False
-    return _status(exc) == 422 and message == PATCH_NOT_APPLIED
+        message = json.loads(_body(exc) or "{}").get("message")
+    except (TypeError, ValueError, AttributeError):
+        return None
+    return message if isinstance(message, str) else None
+
+
+def _not_applied(exc: Exception) -> bool:
+    return _status(exc) == 422 and _message(exc) == PATCH_NOT_APPLIED
 
 
 def _unknown_to_kuberay(fields: str, said: str, status: int | None) -> errors.PermanentError:
@@ -156,14 +162,11 @@ MISSING_CRD = {
         + COMPUTE_CLASS_GKE
         + " (raytune doctor checks a cluster)"
     ),
-    "RayCluster": (
-        "the cluster has no KubeRay CRD for RayCluster (rayclusters.ray.io): enable the Ray operator add-on "
+    **{
+        kind: f"the cluster has no KubeRay CRD for {kind} ({plural}.ray.io): enable the Ray operator add-on "
         "(gcloud container clusters update CLUSTER --update-addons=RayOperator=ENABLED; raytune doctor checks it)"
-    ),
-    "RayJob": (
-        "the cluster has no KubeRay CRD for RayJob (rayjobs.ray.io): enable the Ray operator add-on "
-        "(gcloud container clusters update CLUSTER --update-addons=RayOperator=ENABLED; raytune doctor checks it)"
-    ),
+        for kind, plural in PLURALS.items()
+    },
 }
 
 
@@ -171,8 +174,7 @@ def _missing_crd(kind: str, exc: Exception) -> errors.PermanentError | None:
     """A 404 to an apply of a custom kind whose type the server does not serve: its CRD is missing."""
     if _status(exc) != 404 or kind not in MISSING_CRD:
         return None
-    body = getattr(exc, "body", None) or ""
-    said = body.decode(errors="replace") if isinstance(body, bytes) else str(body)
+    said = _body(exc)
     if NO_SUCH_TYPE not in said and "404 page not found" not in said:
         return None
     return errors.PermanentError(MISSING_CRD[kind], 404)
