@@ -237,12 +237,10 @@ class GkePlatform:
             self._connect(cfg.cluster, cluster)  # the cluster as just read: no second lookup to reach its API
         return readiness
 
-    def _asked(self, spec: ClusterSpec, ask: Callable[[Kube], T]) -> T:
-        """A question for the cluster's API through its cached client; when it does not answer, GKE is asked
+    def _asked(self, spec: ClusterSpec, kube: Kube, ask: Callable[[Kube], T]) -> T:
+        """A question for the cluster's API through its (cached) client; when it does not answer, GKE is asked
         whether the cluster still exists: one deleted meanwhile is ClusterGone (its client dropped, so a later
         cluster of the same name is reached afresh), not an outage retried on every tick."""
-        kube = self.reachable(spec)
-        assert kube is not None
         try:
             return ask(kube)
         except errors.TransientError as exc:
@@ -250,9 +248,10 @@ class GkePlatform:
             raise
 
     def workers(self, spec: ClusterSpec) -> Workers | None:
-        if self.reachable(spec) is None:
+        kube = self.reachable(spec)
+        if kube is None:
             return None  # no GKE cluster, no RayCluster
-        return self._asked(spec, lambda kube: self._workers(kube, spec))
+        return self._asked(spec, kube, lambda kube: self._workers(kube, spec))
 
     def _workers(self, kube: Kube, spec: ClusterSpec) -> Workers | None:
         seen = kube.worker_groups(spec.namespace, spec.ray_cluster)
@@ -316,11 +315,8 @@ class GkePlatform:
 
     def job_status(self, cfg: RunConfig, job: str) -> dict | None:
         """The RayJob's status; ClusterGone when its GKE cluster was deleted (its API server unreachable)."""
-        try:
-            found = self._kube(cfg.cluster).get_rayjob(cfg.cluster.namespace, job)
-        except errors.TransientError as err:
-            self._gone_or(cfg.cluster, err)
-            raise
+        spec = cfg.cluster
+        found = self._asked(spec, self._kube(spec), lambda kube: kube.get_rayjob(spec.namespace, job))
         return None if found is None else found.get("status", {})
 
     def waiting_reason(self, cfg: RunConfig, run_id: str) -> str | None:
@@ -360,9 +356,10 @@ class GkePlatform:
         self._kube(spec).delete_rayjob(spec.namespace, job)
 
     def leftovers(self, spec: ClusterSpec) -> list[Leftover]:
-        if self.reachable(spec) is None or self.owner is None:
+        kube = self.reachable(spec)
+        if kube is None or self.owner is None:
             return []
-        return self._asked(spec, lambda kube: self._leftovers(kube, spec))
+        return self._asked(spec, kube, lambda kube: self._leftovers(kube, spec))
 
     def _leftovers(self, kube: Kube, spec: ClusterSpec) -> list[Leftover]:
         assert self.owner is not None
