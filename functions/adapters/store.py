@@ -17,7 +17,7 @@ from functions.adapters.gcs import Listed
 from functions.core.allocation import ALLOCATIONS, Allocation, key_path, spec_of
 from functions.core.config import ClusterSpec
 from functions.core.errors import Conflict, Contended, NewerRelease
-from functions.core.runs import RECORD_FORMAT, RunRecord
+from functions.core.runs import RunRecord
 
 log = logging.getLogger(__name__)
 M = TypeVar("M", bound=BaseModel)
@@ -125,7 +125,7 @@ class Stored(Generic[M]):
 
 def _ours(record: RunRecord) -> RunRecord:
     """The record, if this release may rewrite it (its format is this release's or older)."""
-    if record.format > RECORD_FORMAT:
+    if record.from_newer_release:
         raise NewerRelease(f"{record.run_id}: a format {record.format} record (a newer release's): left to it")
     return record
 
@@ -256,7 +256,7 @@ class RunStore:
                 self.quarantine(run_id, why)
                 if quarantined is not None:
                     quarantined.append((run_id, why))
-            elif record is not None and record.format > RECORD_FORMAT:
+            elif record is not None and record.from_newer_release:
                 log.warning("%s: a format %d record (a newer release's): left to it", run_id, record.format)
             elif record is not None:
                 fresh[run_id] = record

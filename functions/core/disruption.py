@@ -48,6 +48,11 @@ def _at(value: Any) -> dt.datetime | None:
         return None
 
 
+def _event_time(event: dict[str, Any]) -> dt.datetime | None:
+    """When an Event last happened (events.k8s.io's eventTime where core's lastTimestamp is not set)."""
+    return _at(event.get("lastTimestamp") or event.get("eventTime") or event.get("firstTimestamp"))
+
+
 def _recent(when: dt.datetime | None, since: dt.datetime | None) -> bool:
     return since is None or when is None or when >= since
 
@@ -82,7 +87,7 @@ def from_pods(pods: list[dict[str, Any]], events: list[dict[str, Any]], since: d
         involved = event.get("involvedObject") or {}
         if involved.get("kind") != "Pod" or event.get("reason") not in EVENT_REASONS:
             continue
-        when = _at(event.get("lastTimestamp") or event.get("eventTime") or event.get("firstTimestamp"))
+        when = _event_time(event)
         if not _recent(when, since):
             continue
         pod = involved.get("name", "?")
@@ -101,7 +106,7 @@ def from_kuberay(events: list[dict[str, Any]], group: str, since: dt.datetime | 
             continue
         said = str(event.get("message") or "")
         hit = KUBERAY_DELETED.search(said)
-        when = _at(event.get("lastTimestamp") or event.get("eventTime") or event.get("firstTimestamp"))
+        when = _event_time(event)
         if hit is None or f"-{group}-" not in hit["pod"] or "OOMKilled" in said or not _recent(when, since):
             continue
         found.append(_line(hit["pod"], None, when, "failed, and KubeRay deleted it (DeletedWorkerPod)"))

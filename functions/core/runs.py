@@ -159,6 +159,11 @@ class RunRecord(BaseModel):
     def written_as_current(self, _: int) -> int:
         return RECORD_FORMAT  # what this release writes is its own format (newer records are never written)
 
+    @property
+    def from_newer_release(self) -> bool:
+        """Written by a newer release (a higher format): this one reads it but never rewrites or acts on it."""
+        return self.format > RECORD_FORMAT
+
     def run_config(self) -> RunConfig:
         """The run's accepted config (never rejected now for a rule added since it was accepted), validated once
         per config: a tick asks for it at every step of every run."""

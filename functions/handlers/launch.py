@@ -24,7 +24,7 @@ from functions.core import advice, events
 from functions.core.config import MAX_CONFIG_BYTES, ConfigError, RunConfig, parse_config
 from functions.core.decide import Facts
 from functions.core.errors import Conflict, NotFound, PermanentError, TooLarge, describe
-from functions.core.runs import RECORD_FORMAT, RunRecord, State, Transition
+from functions.core.runs import RunRecord, State, Transition
 from functions.core.secrets import redact
 from functions.handlers import steps
 from functions.handlers.context import Context, current
@@ -45,7 +45,7 @@ def handle(event: Any, ctx: Context | None = None) -> RunRecord | None:
         log.info("ignored: %s", why, extra={"ignored": str(why)[:500]})
         return None
     record, created = receive(ctx, request)
-    if record.format > RECORD_FORMAT:  # a newer release's record of this run: that release acts on it
+    if record.from_newer_release:  # a newer release's record of this run: that release acts on it
         log.warning("%s: a format %d record (a newer release's): left to it", record.run_id, record.format)
         return record
     if not created and record.state == State.RECEIVED and record.claim_released:

@@ -18,7 +18,7 @@ from functions.core.config import ClusterSpec
 from functions.core.decide import Facts, cluster_key
 from functions.core.errors import Contended, describe, is_transient
 from functions.core.platform import Leftover
-from functions.core.runs import RECORD_FORMAT, RunRecord, State
+from functions.core.runs import RunRecord, State
 from functions.handlers import housekeeping, sizing, steps
 from functions.handlers.context import Context, current
 
@@ -42,7 +42,7 @@ def handle(event: Any, ctx: Context | None = None) -> list[RunRecord]:
             ctx.store.quarantine(request.run_id, str(why))
             quarantined(ctx, request.run_id, f"{why}; a {request.kind} for it was refused")
             return reconcile_all(ctx)
-        if record is not None and record.format > RECORD_FORMAT:
+        if record is not None and record.from_newer_release:
             log.warning(
                 "%s: %s left to the newer release whose record (format %d) it is",
                 request.run_id,
