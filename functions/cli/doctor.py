@@ -52,8 +52,8 @@ class Doctor:
             found.append(Finding("project", project, OK, f"number {number}"))
         except errors.ControllerError as exc:
             found.append(Finding("project", project, UNKNOWN, f"could not read it: {errors.describe(exc, 300)}"))
-        names = {k: getattr(s, k) or "" for k in ("runs_bucket", "configs_bucket", "build_bucket", "launch_topic")}
-        names |= {k: getattr(s, k) or "" for k in ("watch_topic", "repository", "hf_token_secret", "gke_cluster")}
+        named = ("runs_bucket", "configs_bucket", "build_bucket", "launch_topic", "watch_topic", "repository")
+        names = {k: getattr(s, k) or "" for k in (*named, "hf_token_secret", "gke_cluster")}
         return d.Deployment(project, number, s.region or "", s.name or "raytune", **names), found
 
     def run(self) -> tuple[list[Finding], int]:
@@ -274,16 +274,15 @@ class Doctor:
 
     @staticmethod
     def dry_run(kube: Any, obj: dict) -> Finding:
+        check = "gke" if obj["kind"] == "ComputeClass" else "kuberay"  # GKE's CRD, or KubeRay's
         subject = f"{obj['kind']} {obj['apiVersion']}"
         try:
             kube.apply(obj, dry_run=True)
         except errors.PermanentError as exc:
-            return Finding("kuberay" if obj["kind"] != "ComputeClass" else "gke", subject, PROBLEM, str(exc)[:400])
+            return Finding(check, subject, PROBLEM, str(exc)[:400])
         except errors.ControllerError as exc:
-            return Finding("kuberay", subject, UNKNOWN, f"could not ask: {errors.describe(exc, 300)}")
-        return Finding(
-            "kuberay" if obj["kind"] != "ComputeClass" else "gke", subject, OK, "every field rendered is declared"
-        )
+            return Finding(check, subject, UNKNOWN, f"could not ask: {errors.describe(exc, 300)}")
+        return Finding(check, subject, OK, "every field rendered is declared")
 
     # -- the trainer image ---------------------------------------------------------------------------------
 
@@ -301,12 +300,12 @@ class Doctor:
             self.tagged(ref) for ref in sorted({i for i in (cluster.worker_image, cluster.head_image) if i})
         ]
 
-    def present(self, check: str, subject: str, service: str, path: str, fix: str) -> Finding:
+    def present(self, check: str, subject: str, service: str, path: str, fix: str, missing: str = "missing") -> Finding:
         def ask() -> Finding:
             self.rest.get(service, path)
             return Finding(check, subject, OK)
 
-        return _asked(check, subject, ask, "missing", fix)
+        return _asked(check, subject, ask, missing, fix)
 
     def tagged(self, ref: str) -> Finding:
         """An image in Artifact Registry (REGION-docker.pkg.dev/PROJECT/REPO/IMAGE:TAG): its tag exists."""
@@ -319,8 +318,7 @@ class Doctor:
         package = image.replace("/", "%2F")
         path = f"v1/projects/{project}/locations/{location}/repositories/{repo}/packages/{package}/tags/{tag}"
         fix = "raytune image (builds and pushes it), then set cluster.worker_image to what it prints"
-        finding = self.present("image", ref, "artifactregistry", path, fix)
-        return finding if finding.status != PROBLEM else Finding("image", ref, PROBLEM, "no such image", fix)
+        return self.present("image", ref, "artifactregistry", path, fix, missing="no such image")
 
 
 def cloud_doctor(settings: CliSettings, config: RunConfig | None, create_clusters: bool) -> Doctor:

@@ -65,18 +65,24 @@ class Deployment:
         given = {"launch": self.launch_topic, "watch": self.watch_topic}.get(short)
         return given or f"projects/{self.project}/topics/{self.name}-{short}"
 
+    def email(self, account: str) -> str:
+        """A service account's address: one of Terraform's (functions, trigger, function-build, image-build) or the
+        Compute Engine default (compute-default), as the permission table's service-account:<name> calls them."""
+        if account == "compute-default":
+            return f"{self.number}-compute@developer.gserviceaccount.com"
+        return f"{self.name}-{account}@{self.project}.iam.gserviceaccount.com"
+
     def account(self, identity: str) -> str | None:
         """The principal IAM knows an identity by; None for the person at the CLI (asked as the caller)."""
-        own = {
+        accounts = {
             p.FUNCTIONS: "functions",
             p.TRIGGER: "trigger",
             p.FUNCTION_BUILD: "function-build",
             p.IMAGE_BUILD: "image-build",
+            p.NODES: "compute-default",
         }
-        if identity in own:
-            return f"serviceAccount:{self.name}-{own[identity]}@{self.project}.iam.gserviceaccount.com"
-        if identity == p.NODES:
-            return f"serviceAccount:{self.number}-compute@developer.gserviceaccount.com"
+        if identity in accounts:
+            return "serviceAccount:" + self.email(accounts[identity])
         if identity == p.TRAINER:  # the Ray pods' Kubernetes service account default, namespace default
             return (
                 f"principal://iam.googleapis.com/projects/{self.number}/locations/global/workloadIdentityPools/"
@@ -110,12 +116,7 @@ class Deployment:
                 f"{self.repository}"
             )
         if kind == "service-account":
-            email = (
-                f"{self.number}-compute@developer.gserviceaccount.com"
-                if which == "compute-default"
-                else f"{self.name}-{which}@{self.project}.iam.gserviceaccount.com"
-            )
-            return f"//iam.googleapis.com/projects/{self.project}/serviceAccounts/{email}"
+            return f"//iam.googleapis.com/projects/{self.project}/serviceAccounts/{self.email(which)}"
         return None
 
 
