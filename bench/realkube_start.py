@@ -28,7 +28,7 @@ def burn(stop) -> None:
 
 def main() -> int:
     from tests.realkube.control_plane import ControlPlane, binaries
-    from tests.realkube.session import NO_CAPACITY
+    from tests.realkube.session import KUBELET_ARGS
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=10)
@@ -48,7 +48,7 @@ def main() -> int:
             plane = ControlPlane(folder)
             started = time.monotonic()
             try:
-                plane.start(kubelet_args=("--no-capacity-for", NO_CAPACITY))
+                plane.start(kubelet_args=KUBELET_ARGS)
                 times.append(time.monotonic() - started)
                 print(f"start {run}: {times[-1]:.1f} s", flush=True)
             except Exception as exc:

@@ -9,9 +9,6 @@ import pytest
 
 from tests.realkube import session
 from tests.realkube.control_plane import ENV, binaries
-from tests.realkube.session import NO_CAPACITY
-
-__all__ = ["NO_CAPACITY"]
 
 
 @pytest.fixture(scope="session")

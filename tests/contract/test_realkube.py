@@ -242,7 +242,7 @@ def test_an_ended_run_releases_exactly_its_own_pods_on_the_real_operator(real, e
 
 
 def test_stuck_workers_fail_at_the_deadline_with_the_schedulers_reason(real):
-    from tests.contract.conftest import NO_CAPACITY
+    from tests.realkube.session import NO_CAPACITY
 
     run_id = real.launch(
         "stuck",

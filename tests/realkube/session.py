@@ -17,6 +17,7 @@ from pathlib import Path
 from tests.realkube.control_plane import ControlPlane, binaries
 
 NO_CAPACITY = "cloud.google.com/reservation-name"  # the node player's Autopilot has none for a reservation
+KUBELET_ARGS = ("--no-capacity-for", NO_CAPACITY)  # how the tier's node player is started
 INFO = "RAYTUNE_REALKUBE_INFO"  # the file where the starter writes the plane's info, or why it did not start
 TIER = Path(__file__).resolve().parents[1] / "contract"
 
@@ -44,7 +45,7 @@ class Starter:
     def _start(self) -> None:
         try:
             self.plane = ControlPlane(self.folder)
-            self.plane.start(kubelet_args=("--no-capacity-for", NO_CAPACITY))
+            self.plane.start(kubelet_args=KUBELET_ARGS)
             said = {"plane": self.plane.info(), "seconds": round(time.monotonic() - self.started, 1)}
         except Exception as exc:
             said = {"error": f"{type(exc).__name__}: {exc}"}
