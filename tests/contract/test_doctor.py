@@ -11,6 +11,7 @@ import uuid
 from contextlib import contextmanager
 
 import pytest
+import requests
 
 from functions.adapters.google_rest import GoogleRest
 from functions.adapters.kube import Kube, api_client
@@ -58,25 +59,15 @@ def stand_ins(gcs_emulator, broken: Breakage | None = None, buckets=("runs", "co
             gke_cluster="raytune",
             hf_token_secret="raytune-hf-token",
         )
-        rest = GoogleRest(_Session(), {**google.endpoints(), "storage": storage.url})
+        rest = GoogleRest(
+            requests.Session(), {**google.endpoints(), "storage": storage.url}
+        )  # the stand-ins take no credentials
         yield settings, rest, google, fake_kube
     finally:
         google.stop()
         storage.stop()
         if kube is None:
             fake_kube.stop()
-
-
-class _Session:
-    """requests, unauthenticated: the stand-ins take no credentials."""
-
-    def __init__(self):
-        import requests
-
-        self.session = requests.Session()
-
-    def request(self, *args, **kwargs):
-        return self.session.request(*args, **kwargs)
 
 
 def doctor(settings, rest, kube, config: RunConfig | None = None) -> tuple[list[d.Finding], int]:
