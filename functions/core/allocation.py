@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from pydantic import BaseModel, Field
@@ -64,14 +64,24 @@ class Admission:
     queued: int = 0  # how many wait in all
     held: int = 0  # nodes the holders hold beside this run
     limit: int = 0
+    passed: tuple[tuple[str, str], ...] = ()  # (run id, why) of runs ahead that this release cannot act on
 
     def describe(self, nodes: int) -> str:
         if self.admitted:
-            return f"admitted: {nodes} worker nodes ({self.held} held by other runs, limit {self.limit})"
-        return (
-            f"queued {self.position} of {self.queued}: needs {nodes} worker nodes, {self.held} of "
-            f"{self.limit} (cluster.max_worker_nodes) held by other runs"
-        )
+            said = f"admitted: {nodes} worker nodes ({self.held} held by other runs, limit {self.limit})"
+        else:
+            said = (
+                f"queued {self.position} of {self.queued}: needs {nodes} worker nodes, {self.held} of "
+                f"{self.limit} (cluster.max_worker_nodes) held by other runs"
+            )
+        return said + self.passed_note
+
+    @property
+    def passed_note(self) -> str:
+        if not self.passed:
+            return ""
+        ahead = "; ".join(f"{run_id} ({why})" for run_id, why in self.passed)
+        return f"; ahead in line but not served by this release, so passed: {ahead}"
 
 
 def release(alloc: Allocation, live: Callable[[str], bool], now: dt.datetime) -> Allocation | None:
@@ -92,11 +102,17 @@ def admit(
     cluster: ClusterSpec,
     idle_delete: int,
     operator_limit: int | None = None,
+    unserved: Mapping[str, str] | None = None,
 ) -> tuple[Allocation | None, Admission]:
     """Admit the run if it is first in line and fits, else keep it queued in FIFO order. Returns the new
     allocation (None: unchanged) and the outcome. Idempotent: an admitted run stays admitted. The limit is the
     run's own `cluster.max_worker_nodes` under the operator's (policy max_worker_nodes): a run may ask for
-    less room beside it, never more than the operator allows any RayCluster."""
+    less room beside it, never more than the operator allows any RayCluster.
+
+    `unserved`: waiting runs this release cannot act on (run id -> why: a newer release's record, one it cannot
+    read), which it would never admit, so they do not hold the line: they keep their place in the queue, and a
+    run behind them is served as if they were not there, the reason saying whom it passed."""
+    unserved = unserved or {}
     limit = min(cluster.max_worker_nodes, operator_limit or cluster.max_worker_nodes)
     if run_id in alloc.holders:
         return None, Admission(True, held=alloc.wanted - alloc.holders[run_id], limit=limit)
@@ -104,13 +120,23 @@ def admit(
         alloc.queue if alloc.position(run_id) else [*alloc.queue, Waiting(run_id=run_id, nodes=nodes, arrived=arrived)]
     )
     queue = sorted(queue, key=lambda w: (w.arrived, w.run_id))
+    mine = next(i for i, w in enumerate(queue) if w.run_id == run_id)
+    passed = tuple((w.run_id, unserved[w.run_id]) for w in queue[:mine] if w.run_id in unserved)
+    place = mine - len(passed)
     common = {"cluster": cluster, "idle_delete_seconds": idle_delete, "idle_since": None, "deleted": False}
-    if queue[0].run_id == run_id and alloc.wanted + nodes <= limit:
-        admitted = alloc.changed(holders={**alloc.holders, run_id: nodes}, queue=queue[1:], **common)
-        return admitted, Admission(True, held=alloc.wanted, limit=limit)
+    if place == 0 and alloc.wanted + nodes <= limit:
+        rest = [w for w in queue if w.run_id != run_id]
+        admitted = alloc.changed(holders={**alloc.holders, run_id: nodes}, queue=rest, **common)
+        return admitted, Admission(True, held=alloc.wanted, limit=limit, passed=passed)
     waiting = alloc.changed(queue=queue, **common) if queue != alloc.queue else None
-    position = next(i + 1 for i, w in enumerate(queue) if w.run_id == run_id)
-    return waiting, Admission(False, position=position, queued=len(queue), held=alloc.wanted, limit=limit)
+    return waiting, Admission(
+        False,
+        position=place + 1,
+        queued=sum(w.run_id not in unserved for w in queue),
+        held=alloc.wanted,
+        limit=limit,
+        passed=passed,
+    )
 
 
 def group_name(run_id: str) -> str:

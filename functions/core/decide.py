@@ -223,13 +223,14 @@ def _before_submission(record: RunRecord, facts: Facts) -> Step:
         return move(State.PROVISIONING, facts.cluster.message)
     if facts.submitted is None:
         return Step(Action.SUBMIT)
+    submitted_reason = facts.submitted + facts.admission.passed_note
     if record.attempts:  # a later attempt: its submission is written on it
         current = record.attempts[-1]
         submitted = current.model_copy(
             update={"submitted_at": facts.now, "held_since": current.held_since or facts.now}
         )
-        return move(State.SUBMITTED, facts.submitted, attempts=[*record.attempts[:-1], submitted])
-    return move(State.SUBMITTED, facts.submitted)
+        return move(State.SUBMITTED, submitted_reason, attempts=[*record.attempts[:-1], submitted])
+    return move(State.SUBMITTED, submitted_reason)
 
 
 def _fingerprinted(record: RunRecord, facts: Facts) -> Step:

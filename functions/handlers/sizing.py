@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 import random
-from collections.abc import Callable
+from dataclasses import dataclass
 
 from functions.core import allocation
 from functions.core.allocation import Admission, Allocation
@@ -22,27 +22,33 @@ ATTEMPTS = 8
 PAUSE_S, PAUSE_CAP_S = 0.2, 2.0
 
 
-def live_check(ctx: Context, keep: str | None = None) -> Callable[[str], bool]:
-    """Whether a run still needs its place: its record exists and has not ended (read fresh, never from a
-    listing made earlier, so a run admitted meanwhile is never dropped)."""
+@dataclass(frozen=True)
+class Standing:
+    """What a run's record, read fresh, says about its place in a RayCluster's allocation."""
 
-    def live(run_id: str) -> bool:
-        if run_id == keep:
-            return True
-        try:
-            record = ctx.store.get(run_id)
-        except ValueError:
-            return True  # unreadable: the tick quarantines and reports it; its nodes are not freed on a guess
-        return record is not None and not record.state.terminal
+    live: bool  # it still needs its place (unreadable counts as live: nodes are never freed on a guess)
+    unserved: str | None = None  # why this release cannot act on it (it would never admit it)
 
-    return live
+
+def standing(ctx: Context, run_id: str) -> Standing:
+    """Read fresh, never from a listing made earlier, so a run admitted meanwhile is never dropped."""
+    try:
+        record = ctx.store.get(run_id)
+    except ValueError as err:  # the tick quarantines and reports it
+        return Standing(True, f"its record cannot be read: {' '.join(str(err).split())[:120]}")
+    if record is None or record.state.terminal:
+        return Standing(False)
+    if record.from_newer_release:
+        return Standing(True, f"a newer release's record (format {record.format})")
+    return Standing(True)
 
 
 def admit(ctx: Context, record: RunRecord, cfg: RunConfig) -> Admission:
-    """Hold the run's nodes in its RayCluster's allocation, or keep it queued; first in, first served."""
+    """Hold the run's nodes in its RayCluster's allocation, or keep it queued; first in, first served (among the
+    runs this release serves)."""
     outcome: list[Admission] = []
 
-    def admitted(alloc: Allocation) -> tuple[Allocation | None, Admission]:
+    def admitted(alloc: Allocation, unserved: dict[str, str] | None = None) -> tuple[Allocation | None, Admission]:
         return allocation.admit(
             alloc,
             record.run_id,
@@ -51,17 +57,22 @@ def admit(ctx: Context, record: RunRecord, cfg: RunConfig) -> Admission:
             cfg.cluster,
             cfg.cluster.idle_delete_seconds,
             ctx.settings.policy.max_worker_nodes,
+            unserved,
         )
 
     def change(alloc: Allocation) -> Allocation | None:
         new, admission = admitted(alloc)
         if not admission.admitted:
-            # Only a run that would wait reads the others' records (fresh): runs that ended without the watcher
-            # having released them yet give up their place, and it is admitted into the room they leave. A
-            # launch that fits reads none, however many runs hold the RayCluster.
-            cleaned = allocation.release(alloc, live_check(ctx, keep=record.run_id), ctx.clock())
-            if cleaned is not None:
-                new, admission = admitted(cleaned)
+            # Only a run that would wait reads the others' records (fresh, each once): runs that ended without
+            # the watcher having released them yet give up their place, runs this release cannot act on are
+            # passed, and it is admitted into the room and the turn they leave. A launch that fits reads none,
+            # however many runs hold the RayCluster.
+            seen = {run_id: standing(ctx, run_id) for run_id in [*alloc.holders, *(w.run_id for w in alloc.queue)]}
+            seen[record.run_id] = Standing(True)
+            cleaned = allocation.release(alloc, lambda run_id: seen[run_id].live, ctx.clock())
+            unserved = {run_id: s.unserved for run_id, s in seen.items() if s.unserved is not None}
+            if cleaned is not None or unserved:
+                new, admission = admitted(cleaned or alloc, unserved)
                 new = new or cleaned
         outcome.append(admission)
         return new
@@ -75,7 +86,9 @@ def release(ctx: Context, spec: ClusterSpec, sync: bool = True) -> None:
     workers to what is left."""
     if ctx.allocations.get(spec) is None:
         return  # never sized by this controller
-    ctx.allocations.update(spec, lambda alloc: allocation.release(alloc, live_check(ctx), ctx.clock()))
+    ctx.allocations.update(
+        spec, lambda alloc: allocation.release(alloc, lambda run_id: standing(ctx, run_id).live, ctx.clock())
+    )
     if sync:
         sync_workers(ctx, spec)
 

@@ -8,6 +8,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
+from functions.adapters.store import ACTIVE, RECORD_GENERATION
+from functions.core.config import RunConfig
 from functions.core.runs import RECORD_FORMAT, State
 from tests.fakes.http_events import post, storage_event
 from tests.integration.test_functions import QUICK, only_record, upload, watch, workers
@@ -128,8 +132,6 @@ def test_a_newer_releases_record_is_left_to_it(controller, functions_server, buc
 
 
 def test_no_write_of_this_release_downgrades_a_newer_record(controller, functions_server, bucket):
-    import pytest
-
     from functions.core.errors import NewerRelease
 
     h = controller
@@ -149,7 +151,6 @@ def test_a_corrupt_allocation_is_rebuilt_from_the_live_runs_and_the_raycluster(c
     """Issue 21: a corrupt clusters/... object failed every run on its RayCluster. It is moved aside and rebuilt:
     the admitted runs hold their nodes, the queued one keeps its turn, the group is not shrunk under them."""
     from functions.core.allocation import key_path
-    from functions.core.config import RunConfig
 
     h = controller
     post(functions_server["launch"], storage_event(bucket, "configs/a.json", upload(bucket, "configs/a.json", QUICK)))
@@ -205,3 +206,40 @@ def test_a_cancel_or_retry_of_an_unreadable_record_quarantines_it_at_once(contro
         assert h.ctx.store.get(run_id) is None
         [event] = [e for e in h.finished_events() if e["state"] == "QUARANTINED" and e["run_id"] == run_id]
         assert f"a {kind} for it was refused" in event["reason"]
+
+
+@pytest.mark.parametrize("kind", ["newer", "unreadable"])
+def test_a_run_this_release_cannot_serve_at_the_head_of_the_queue_does_not_block_the_runs_behind_it(
+    controller, functions_server, bucket, kind
+):
+    """Issue 39: a newer release's record at the head of a RayCluster's queue blocked every run behind it (one
+    waited with nodes free and FAILED at its queue deadline); so did a record that cannot be read, until a tick
+    quarantined it. This release never admits such a run, so it is passed: it keeps its place and its record,
+    and the run behind it is submitted with the reason saying so."""
+    h = controller
+    holder = launched(h, functions_server, bucket, "holder")  # 2 of 5 nodes
+    big = {**QUICK, "scaling": {"nodes": 4}}
+    post(functions_server["launch"], storage_event(bucket, "configs/big.json", upload(bucket, "configs/big.json", big)))
+    [waiter] = [r for r in h.ctx.store.active() if r.state == State.QUEUED]
+    raw = json.loads(h.ctx.store.blobs.read(f"runs/{waiter.run_id}.json")[0])
+    if kind == "newer":
+        written = json.dumps({**raw, "format": RECORD_FORMAT + 1}).encode()
+        why = f"a newer release's record (format {RECORD_FORMAT + 1})"
+    else:
+        written, why = b'{"run_id": "' + waiter.run_id.encode() + b'", "state": ', "its record cannot be read"
+    generation = upload(bucket, f"runs/{waiter.run_id}.json", written)
+    # as the newer release's write does: its generation noted on the run's marker, so watchers read it again
+    h.ctx.store.blobs.set_metadata(f"{ACTIVE}{waiter.run_id}", {RECORD_GENERATION: str(generation)})
+    h.kube.set_status("rayjobs", holder.run_id, {"jobStatus": "SUCCEEDED", "jobDeploymentStatus": "Complete"})
+    if kind == "newer":
+        watch(functions_server)  # the holder ends; the newer run is left to its release, at the head of the line
+    small = {**QUICK, "name": "behind", "scaling": {"nodes": 1}}
+    post(functions_server["launch"], storage_event(bucket, "configs/c.json", upload(bucket, "configs/c.json", small)))
+    [behind] = [r for r in h.ctx.store.active() if r.config["name"] == "behind"]
+    assert behind.state == State.SUBMITTED, behind.reason
+    assert f"so passed: {waiter.run_id} ({why}" in behind.reason
+    alloc = h.ctx.allocations.get(RunConfig.model_validate(behind.config).cluster)
+    assert [w.run_id for w in alloc.queue] == [waiter.run_id] and behind.run_id in alloc.holders
+    if kind == "newer":
+        stored = json.loads(h.ctx.store.blobs.read(f"runs/{waiter.run_id}.json")[0])
+        assert stored["format"] == RECORD_FORMAT + 1 and stored["state"] == "QUEUED", "left to its own release"

@@ -87,6 +87,24 @@ def test_an_early_arrival_that_queues_late_goes_first():
     assert position == 1 and [w.run_id for w in alloc.queue] == ["early", "late"]
 
 
+def test_a_run_this_release_cannot_serve_does_not_hold_the_line():
+    """Issue 39: a newer release's record at the head of the queue blocked every run behind it (one waited with
+    5 nodes free and FAILED at its queue deadline). It keeps its place; the run behind it is served as if it
+    were not there, and its reason names whom it passed."""
+    alloc, _, _ = admitted(Allocation(cluster=SPEC, holders={"x": 4}), "newer", 2, 0)  # waits for x's nodes
+    alloc = release(alloc, lambda r: r != "x", at(5)) or alloc
+    before, outcome = admit(alloc, "b", 2, at(10), SPEC, 1800)
+    assert not outcome.admitted and outcome.position == 2, "before: b waits behind a run nobody will admit"
+    unserved = {"newer": "a newer release's record (format 4)"}
+    new, outcome = admit(before or alloc, "b", 2, at(10), SPEC, 1800, unserved=unserved)
+    assert outcome.admitted and new is not None and new.holders == {"b": 2}
+    assert [w.run_id for w in new.queue] == ["newer"], "it keeps its place for the release that serves it"
+    assert outcome.describe(2).endswith("passed: newer (a newer release's record (format 4))")
+    # Behind it and not fitting: the position counts only the runs this release serves.
+    _, outcome = admit(new, "c", 4, at(20), SPEC, 1800, unserved=unserved)
+    assert not outcome.admitted and (outcome.position, outcome.queued) == (1, 1) and outcome.passed
+
+
 A, B = group_name("a"), group_name("b")
 
 
