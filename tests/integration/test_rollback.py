@@ -1,0 +1,132 @@
+"""A rollback (issue 39): the previous release reads what this release stored. Its own code (functions/ at
+PREVIOUS, taken from this clone's history with `git archive`) reads every record and allocation object that
+this release's handlers wrote through functions-framework on the emulators: each parses, each accepted config
+validates by that release's rules, its decision takes the same first step as this release's, and what it would
+drop on a rewrite is only the fields listed in DROPPED_ON_REWRITE, each with why dropping it is safe."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tarfile
+from io import BytesIO
+from pathlib import Path
+
+import pytest
+
+from functions.core import decide as decision
+from functions.core.runs import RunRecord, State
+from tests.fakes.http_events import post, storage_event
+from tests.integration.test_functions import QUICK, upload, watch, write_result
+
+ROOT = Path(__file__).resolve().parents[2]
+PREVIOUS = "b716476"  # the last release landed before this one (format 2, no claim_released)
+
+# Fields this release writes that the previous one does not know: it reads records without them and, when it
+# rewrites one, leaves them out. Each is safe to lose:
+DROPPED_ON_REWRITE = {
+    # A launch that failed gave the run's RECEIVED claim back so a redelivery takes it at once; the previous
+    # release waits for the claim to expire (5 minutes) instead, as it always did.
+    "claim_released",
+}
+
+# Runs in the previous release's own process: it prints one JSON line per stored object read.
+READER = """
+import dataclasses, datetime as dt, json, sys
+from functions.core.allocation import Allocation
+from functions.core.decide import Facts, decide
+from functions.core.runs import RunRecord
+now = dt.datetime.fromisoformat(sys.argv[2])
+for path, text in json.load(open(sys.argv[1])).items():
+    if path.startswith("clusters/"):
+        alloc = Allocation.model_validate_json(text)
+        print(json.dumps({"path": path, "holders": alloc.holders, "queue": [w.run_id for w in alloc.queue]}))
+        continue
+    record = RunRecord.model_validate_json(text)
+    if record.config is not None:
+        record.run_config()
+    step = decide(record, Facts(now=now, handler="watch"))
+    kept = json.loads(record.model_dump_json())
+    print(json.dumps({
+        "path": path, "state": record.state.value, "step": [step.action.value, step.state and step.state.value],
+        "dropped": sorted(set(json.loads(text)) - set(kept)),
+    }))
+"""
+
+
+@pytest.fixture(scope="module")
+def previous_release(tmp_path_factory) -> Path:
+    found = subprocess.run(["git", "-C", str(ROOT), "cat-file", "-e", f"{PREVIOUS}^{{commit}}"], check=False)
+    if found.returncode != 0:
+        pytest.skip(f"the previous release {PREVIOUS} is not in this clone's history (a shallow clone?)")
+    archive = subprocess.run(
+        ["git", "-C", str(ROOT), "archive", "--format=tar", PREVIOUS, "functions"], check=True, capture_output=True
+    )
+    tree = tmp_path_factory.mktemp("previous-release")
+    with tarfile.open(fileobj=BytesIO(archive.stdout)) as tar:
+        tar.extractall(tree, filter="data")
+    return tree
+
+
+def read_by(tree: Path, stored: dict[str, str], now: str, tmp_path: Path) -> dict[str, dict]:
+    (tmp_path / "stored.json").write_text(json.dumps(stored))
+    out = subprocess.run(
+        [sys.executable, "-c", READER, str(tmp_path / "stored.json"), now],
+        cwd=tree,
+        env={"PYTHONPATH": str(tree), "PATH": "/usr/bin:/bin"},
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    return {line["path"]: line for line in map(json.loads, out.stdout.splitlines())}
+
+
+def launch(server, bucket, name, config):
+    post(
+        server["launch"], storage_event(bucket, f"configs/{name}.json", upload(bucket, f"configs/{name}.json", config))
+    )
+
+
+def test_the_previous_release_reads_what_this_release_stored(
+    controller, functions_server, bucket, previous_release, tmp_path
+):
+    h = controller
+    launch(functions_server, bucket, "done", QUICK)
+    launch(functions_server, bucket, "running", {**QUICK, "name": "running", "scaling": {"nodes": 1}})
+    launch(functions_server, bucket, "queued", {**QUICK, "name": "queued", "scaling": {"nodes": 5}})
+    launch(functions_server, bucket, "cancelled", {**QUICK, "name": "cancelled", "scaling": {"nodes": 3}})
+    launch(functions_server, bucket, "bad", {**QUICK, "training": {"epochs": -1}})
+    by_name = {r.config["name"] if r.config else "bad": r for r in h.ctx.store.active()}
+    by_name |= {"bad": next(h.ctx.store.get(n[5:-5]) for n in h.ctx.store.blobs.list("runs/") if "/bad-" in n)}
+    write_result(h, by_name["shop-descriptions"].run_id)
+    h.kube.set_status("rayjobs", by_name["shop-descriptions"].run_id, {"jobStatus": "SUCCEEDED"})
+    h.kube.set_status("rayjobs", by_name["running"].run_id, {"jobStatus": "RUNNING", "jobDeploymentStatus": "Running"})
+    watch(functions_server, {"kind": "cancel", "run_id": by_name["cancelled"].run_id})
+    watch(functions_server)
+    # A launch that failed gave its claim back (the one field the previous release does not know).
+    claimed = by_name["queued"].run_id
+    h.ctx.store.update(claimed, lambda r: r.model_copy(update={"claim_released": True}))
+
+    stored = {
+        name: h.ctx.store.blobs.read(name)[0].decode()
+        for name in h.ctx.store.blobs.list("runs/") + h.ctx.store.blobs.list("clusters/")
+        if name.endswith(".json") and not name.startswith("runs/active/")
+    }
+    now = h.clock()
+    read = read_by(previous_release, stored, now.isoformat(), tmp_path)
+
+    assert set(read) == set(stored), "every object parsed by the previous release"
+    records = {path: RunRecord.model_validate_json(text) for path, text in stored.items() if path.startswith("runs/")}
+    states = {r.state for r in records.values()}
+    assert {State.SUCCEEDED, State.RUNNING, State.QUEUED, State.CANCELLED, State.REJECTED} <= states, states
+    for path, record in records.items():
+        old = read[path]
+        assert old["state"] == record.state.value
+        assert set(old["dropped"]) <= DROPPED_ON_REWRITE, f"{path}: the previous release would drop {old['dropped']}"
+        ours = decision.decide(record, decision.Facts(now=now, handler="watch"))
+        assert old["step"] == [ours.action.value, ours.state and ours.state.value], (path, record.state)
+    assert read[f"runs/{claimed}.json"]["dropped"] == ["claim_released"]
+    [alloc] = [v for k, v in read.items() if k.startswith("clusters/")]
+    assert alloc["queue"] == [] or alloc["holders"], alloc
