@@ -13,8 +13,9 @@ from pathlib import Path
 
 from trainer.codehash import ROOT, code_files
 
-# Only the embedded local default needs this package; the functions never import it.
-LOCAL_ONLY = "functions/local/"
+# Only the embedded local default and the command line need these; the functions never import them (main.py
+# reaches the CLI only when run as a script, in a terminal).
+NOT_DEPLOYED = ("functions/local/", "functions/cli/")
 HEAVY = {"torch", "ray", "transformers", "trl", "peft", "bitsandbytes", "datasets", "accelerate"}
 
 
@@ -40,7 +41,7 @@ def sources(root: Path = ROOT) -> dict[str, bytes]:
     files = {"main.py": (root / "main.py").read_bytes()}
     for path in sorted((root / "functions").rglob("*.py")):
         relative = path.relative_to(root).as_posix()
-        if not relative.startswith(LOCAL_ONLY) and "__pycache__" not in path.parts:
+        if not relative.startswith(NOT_DEPLOYED) and "__pycache__" not in path.parts:
             files[relative] = path.read_bytes()
     files.update(code_files(root))
     return files

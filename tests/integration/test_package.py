@@ -1,10 +1,11 @@
 """The function source archive: everything the functions import, the trainer code for the ConfigMap,
 and light pinned requirements."""
 
+import ast
 import zipfile
 
 from functions.cli import main as cli
-from trainer.codehash import code_files
+from trainer.codehash import ROOT, code_files
 
 HEAVY = ("torch", "ray", "transformers", "trl", "peft", "bitsandbytes", "datasets")
 
@@ -28,7 +29,7 @@ def test_package_builds_a_light_archive(tmp_path, capsys):
         "requirements.txt",
     } <= names
     assert set(code_files()) <= names  # what the launch function ships into the ConfigMap
-    assert not [n for n in names if n.startswith("functions/local/")]
+    assert not [n for n in names if n.startswith(("functions/local/", "functions/cli/"))]
     assert all("==" in r for r in requirements)
     assert not [r for r in requirements if r.split("==")[0].lower() in HEAVY]
     assert {r.split("==")[0] for r in requirements} >= {"functions-framework", "google-cloud-storage", "kubernetes"}
@@ -37,3 +38,42 @@ def test_package_builds_a_light_archive(tmp_path, capsys):
     again = tmp_path / "again.zip"
     cli(["package", "-o", str(again)])
     assert again.read_bytes() == output.read_bytes()
+
+
+def _imports(source: str) -> set[str]:
+    """The functions.* and trainer.* modules a file imports anywhere (function bodies too), leaving out what runs
+    only as a script (`if __name__ == "__main__":`)."""
+    tree = ast.parse(source)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "__main__" in ast.unparse(node.test):
+            node.body = []
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found |= {node.module} | {f"{node.module}.{alias.name}" for alias in node.names}
+    return {name for name in found if name.split(".")[0] in ("functions", "trainer")}
+
+
+def test_everything_the_deployed_functions_import_is_in_the_archive(tmp_path):
+    """The archive leaves out what only the CLI and the local default use: every module of this repository that
+    its own files import (lazily too) is in it."""
+    output = tmp_path / "fn.zip"
+    assert cli(["package", "-o", str(output)]) == 0
+    with zipfile.ZipFile(output) as archive:
+        sources = {n: archive.read(n).decode() for n in archive.namelist() if n.endswith(".py")}
+    shipped = {n.removesuffix(".py").removesuffix("/__init__").replace("/", ".") for n in sources}
+
+    def is_module(dotted: str) -> bool:  # `from a.b import c`: c may be a module or a name in a.b
+        path = ROOT.joinpath(*dotted.split("."))
+        return path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
+
+    missing = {
+        (name, module)
+        for name, source in sources.items()
+        for module in _imports(source)
+        if is_module(module) and module not in shipped
+    }
+    assert not missing, sorted(missing)
+    assert "functions.cli" not in shipped and "functions.local" not in shipped
