@@ -266,9 +266,16 @@ class GkePlatform:
             if replicas == 0 and not kube.pods(spec.namespace, f"ray.io/cluster={spec.ray_cluster},ray.io/group={name}")
         )
         # Another deployment's (its label names another runs bucket) is not ours; one made before the label
-        # existed (managed-by only) is, and the next apply labels it.
+        # existed (managed-by only) is ours to write, and to label once every group in it is accounted for
+        # (allocation.foreign): the groups its pod templates name runs for say whose they are.
         ours = seen.managed and seen.owner in (None, self.owner)
-        return Workers(groups, seen.stamp, seen, ours, drained)
+        runs = {
+            g["groupName"]: run
+            for g in seen.groups
+            if (run := ((g.get("template") or {}).get("metadata") or {}).get("labels", {}).get(manifests.RUN_LABEL))
+        }
+        labelled = seen.owner is not None or self.owner is None
+        return Workers(groups, seen.stamp, seen, ours, drained, labelled, runs)
 
     @functools.cached_property
     def code(self) -> tuple[dict[str, bytes], str]:
@@ -301,10 +308,15 @@ class GkePlatform:
             return kube.set_worker_groups(cfg.cluster.namespace, cfg.cluster.ray_cluster, seen, specs, stamp)
         return kube.apply(cluster, resource_version=seen.resource_version)
 
-    def scale(self, spec: ClusterSpec, workers: Workers, groups: dict[str, int], stamp: int) -> bool:
+    def scale(
+        self, spec: ClusterSpec, workers: Workers, groups: dict[str, int], stamp: int, adopt: bool = False
+    ) -> bool:
         assert isinstance(workers.handle, RayClusterSeen)
         specs = _resized(workers, groups, {})
-        return self._kube(spec).set_worker_groups(spec.namespace, spec.ray_cluster, workers.handle, specs, stamp)
+        label = self.owner if adopt else None
+        return self._kube(spec).set_worker_groups(
+            spec.namespace, spec.ray_cluster, workers.handle, specs, stamp, label=label
+        )
 
     def delete_cluster(self, spec: ClusterSpec, workers: Workers) -> bool:
         assert isinstance(workers.handle, RayClusterSeen)

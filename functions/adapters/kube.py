@@ -445,11 +445,18 @@ class Kube:
         )
 
     def set_worker_groups(
-        self, namespace: str, cluster: str, current: RayClusterSeen, groups: list[dict[str, Any]], stamp: int
+        self,
+        namespace: str,
+        cluster: str,
+        current: RayClusterSeen,
+        groups: list[dict[str, Any]],
+        stamp: int,
+        label: str | None = None,
     ) -> bool:
         """Make the worker groups `groups` and stamp the allocation version if the RayCluster is still at
         `current.resource_version`; False when it changed meanwhile (HTTP 409). Only the groups that change are
-        sent (group_ops), checked as strictly as an apply."""
+        sent (group_ops), checked as strictly as an apply. `label`: the deployment label's value to set too
+        (adopting a RayCluster made before deployments were labelled)."""
         for group in groups:
             if int(group.get("replicas", 0)) < 0:  # the CRD accepts -1 (KubeRay 1.5.2 on a real API server)
                 raise ValueError(f"replicas must be at least 0, got {group.get('replicas')}")
@@ -460,6 +467,8 @@ class Kube:
             else {"op": "add", "path": "/metadata/annotations", "value": {STAMP: str(stamp)}}
         )
         patch = [*self._unchanged(current, stamp_path), *group_ops(current.groups, groups), stamped]
+        if label is not None:
+            patch.append({"op": "add", "path": "/metadata/labels/" + OWNER_LABEL.replace("/", "~1"), "value": label})
         return self._conditional(  # 409: changed since read. The caller looks again.
             lambda: self._send(
                 self.custom.patch_namespaced_custom_object,

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
@@ -27,6 +28,7 @@ from functions.core.platform import Workers
 
 ALLOCATIONS = "clusters/"
 LEGACY_GROUP = "gpu-group"  # the one worker group every run shared before groups were per run
+RUN_GROUP = re.compile(r"run-[0-9a-f]{12}")  # group_name's form
 
 
 class Waiting(BaseModel):
@@ -144,9 +146,36 @@ def group_name(run_id: str) -> str:
     return "run-" + hashlib.sha256(run_id.encode()).hexdigest()[:12]
 
 
-def sizing(alloc: Allocation, seen: Workers | None, launching: str | None) -> dict[str, int] | None:
+def foreign(alloc: Allocation, seen: Workers, launching: str | None, recorded: Callable[[str], bool]) -> dict[str, int]:
+    """The RayCluster's worker groups this deployment did not make and no record of it accounts for (name ->
+    replicas as read): they are never resized or removed, and a RayCluster holding one with nodes is never
+    adopted or deleted. A group is accounted for when a holder of the allocation owns it; on a RayCluster
+    carrying this deployment's label, when it has the form this deployment gives groups (run-<hash>, or the
+    shared group of the release before per-run groups); on one made before deployments were labelled (by this
+    deployment's earlier release or by another deployment's), when the run its pod template names has a record
+    here (`recorded`), or, for the shared group, while a run this allocation admitted under it holds nodes."""
+    wanted = {group_name(run_id) for run_id in alloc.holders}
+    unrendered = any(group_name(r) not in seen.groups for r in alloc.holders if r != launching)
+
+    def accounted(group: str) -> bool:
+        if group in wanted:
+            return True
+        if seen.labelled:
+            return group == LEGACY_GROUP or RUN_GROUP.fullmatch(group) is not None
+        if group == LEGACY_GROUP:
+            return unrendered
+        run_id = seen.runs.get(group)
+        return run_id is not None and group_name(run_id) == group and recorded(run_id)
+
+    return {group: replicas for group, replicas in seen.groups.items() if not accounted(group)}
+
+
+def sizing(
+    alloc: Allocation, seen: Workers | None, launching: str | None, foreign: Mapping[str, int] | None = None
+) -> dict[str, int] | None:
     """The worker groups to write (name -> replicas), or None to leave them, given the RayCluster's groups as
-    read (`seen`: None when there is no RayCluster). Each holder has a group of its
+    read (`seen`: None when there is no RayCluster) and those of them no record accounts for (`foreign`: kept
+    exactly as read). Each holder has a group of its
     own (`group_name`), so an ended run's nodes go exactly, never a live run's: with the autoscaler off
     KubeRay removes pods at random only within a group that shrinks (ray-operator/controllers/ray/
     raycluster_controller.go, reconcilePods, v1.5.2), and a group is only ever shrunk to zero.
@@ -156,7 +185,9 @@ def sizing(alloc: Allocation, seen: Workers | None, launching: str | None) -> di
     has deleted its pods (`drained`), out of the spec: KubeRay's reconcilePods walks only the groups in the
     spec, so pods of a group removed early would be orphaned. The group of the previous release (one shared
     group) keeps its size while a run admitted under it still holds nodes. A newer allocation already applied
-    wins (stamp)."""
+    wins (stamp). A RayCluster made before deployments were labelled is written (and so labelled: adopted) once
+    no group with nodes in it is foreign."""
+    foreign = foreign or {}
     wanted = {group_name(run_id): nodes for run_id, nodes in alloc.holders.items()}
     own = group_name(launching) if launching in alloc.holders else None
     if seen is None:
@@ -168,15 +199,23 @@ def sizing(alloc: Allocation, seen: Workers | None, launching: str | None) -> di
     for group, replicas in seen.groups.items():
         if group in wanted:
             target[group] = wanted[group]
-        elif group == LEGACY_GROUP and unrendered:
-            target[group] = replicas  # its runs were admitted before groups were per run
+        elif group in foreign or (group == LEGACY_GROUP and unrendered):
+            target[group] = replicas  # not ours, or its runs were admitted before groups were per run
         elif group not in seen.drained:
             target[group] = 0
     if own:
         target[own] = wanted[own]
-    if target == seen.groups and seen.stamp == alloc.version:
-        return None
+    if adoptable(seen, foreign):
+        return target  # written, and so labelled, while everything in it is accounted for
+    if target == seen.groups and (seen.stamp == alloc.version or not seen.labelled):
+        return None  # nothing to change (nor a stamp to leave on a RayCluster that is not only ours)
     return target
+
+
+def adoptable(seen: Workers, foreign: Mapping[str, int]) -> bool:
+    """Whether a RayCluster made before deployments were labelled is this deployment's to label: every group in
+    it with nodes is accounted for (one of another deployment's running groups is never taken over)."""
+    return not seen.labelled and not any(foreign.values())
 
 
 @dataclass(frozen=True)

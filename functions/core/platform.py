@@ -4,7 +4,8 @@ local default (functions/local/platform.py). Handlers only speak this interface.
 from __future__ import annotations
 
 import datetime as dt
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from functions.core.config import ClusterSpec, RunConfig
@@ -23,6 +24,8 @@ class Workers:
     handle: object  # the RayCluster as read, given back to size()/scale()/delete_cluster() as their precondition
     managed: bool = True  # labelled as the controller's; another team's RayCluster of that name is never changed
     drained: frozenset[str] = frozenset()  # groups at zero with no pods left
+    labelled: bool = True  # carries this deployment's own label (False: made before deployments were labelled)
+    runs: Mapping[str, str] = field(default_factory=dict)  # group -> the run its pod template names, where it does
 
     @property
     def replicas(self) -> int:
@@ -56,9 +59,11 @@ class Platform(Protocol):
         rendered from `cfg`, the others as read): created when `workers` is None, else only if unchanged since
         `workers` was read. False when it changed (or was created) meanwhile."""
 
-    def scale(self, spec: ClusterSpec, workers: Workers, groups: dict[str, int], stamp: int) -> bool:
+    def scale(
+        self, spec: ClusterSpec, workers: Workers, groups: dict[str, int], stamp: int, adopt: bool = False
+    ) -> bool:
         """Resize existing worker groups (and drop those left out), stamped, if unchanged since read; False when
-        it changed meanwhile."""
+        it changed meanwhile. `adopt`: also label it as this deployment's (allocation.adoptable)."""
 
     def delete_cluster(self, spec: ClusterSpec, workers: Workers) -> bool:
         """Delete the RayCluster if unchanged since read; False when it changed meanwhile."""

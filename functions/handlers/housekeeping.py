@@ -12,7 +12,7 @@ from functions.core import allocation
 from functions.core.allocation import Allocation
 from functions.core.config import ClusterSpec
 from functions.core.errors import ClusterGone, describe
-from functions.core.platform import Leftover
+from functions.core.platform import Leftover, Workers
 from functions.core.runs import RunRecord
 from functions.handlers import sizing
 from functions.handlers.context import Context
@@ -89,8 +89,12 @@ def teardown(ctx: Context, alloc: Allocation, attempts: int = 3) -> None:
     taken back so the next tick tries again."""
     spec = alloc.cluster
     workers = ctx.platform.workers(spec)
-    if workers is not None and (workers.stamp > alloc.version or not workers.managed):
-        return  # sized for a newer admission, or not ours
+
+    def held_by_others(workers: Workers) -> bool:
+        return not workers.managed or any(allocation.foreign(alloc, workers, None, sizing.recorded(ctx)).values())
+
+    if workers is not None and (workers.stamp > alloc.version or held_by_others(workers)):
+        return  # sized for a newer admission, or not ours (or holding nodes of groups no record accounts for)
     marked = ctx.allocations.update(spec, lambda a: a.changed(deleted=True) if a.version == alloc.version else None)
     if not marked.deleted or marked.version != alloc.version + 1:
         return  # a run was admitted meanwhile
@@ -98,7 +102,7 @@ def teardown(ctx: Context, alloc: Allocation, attempts: int = 3) -> None:
     for _ in range(attempts):
         if workers is None:
             return  # gone already
-        if workers.stamp > marked.version or not workers.managed:
+        if workers.stamp > marked.version or held_by_others(workers):
             break  # a launch sized it after the mark: it is in use again
         if ctx.platform.delete_cluster(spec, workers):
             log.info("RayCluster %s: deleted after %ds idle (cluster.idle_delete_seconds)", spec.ray_cluster, idle)

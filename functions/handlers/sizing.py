@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from functions.core import allocation
@@ -81,6 +82,22 @@ def admit(ctx: Context, record: RunRecord, cfg: RunConfig) -> Admission:
     return outcome[-1]
 
 
+def recorded(ctx: Context) -> Callable[[str], bool]:
+    """Whether this deployment has a record of the run (one it cannot read accounts for nothing)."""
+
+    def exists(run_id: str) -> bool:
+        try:
+            return ctx.store.get(run_id) is not None
+        except ValueError:
+            return False
+
+    return exists
+
+
+def _listed(groups: dict[str, int]) -> str:
+    return ", ".join(f"{group}: {replicas} worker nodes" for group, replicas in sorted(groups.items())[:5])
+
+
 def release(ctx: Context, spec: ClusterSpec, sync: bool = True) -> None:
     """Drop the ended runs from the RayCluster's allocation, then (unless the caller does it later) size its
     workers to what is left."""
@@ -114,14 +131,23 @@ def sync_workers(
                 f"RayCluster {spec.namespace}/{spec.ray_cluster} exists and is not managed by raytune "
                 "(no app.kubernetes.io/managed-by=raytune label): choose another cluster.ray_cluster"
             )
-        target = allocation.sizing(alloc, workers, launching=launching[1] if launching else None)
+        run_id = launching[1] if launching else None
+        foreign = allocation.foreign(alloc, workers, run_id, recorded(ctx)) if workers is not None else {}
+        if launching is not None and workers is not None and not workers.labelled and any(foreign.values()):
+            raise PermanentError(
+                f"RayCluster {spec.namespace}/{spec.ray_cluster} was made before deployments were labelled and runs "
+                f"worker groups no record of this deployment accounts for ({_listed(foreign)}): it is not taken "
+                "over; choose another cluster.ray_cluster"
+            )
+        target = allocation.sizing(alloc, workers, run_id, foreign)
         if target is None:
             return workers.replicas if workers else 0
         if launching is not None:
             done = ctx.platform.size(launching[0], launching[1], workers, target, alloc.version)
         else:
             assert workers is not None
-            done = ctx.platform.scale(spec, workers, target, alloc.version)
+            adopt = allocation.adoptable(workers, foreign)
+            done = ctx.platform.scale(spec, workers, target, alloc.version, adopt=adopt)
         if done:
             log.info(
                 "RayCluster %s: worker nodes %s -> %d (groups %s -> %s, allocation %d)",

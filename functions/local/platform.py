@@ -494,7 +494,9 @@ class LocalRay:
             drained = frozenset(group for group, node in self.groups.items() if node is None)
             return Workers(groups, self.stamp, self.generation, drained=drained)
 
-    def scale(self, spec: ClusterSpec, workers: Workers, groups: dict[str, int], stamp: int) -> bool:
+    def scale(
+        self, spec: ClusterSpec, workers: Workers, groups: dict[str, int], stamp: int, adopt: bool = False
+    ) -> bool:
         with self.lock:
             if workers.handle != self.generation:
                 return False

@@ -158,3 +158,20 @@ def test_kuberays_status_writes_do_not_refuse_a_groups_write_a_stale_copy_is_ref
     assert not kube.set_worker_groups(namespace, cfg.cluster.ray_cluster, stale, [a, b, manifests.resized(b, 5)], 4)
     after = kube.worker_groups(namespace, cfg.cluster.ray_cluster)
     assert [(g["groupName"], g["replicas"]) for g in after.groups] == [(a["groupName"], 1)] and after.stamp == 3
+
+
+def test_a_groups_write_that_adopts_a_raycluster_labels_it_in_the_same_conditional_patch(server):
+    """A RayCluster made before deployments were labelled (managed-by only) is labelled as this deployment's by
+    the tick's groups write that adopts it (allocation.adoptable); its other labels stay."""
+    kube, namespace, _ = server
+    cfg = in_namespace(CFG, namespace)
+    cluster = manifests.ray_cluster(cfg, [], "h" * 64, [manifests.worker_group(cfg, "run-1", 1, [], "h" * 64)])
+    assert manifests.OWNER_LABEL not in cluster["metadata"]["labels"]  # rendered for no deployment
+    assert kube.create(cluster)
+    for _ in range(10):  # the real KubeRay's status writes move an unstamped RayCluster's resourceVersion
+        seen = kube.worker_groups(namespace, cfg.cluster.ray_cluster)
+        assert seen.managed and seen.owner is None
+        if kube.set_worker_groups(namespace, cfg.cluster.ray_cluster, seen, seen.groups, 1, label="bucket-a"):
+            break
+    after = kube.worker_groups(namespace, cfg.cluster.ray_cluster)
+    assert (after.owner, after.managed, after.stamp) == ("bucket-a", True, 1)

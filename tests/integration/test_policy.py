@@ -152,6 +152,61 @@ def test_another_teams_raycluster_is_never_changed(controller, functions_server,
     }
 
 
+def test_a_raycluster_from_before_deployment_labels_running_groups_nobody_here_accounts_for_is_left_alone(
+    controller, functions_server, bucket
+):
+    """Issue 39: a RayCluster made by a deployment that predates the deployment label, with a running worker
+    group, was adopted and relabelled by the first launch of this release and its running group removed. No
+    record of this deployment accounts for its groups: the launch fails naming them, and neither it nor any tick
+    (sizing, idle teardown) changes the RayCluster."""
+    h = controller
+    theirs = {
+        "apiVersion": "ray.io/v1",
+        "kind": "RayCluster",
+        "metadata": {
+            "name": "gemma3-tuning",
+            "namespace": "default",
+            "resourceVersion": "1",
+            "generation": 1,
+            "labels": {"app.kubernetes.io/managed-by": "raytune"},
+        },
+        "spec": {"workerGroupSpecs": [{"groupName": "gpu-group", "replicas": 3, "minReplicas": 3}]},
+    }
+    h.kube.objects[("rayclusters", "default", "gemma3-tuning")] = json.loads(json.dumps(theirs))
+    post(functions_server["launch"], storage_event(bucket, "configs/t.json", upload(bucket, "configs/t.json", QUICK)))
+    record = only_record(h)
+    assert record.state == State.FAILED, record.reason
+    assert "made before deployments were labelled" in record.reason and "gpu-group: 3 worker nodes" in record.reason
+    watch(functions_server)
+    h.clock.advance(QUICK.get("cluster", {}).get("idle_delete_seconds", 1800) + 1)
+    watch(functions_server)
+    watch(functions_server)
+    assert h.kube.get("rayclusters", "gemma3-tuning") == theirs, "not relabelled, resized, stamped or deleted"
+
+
+def test_this_deployments_raycluster_from_before_deployment_labels_is_adopted_and_released_exactly(
+    controller, functions_server, bucket
+):
+    """The same deployment's earlier release made the RayCluster (no deployment label) and admitted a run under
+    its one shared group: the tick adopts it (labels it) while that run accounts for the group, keeps the
+    group's nodes while the run holds them, and releases them when it ends."""
+    h = controller
+    launch_upload(functions_server, bucket, "configs/old.json", QUICK)
+    run = only_record(h)
+    cluster = h.kube.objects[("rayclusters", "default", "gemma3-tuning")]
+    del cluster["metadata"]["labels"]["raytune.dev/deployment"]
+    [group] = cluster["spec"]["workerGroupSpecs"]
+    group["groupName"] = "gpu-group"  # the shared group of the release before per-run groups
+    del group["template"]["metadata"]["labels"]
+    h.kube.set_status("rayjobs", run.run_id, {"jobStatus": "RUNNING", "jobDeploymentStatus": "Running"})
+    watch(functions_server)
+    adopted = h.kube.get("rayclusters", "gemma3-tuning")
+    assert "raytune.dev/deployment" in adopted["metadata"]["labels"] and workers(h)["groups"] == {"gpu-group": 2}
+    h.kube.set_status("rayjobs", run.run_id, {"jobStatus": "SUCCEEDED", "jobDeploymentStatus": "Complete"})
+    watch(functions_server)
+    assert h.ctx.store.get(run.run_id).state == State.SUCCEEDED and workers(h)["groups"] == {"gpu-group": 0}
+
+
 def test_a_queued_record_rewritten_in_the_bucket_is_checked_again_before_it_is_applied(
     controller, functions_server, bucket
 ):

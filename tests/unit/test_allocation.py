@@ -14,6 +14,8 @@ from functions.core.allocation import (
     LEGACY_GROUP,
     Allocation,
     admit,
+    adoptable,
+    foreign,
     group_name,
     idle_expired,
     release,
@@ -206,3 +208,48 @@ def test_an_allocation_is_rebuilt_from_the_live_runs_above_the_rayclusters_stamp
     assert sizing(alloc, seen, launching=None) == {group_name("a"): 3, LEGACY_GROUP: 0}  # a's group kept
     assert rebuilt(SPEC, [], stamp=0, now=at(9)).idle_since == at(9)
     assert key_path(spec_of(key_path(SPEC))) == key_path(SPEC)
+
+
+def unlabelled(groups: dict[str, int], runs: dict[str, str] | None = None, stamp: int = 0) -> Workers:
+    """A RayCluster made before deployments were labelled (managed-by raytune only)."""
+    return Workers(groups, stamp, handle=None, labelled=False, runs=runs or {})
+
+
+def test_groups_no_record_accounts_for_are_never_resized_removed_or_adopted():
+    """Issue 39: a RayCluster made by a deployment that predates the deployment label, with a running worker
+    group, was adopted by the first launch of this release and its running group removed."""
+    fresh = Allocation(cluster=SPEC, holders={"new": 2}, version=1)  # this deployment's first admission there
+    theirs = unlabelled({LEGACY_GROUP: 3, group_name("other"): 2}, runs={group_name("other"): "other"})
+    nobody = allocation_foreign(fresh, theirs, "new", recorded=set())
+    assert nobody == {LEGACY_GROUP: 3, group_name("other"): 2}
+    assert sizing(fresh, theirs, None, nobody) is None, "the watcher leaves them (no stamp either)"
+    assert sizing(fresh, theirs, "new", nobody) == {**theirs.groups, group_name("new"): 2}
+    assert not adoptable(theirs, nobody)
+    # Before: the same launch sized their running groups to zero.
+    assert sizing(fresh, theirs, "new") == {LEGACY_GROUP: 0, group_name("other"): 0, group_name("new"): 2}
+
+
+def test_a_pre_label_raycluster_is_adopted_while_its_groups_are_accounted_for():
+    # This deployment's own earlier release: a run admitted under the shared group holds its nodes.
+    alloc = Allocation(cluster=SPEC, holders={"a": 2}, version=7)
+    ours = unlabelled({LEGACY_GROUP: 2}, stamp=7)
+    assert allocation_foreign(alloc, ours, None, recorded=set()) == {}
+    assert adoptable(ours, {}) and sizing(alloc, ours, None, {}) == {LEGACY_GROUP: 2}, "labelled, sizes kept"
+    # A per-run group whose pod template names a run this deployment has a record of is accounted for.
+    ended = unlabelled({group_name("done"): 1}, runs={group_name("done"): "done"}, stamp=7)
+    assert allocation_foreign(alloc, ended, None, recorded={"done"}) == {}
+    # A template label that names a run whose group this is not (a copied group) accounts for nothing.
+    copied = unlabelled({group_name("x"): 1}, runs={group_name("x"): "done"}, stamp=7)
+    assert allocation_foreign(alloc, copied, None, recorded={"done"}) == {group_name("x"): 1}
+    # Once labelled: its groups of this deployment's form are its own; a group made by hand is not.
+    labelled = view({LEGACY_GROUP: 2, group_name("b"): 1, "cpu-group": 1}, 7)
+    assert allocation_foreign(Allocation(cluster=SPEC, version=7), labelled, None, recorded=set()) == {"cpu-group": 1}
+    assert sizing(Allocation(cluster=SPEC, version=7), labelled, None, {"cpu-group": 1}) == {
+        LEGACY_GROUP: 0,
+        group_name("b"): 0,
+        "cpu-group": 1,
+    }
+
+
+def allocation_foreign(alloc: Allocation, seen: Workers, launching: str | None, recorded: set[str]) -> dict[str, int]:
+    return foreign(alloc, seen, launching, recorded.__contains__)
