@@ -360,7 +360,12 @@ def test_the_operator_commands_on_a_live_local_run(tmp_path):
     home = tmp_path / "home"
     home.mkdir()
     workdir = tmp_path / "w"
-    proc, mark = start(workdir, home=home)
+    # The quickstart trains for 1-2 s: the commands below (a few seconds each) would find it ended. 300 epochs
+    # keep it running for minutes, and the cancel ends it.
+    config = json.loads((ROOT / "examples" / "quickstart.json").read_text())
+    config["training"]["epochs"] = 300
+    (long := tmp_path / "long.json").write_text(json.dumps(config))
+    proc, mark = start(workdir, str(long), home=home)
     wait_for(proc, "  step ", [])
 
     def raytune(*args: str) -> subprocess.CompletedProcess:
