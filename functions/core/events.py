@@ -14,7 +14,7 @@ from typing import Any
 
 from functions.core import jsonsafe, runids
 from functions.core.config import BUCKET, MAX_CONFIG_BYTES, YAML_SUFFIXES, ConfigFormat, config_format
-from functions.core.policy import CANCEL_DIGEST_ATTRIBUTE, DIGEST
+from functions.core.policy import CANCEL_DIGEST_ATTRIBUTE, digest_problem
 
 STORAGE_FINALIZED = "google.cloud.storage.object.v1.finalized"
 PUBSUB_PUBLISHED = "google.cloud.pubsub.topic.v1.messagePublished"
@@ -161,6 +161,8 @@ def _from_upload(event: Any) -> LaunchRequest:
         errors.append(why)
     metadata = data.get("metadata")
     digest = metadata.get(CANCEL_DIGEST_ATTRIBUTE) if isinstance(metadata, dict) else None
+    if why := digest_problem(digest):
+        errors.append(f"object metadata {why}")
     return LaunchRequest(
         run_id=runids.for_object(bucket, name, generation),
         source=_with_digest({"kind": "upload", "ref": f"{uri}#{generation}"}, digest),
@@ -190,6 +192,8 @@ def _from_message(event: Any) -> LaunchRequest:
         errors.append("'config' must be a JSON object")
     elif uri is not None and (why := config_uri_error(uri)):
         errors.append(why)
+    if why := digest_problem(_attributes(message).get(CANCEL_DIGEST_ATTRIBUTE)):
+        errors.append(f"message attribute {why}")
     return LaunchRequest(
         run_id=run_id,
         source=_with_digest(
@@ -207,8 +211,9 @@ def _from_message(event: Any) -> LaunchRequest:
 
 
 def _with_digest(source: dict[str, str], digest: Any) -> dict[str, str]:
-    """The source, with the submitter's cancel digest when it sent a well-formed one."""
-    return {**source, "cancel_digest": digest} if isinstance(digest, str) and DIGEST.match(digest) else source
+    """The source, with the submitter's cancel digest when it sent a well-formed one (a malformed one is an
+    error of the request: digest_problem)."""
+    return {**source, "cancel_digest": digest} if digest_problem(digest) is None and digest else source
 
 
 def _attributes(message: dict[str, Any]) -> dict[str, str]:

@@ -15,6 +15,7 @@ import hmac
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
@@ -36,11 +37,20 @@ OPERATOR_KEY_ATTRIBUTE = "raytune-operator-key"
 # The submitter's proof for cancelling its own run: the launch message's attribute (or, for an upload, the config
 # object's custom metadata) is the SHA-256 of a random token only the submitter holds; a cancel carries the token.
 CANCEL_DIGEST_ATTRIBUTE = "raytune-cancel-digest"
-DIGEST = re.compile(r"^[0-9a-f]{64}$")
+DIGEST = re.compile(r"[0-9a-f]{64}")  # the only form accepted: fullmatch, lowercase hex, nothing around it
 
 
 def cancel_digest(token: str) -> str:
-    return hashlib.sha256(token.encode()).hexdigest()
+    # surrogatepass: a token that is not valid Unicode (JSON allows lone surrogates) is simply not the right one
+    return hashlib.sha256(token.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def digest_problem(digest: Any) -> str | None:
+    """Why a cancel digest sent with a launch is not one (None: it is, in its canonical form). A launch whose
+    digest is malformed is refused, not launched without it: that would leave the run to anyone to cancel."""
+    if digest is None or (isinstance(digest, str) and DIGEST.fullmatch(digest)):
+        return None
+    return f"{CANCEL_DIGEST_ATTRIBUTE}: not a SHA-256 digest as 64 lowercase hex characters"
 
 
 @dataclass(frozen=True)

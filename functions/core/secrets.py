@@ -1,15 +1,35 @@
 """Secret scrubbing: the configured Hugging Face token and anything shaped like one are replaced in
-every text that leaves the controller (logs, reasons, rejected configs)."""
+every text that leaves the controller (logs, reasons, rejected configs, events).
+
+What a terminal or log viewer shows is what is scrubbed: characters it does not display (controls, escape
+sequences, zero-width and bidirectional marks) are first written as visible escapes (`\\x1b`, `\\u200b`), so
+none of them can hide a token's fragments from the match and then join them on screen; a token is matched in
+the forms logs quote it in (as is, JSON-escaped, repr), with such escapes allowed between its characters."""
 
 from __future__ import annotations
 
+import functools
+import json
 import re
 import threading
+import unicodedata
+from typing import TypeVar, cast
 
-# Hugging Face user access tokens; the configured token value is scrubbed as well.
-HF_TOKEN_PATTERN = re.compile(r"hf_[A-Za-z0-9]{20,}")
 REDACTED = "[REDACTED]"
+# Not displayed (or displayed by moving the cursor): C0/C1 controls, format characters (zero-width, bidi,
+# soft hyphen), surrogates, private use, line and paragraph separators. Line breaks and tabs stay as they are.
+_HIDDEN_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Co", "Zl", "Zp"})
+_KEPT = frozenset("\n\t")
+# One hidden character as visible() writes it; a terminal control sequence (CSI, OSC) whole, its introducer
+# written so: `\x1b[0m` shows nothing on a terminal, so the text on either side of it reads as joined.
+_ESCAPE = (
+    r"(?:\\x1b\[[0-?]*[ -/]*[@-~]|\\x9b[0-?]*[ -/]*[@-~]|\\x1b\][^\\]*(?:\\x07|\\x1b\\\\)"
+    r"|\\x[0-9a-f]{2}|\\u[0-9a-f]{4}|\\U[0-9a-f]{8}|\\r)"
+)
+# Hugging Face user access tokens, even with hidden characters between their characters.
+HF_TOKEN_PATTERN = re.compile(f"h{_ESCAPE}*f{_ESCAPE}*_(?:{_ESCAPE}*[A-Za-z0-9]){{20,}}")
 _secrets: set[str] = set()
+J = TypeVar("J")
 _lock = threading.Lock()
 
 
@@ -19,7 +39,48 @@ def add_secret(value: str | None) -> None:
             _secrets.add(value)
 
 
+def visible(text: str) -> str:
+    """The text with every character a terminal would not display written as its escape."""
+    if text.isprintable():  # the common case, fast: printable has no hidden character (nor \n, \t)
+        return text
+    return "".join(_shown(c) for c in text)
+
+
+def _shown(char: str) -> str:
+    if char in _KEPT or unicodedata.category(char) not in _HIDDEN_CATEGORIES:
+        return char
+    return char.encode("unicode_escape", "backslashreplace").decode("ascii")
+
+
+@functools.lru_cache(maxsize=64)
+def _pattern(secret: str) -> re.Pattern[str]:
+    """The secret in every form a log quotes it in, with hidden characters allowed between its characters."""
+    forms = {
+        visible(secret),
+        visible(json.dumps(secret)[1:-1]),
+        visible(json.dumps(secret, ensure_ascii=False)[1:-1]),
+        visible(repr(secret)[1:-1]),
+    }
+    spread = (f"{_ESCAPE}*".join(re.escape(c) for c in form) for form in sorted(forms, key=len, reverse=True))
+    return re.compile("|".join(spread))
+
+
 def redact(text: str) -> str:
-    for secret in _secrets:
-        text = text.replace(secret, REDACTED)
+    text = visible(text)
+    with _lock:
+        secrets = list(_secrets)
+    for secret in secrets:
+        text = _pattern(secret).sub(REDACTED, text)
     return HF_TOKEN_PATTERN.sub(REDACTED, text)
+
+
+def redact_json(value: J) -> J:
+    """A JSON value with every string in it (keys too) redacted: the structure stays valid whatever a secret
+    looks like."""
+    if isinstance(value, str):
+        return cast(J, redact(value))
+    if isinstance(value, dict):
+        return cast(J, {redact(str(k)): redact_json(v) for k, v in value.items()})
+    if isinstance(value, list | tuple):
+        return cast(J, [redact_json(v) for v in value])
+    return value

@@ -104,7 +104,7 @@ def keep_malformed(ctx: Context, event: Any, why: str) -> str | None:
     kept = {
         "reason": why,
         "event": {k: str(v)[:1024] for k, v in attributes.items() if k in ("id", "type", "source", "subject", "time")},
-        "data": redact(body[:MALFORMED_KEPT]),
+        "data": redact(body)[:MALFORMED_KEPT],  # redacted whole: a cut could leave part of a token
     }
     data = json.dumps(kept, indent=2).encode()
     path = f"{MALFORMED}{hashlib.sha256(data).hexdigest()[:24]}.json"

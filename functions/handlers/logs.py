@@ -9,7 +9,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from functions.core.secrets import redact
+from functions.core.secrets import redact, redact_json
 
 
 class JsonFormatter(logging.Formatter):
@@ -20,7 +20,7 @@ class JsonFormatter(logging.Formatter):
         for key in ("run_id", "state", "ignored"):
             if hasattr(record, key):
                 entry[key] = getattr(record, key)
-        return redact(json.dumps(entry))
+        return json.dumps(redact_json(entry))  # each string redacted: the line stays one valid JSON object
 
 
 _lock = threading.Lock()

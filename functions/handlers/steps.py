@@ -3,7 +3,6 @@ returns and feeding back what the step showed. Nothing here decides anything."""
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -14,7 +13,7 @@ from functions.core.decide import Action, Facts, Step
 from functions.core.errors import ClusterGone, NotFound, PermanentError, TransientError, describe, is_transient
 from functions.core.result import RunResult
 from functions.core.runs import Attempt, RunRecord, State
-from functions.core.secrets import redact
+from functions.core.secrets import redact, redact_json
 from functions.handlers import lineage, sizing
 from functions.handlers.context import Context
 
@@ -299,7 +298,7 @@ def settle(ctx: Context, record: RunRecord) -> RunRecord:
     if not ctx.store.claim_event(record.run_id, record.state.value, ctx.clock()):
         return record  # another handler publishes it and settles the run
     if ctx.settings.events_topic:
-        event = json.loads(redact(json.dumps(finished_event(record))))
+        event = redact_json(finished_event(record))
         ctx.publisher.publish(
             ctx.settings.events_topic, event, run_id=record.run_id, state=record.state.value, event="run-finished"
         )

@@ -156,6 +156,10 @@ def test_a_cancel_carries_its_token_and_a_launch_its_digest():
     assert launch.source["cancel_digest"] == digest
     bad = events.launch_request(published({"config": {}}, attributes={CANCEL_DIGEST_ATTRIBUTE: "not-a-digest"}))
     assert "cancel_digest" not in bad.source
+    # Issue 39: a malformed digest is refused (REJECTED), never a run launched without one (anyone's to cancel).
+    assert bad.errors == [
+        f"message attribute {CANCEL_DIGEST_ATTRIBUTE}: not a SHA-256 digest as 64 lowercase hex characters"
+    ]
 
 
 @pytest.mark.parametrize("body", [{"kind": "reboot"}, {"kind": "cancel"}, {"kind": "cancel", "run_id": "../../x"}])
