@@ -20,8 +20,10 @@ pytestmark = pytest.mark.unit
 
 # What a terminal does not display, or displays by moving the cursor (so fragments around it join on screen).
 HIDDEN = st.sampled_from(
-    ["\x1b", "\x1b[0m", "\x1b[2K", "\x1b]0;title\x07", "\r", "\b", "\x00", "\x7f", "\x9b", "\u200b", "\u200d"]
-    + ["\u2060", "\ufeff", "\u00ad", "\u202e", "\u2028", "\ue000"]
+    [
+        *("\x1b", "\x1b[0m", "\x1b[2K", "\x1b]0;title\x07", "\r", "\b", "\x00", "\x7f", "\x9b"),
+        *("\u200b", "\u200d", "\u2060", "\ufeff", "\u00ad", "\u202e", "\u2028", "\ue000"),
+    ]
 )
 ANY_TEXT = st.text(st.characters(exclude_categories=("Cs",)), max_size=40)
 TOKENS = st.text(st.characters(exclude_categories=("Cs",)), min_size=8, max_size=40)
