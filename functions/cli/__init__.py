@@ -1,5 +1,10 @@
-"""`raytune` command line: validate and render run configs (JSON or YAML), export the schema, run locally,
-generate with a trained adapter, package the functions."""
+"""`raytune` command line: validate and render run configs (JSON or YAML), run them locally or submit them to a
+deployment, follow and operate runs (runs, status, logs, cancel, retry, compare), generate with a trained adapter,
+build and check a deployment (package, image, permissions, doctor), export the schema.
+
+Commands that follow a run to its end (`local`, `submit --wait`, `logs -f`) exit with its outcome: 0 SUCCEEDED or
+SKIPPED, 1 FAILED, 2 REJECTED (2 is also a usage error), 3 CANCELLED, 4 a local run nothing follows any more,
+130 Ctrl-C while following (the run goes on)."""
 
 from __future__ import annotations
 

@@ -5,10 +5,6 @@ run records, how to submit and cancel, the job's status, its pods and its driver
 from __future__ import annotations
 
 import json
-import os
-import signal
-import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -188,7 +184,7 @@ class LocalBackend:
         if pid == 0:
             raise RuntimeError(f"a raytune local is taking {self.workdir} right now: cancel again in a moment")
         if pid is not None:
-            os.kill(pid, signal.SIGINT)
+            driver.ask_cancel(self.workdir, pid, "raytune cancel (from another terminal)")
             return
         if driver.run(None, self.workdir, settle_only=True) != 0:
             raise RuntimeError(f"could not settle the runs left in {self.workdir}: see its logs/")
@@ -219,20 +215,3 @@ class LocalBackend:
         saved = self.workdir / "logs" / f"{record.job_name}-driver.log"
         path = saved if saved.is_file() else live_driver_log(self.workdir, record.job_name)
         return path.read_text(errors="replace") if path else ""
-
-
-def follow(backend: Backend, run_id: str, interval_s: float = 2.0) -> Iterator[str]:
-    """The driver log as it grows, until the run ends (then what is left)."""
-    shown = 0
-    while True:
-        record = backend.store.get(run_id)
-        text = backend.log(record) if record else ""
-        if len(text) > shown:
-            yield text[shown:]
-            shown = len(text)
-        if record is None or record.state.terminal:
-            return
-        if why := backend.orphaned(record):
-            yield f"\n{why}\n"
-            return
-        time.sleep(interval_s)

@@ -14,10 +14,11 @@ from typing import Any
 
 from functions.cli import settings as cli_settings
 from functions.cli import tokens
-from functions.cli.backends import Backend, CloudBackend, LocalBackend, RetryEnded, follow, records
+from functions.cli.backends import Backend, CloudBackend, LocalBackend, RetryEnded, records
 from functions.cli.checks import placeholders
 from functions.core import joblog
 from functions.core.runs import RunRecord, State
+from functions.core.story import ORPHANED, STOPPED_FOLLOWING, Story, exit_code, summary
 
 WAIT_LIMIT_S = 120  # cancel waits this long for the record to say CANCELLED
 DURATION = re.compile(r"^(\d+)([smhd])$")
@@ -184,7 +185,12 @@ def cmd_status(args: argparse.Namespace) -> int:
         for line in a.lost:
             out.print(f"    lost     {line}")
     if record.result:
-        out.print(f"  metrics    {record.result.metrics.model_dump(exclude_none=True)}")
+        from rich.table import Table
+
+        metrics = Table(title="  metrics", title_justify="left", show_header=False, box=None, padding=(0, 2))
+        for key, value in record.result.metrics.model_dump(exclude_none=True).items():
+            metrics.add_row(f"  {key}", f"{value:.4g}" if isinstance(value, float) else str(value))
+        out.print(metrics)
         out.print(f"  adapter    {record.result.adapter_path}")
     try:
         job = backend.job(record)
@@ -212,32 +218,72 @@ def _shown(text: str) -> str:
     return text if sys.stdout.isatty() else joblog.strip_ansi(text)
 
 
+def _tail(text: str, lines: int | None) -> str:
+    return text if lines is None else "".join(text.splitlines(keepends=True)[-lines:] if lines else [])
+
+
 def cmd_logs(args: argparse.Namespace) -> int:
     backend = backend_for(args)
     record = _get(backend, args.run)
     if args.follow:
-        for index, chunk in enumerate(follow(backend, record.run_id)):
-            if index == 0 and args.tail is not None:
-                chunk = "".join(chunk.splitlines(keepends=True)[-args.tail :] if args.tail else [])
-            sys.stdout.write(_shown(chunk))
-            sys.stdout.flush()
-        return 0
+        return follow_run(backend, record.run_id, raw=args.raw, tail=args.tail)
     text = backend.log(record)
-    if not text:
+    if not text and args.raw:
         print(f"no driver log for {record.run_id} yet ({record.state.value})", file=sys.stderr)
         return 1
-    if args.tail is not None:
-        text = "".join(text.splitlines(keepends=True)[-args.tail :] if args.tail else [])
-    sys.stdout.write(_shown(text))
+    if args.raw:
+        sys.stdout.write(_shown(_tail(text, args.tail)))
+        return 0
+    told = Story().observe(record, text) + (summary(record) if record.state.terminal else [])
+    print(_tail("".join(f"{line}\n" for line in told), args.tail), end="")
     return 0
+
+
+def follow_run(
+    backend: Backend, run_id: str, raw: bool = False, tail: int | None = None, interval_s: float = 2.0
+) -> int:
+    """Follow a run to its end as the foreground `raytune local` tells it (`raw`: its driver log as it is), then
+    say how it ended; the exit code is its outcome (story.EXIT_CODES). Ctrl-C stops following, not the run."""
+    story, shown, first = Story(), 0, True
+    record = _get(backend, run_id)
+    try:
+        while True:
+            text = backend.log(record)
+            if raw:
+                shown = 0 if len(text) < shown else shown
+                fresh, shown = text[shown:], len(text)
+                sys.stdout.write(_shown(_tail(fresh, tail) if first else fresh))
+            else:
+                told = "".join(f"{line}\n" for line in story.observe(record, text))
+                sys.stdout.write(_tail(told, tail) if first else told)
+            sys.stdout.flush()
+            first = False
+            if record.state.terminal:
+                break
+            if why := backend.orphaned(record):
+                print(why)
+                return ORPHANED
+            time.sleep(interval_s)
+            record = _get(backend, run_id)
+    except KeyboardInterrupt:
+        where = f" --workdir {backend.where}" if isinstance(backend, LocalBackend) else ""
+        print(
+            f"\nstopped following {run_id}; the run goes on ({record.state.value}). `raytune cancel {run_id}{where}` "
+            f"cancels it; `raytune logs -f {run_id}{where}` follows it again.",
+            file=sys.stderr,
+        )
+        return STOPPED_FOLLOWING
+    for line in summary(record):
+        print(line)
+    return exit_code(record.state)
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
     backend = backend_for(args)
     record = _get(backend, args.run)
     if record.state.terminal:
-        print(f"{record.run_id} already ended: {record.state.value}")
-        return 0 if record.state == State.CANCELLED else 1
+        print(f"{record.run_id} already ended {record.state.value}: nothing to cancel")
+        return 0
     backend.cancel(record, args.token)
     print(f"cancel requested for {record.run_id}; waiting up to {args.timeout}s")
     deadline = time.monotonic() + args.timeout
@@ -291,6 +337,8 @@ def _flat(value: Any, prefix: str = "") -> dict[str, Any]:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
+    if len(args.runs) < 2:
+        raise RuntimeError("compare needs two or more run ids (raytune status RUN shows one)")
     backend = backend_for(args)
     runs = [_get(backend, run_id) for run_id in args.runs]
     configs = [_flat(r.config or {}) for r in runs]
@@ -335,41 +383,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
     print(f"cancel token kept in {tokens.folder() / run_id} (raytune cancel {run_id} uses it)", file=sys.stderr)
     if not args.wait:
         return 0
-    shown: tuple[str, str | None] | None = None
-    while True:
-        record = backend.store.get(run_id)
-        if record is not None and (record.state.value, record.reason) != shown:
-            shown = (record.state.value, record.reason)
-            print(
-                f"{dt.datetime.now(dt.UTC):%H:%M:%S} {record.state.value}"
-                + (f" ({record.reason})" if record.reason else "")
-            )
-        if record is not None and record.state.terminal:
-            for line in summary_lines(record):
-                print(line)
-            return 0 if record.state in (State.SUCCEEDED, State.SKIPPED) else 1
-        time.sleep(args.interval)
-
-
-def summary_lines(record: RunRecord) -> list[str]:
-    lines = [f"run {record.run_id} {record.state.value}"]
-    if record.result:
-        lines.append(f"  adapter          {record.result.adapter_path}")
-        lines.append(f"  best checkpoint  {record.result.best_checkpoint}")
-        lines.append(f"  metrics          {record.result.metrics.model_dump(exclude_none=True)}")
-        if record.result.evaluation:
-            e = record.result.evaluation
-            lines.append(f"  challenger       {e.challenger.model_dump(exclude_none=True)}")
-            lines.append(f"  {e.baseline_kind:<16} {e.baseline.model_dump(exclude_none=True)}")
-            lines.append(f"  report           {e.report_path}")
-    if record.promotion:
-        lines.append(f"  champion         {record.promotion.describe()}")
-    if record.gpu_node_seconds:
-        lines.append(
-            f"  GPU node-hours   {record.gpu_node_seconds / 3600:.2f}"
-            + (f" (cost {record.cost})" if record.cost else "")
-        )
-    return lines
+    return follow_run(backend, run_id, interval_s=args.interval)
 
 
 def add_parsers(sub: Any) -> None:
@@ -411,9 +425,12 @@ def add_parsers(sub: Any) -> None:
     status.add_argument("--lines", type=int, default=10, help="how many of the driver log's last lines")
     status.set_defaults(func=cmd_status)
 
-    logs = common(sub.add_parser("logs", help="the run's driver log"))
+    logs = common(sub.add_parser("logs", help="the run's story (steps, states, outcome) from its driver log"))
     logs.add_argument("run", help="the run id")
-    logs.add_argument("-f", "--follow", action="store_true", help="keep printing until the run ends")
+    logs.add_argument(
+        "-f", "--follow", action="store_true", help="follow the run to its end; the exit code is its outcome"
+    )
+    logs.add_argument("--raw", action="store_true", help="the driver log as it is (Ray's and the trainer's output)")
     logs.add_argument("--tail", type=int, metavar="N", help="only the last N lines (then follow, with -f)")
     logs.set_defaults(func=cmd_logs)
 

@@ -13,9 +13,11 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import fcntl
+import json
 import logging
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -25,14 +27,13 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from functions.adapters.store import RunStore
-from functions.core import joblog
 from functions.core.champion import Promotion
 from functions.core.config import config_format, parse_config
 from functions.core.decide import Facts
 from functions.core.errors import describe, is_transient
 from functions.core.policy import Policy
-from functions.core.result import Phase, Progress
 from functions.core.runs import RETRYABLE, RunRecord, State
+from functions.core.story import Story, exit_code, summary
 from functions.handlers import launch, steps, watch
 from functions.handlers.context import Context
 from functions.handlers.settings import Settings
@@ -49,6 +50,7 @@ LOCAL_RETRY_BACKOFF_S = 2
 STALLED_S = 600.0  # of ticks failing on transient errors only, before the run is given up
 QUICKSTART = Path(__file__).with_name("quickstart.json")
 DEFAULT_WORKDIR = Path(".raytune/local")
+CANCEL_NOTE = "cancel-request.json"  # in the workdir: who asked the raytune local holding it to cancel its run
 NIGHTLY_AT = dt.time(2, 0)  # when the simulated scheduler fires (UTC)
 SIMULATED_NIGHTS_S = 10 * 365 * 86400
 
@@ -81,9 +83,9 @@ class ConsolePublisher:
         self.say = say
 
     def publish(self, topic: str, message: dict[str, Any], **attributes: str) -> str:
-        # The state line already said the state and why: one line per event.
+        # The state lines and the summary say the state and why: this says only that the event went.
         if attributes.get("event") != "run-state":
-            self.say(f"event -> {topic}: {message['state']}")
+            self.say(f"event -> {topic}: {attributes.get('event', 'event')}")
         if promotion := message.get("promotion"):
             self.say(f"  champion: {Promotion.model_validate(promotion).describe()}")
         return "local"
@@ -148,9 +150,10 @@ def detach(args: list[str], requested: Path | None, wait_s: float = 180) -> int:
     deadline = time.monotonic() + wait_s
     while time.monotonic() < deadline:
         text = console.read_bytes()[start:].decode(errors="replace")
-        if launched := re.search(r"launch: run (\S+) is (\S+)", text):
+        # the first line naming the run's state: "run X: SUBMITTED (...)", or its summary "run X REJECTED in ..."
+        if launched := re.search(r"\] run (\S+?):? ([A-Z]+)\b", text):
             run_id = launched[1]
-            print(f"run {run_id} is {launched[2].rstrip('.')} in the background (pid {proc.pid}), in {workdir}")
+            print(f"run {run_id} is {launched[2]} in the background (pid {proc.pid}), in {workdir}")
             print(f"  raytune status {run_id} --workdir {workdir}    raytune logs {run_id} -f --workdir {workdir}")
             print(f"  raytune cancel {run_id} --workdir {workdir}    its console: {console}")
             return 0
@@ -194,56 +197,6 @@ def workdir_lock(requested: Path | None) -> Iterator[Path]:
     raise RuntimeError("every default workdir is in use; pass --workdir")
 
 
-def progress_line(event: Progress) -> str:
-    parts = [f"step {event.step}/{event.max_steps}"]
-    if event.epoch is not None:
-        parts.append(f"epoch {event.epoch:.2f}")
-    if event.loss is not None:
-        parts.append(f"loss {event.loss:.4f}")
-    if event.eval_loss is not None:
-        parts.append(f"eval loss {event.eval_loss:.4f}")
-    if event.eta_s is not None:
-        parts.append(f"ETA {event.eta_s:.0f}s")
-    return " · ".join(parts)
-
-
-def summary(record: RunRecord, wall_s: float, record_path: Path) -> list[str]:
-    lines = [
-        f"run {record.run_id} {record.state.value} in {wall_s:.1f}s"
-        + (f": {record.reason}" if record.reason and record.state != State.SUCCEEDED else "")
-    ]
-    result = record.result
-    if result is not None:
-        metrics = result.metrics
-        if result.adapter_path:
-            lines.append(f"  adapter          {result.adapter_path}")
-        if result.best_checkpoint:
-            score = (
-                f" ({metrics.best_checkpoint_by} {metrics.best_checkpoint_score:.4f})"
-                if metrics.best_checkpoint_score is not None
-                else ""
-            )
-            lines.append(f"  best checkpoint  {result.best_checkpoint}{score}")
-        if result.evaluation is not None:
-            e = result.evaluation
-            against = f"champion {e.champion_run_id}" if e.champion_run_id else "base model"
-            lines.append(
-                f"  evaluation       {e.samples} held-out samples, challenger / {against}: "
-                + ", ".join(
-                    f"{m} {_num(getattr(e.challenger, m))} / {_num(getattr(e.baseline, m))}"
-                    for m in ("eval_loss", "rougeL", "bleu")
-                )
-            )
-            lines.append(f"  report           {e.report_path}")
-        if metrics.tokens_per_second:
-            lines.append(
-                f"  throughput       {metrics.tokens_per_second:.0f} tokens/s, "
-                f"{metrics.global_step} steps in {metrics.train_runtime_seconds or 0:.1f}s of training"
-            )
-    lines.append(f"  record           {record_path}")  # (the champion's verdict came with the run's event)
-    return lines
-
-
 def timeline(record: RunRecord, local: dict[str, float], wall_s: float) -> list[str]:
     """`raytune local --timings`: where the run's wall time went, the local cluster's own start and stop first,
     then the record's timings (its states, then the job's phases inside RUNNING)."""
@@ -254,20 +207,12 @@ def timeline(record: RunRecord, local: dict[str, float], wall_s: float) -> list[
     return lines
 
 
-def _num(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:.4f}"
-
-
 class LocalRun:
     """One `raytune local` run: the handlers driven by hand, as Eventarc and the scheduler would."""
 
     def __init__(self, ctx: Context, platform: LocalRay, workdir: Path, say: Callable[[str], None]):
         self.ctx, self.platform, self.workdir, self.say = ctx, platform, workdir, say
-        self.log_seen = 0
-        self.log_job = ""
-        self.failures_seen = 0  # Ray Train's failure decisions shown for this job
-        self.steps_seen: set[tuple[int, bool]] = set()
-        self.phases_seen: set[tuple[str, bool]] = set()
+        self.story = Story()
 
     def settle_earlier_runs(self) -> None:
         """Runs an earlier `raytune local` of this workdir left live (it was killed): their cluster is gone,
@@ -298,11 +243,11 @@ class LocalRun:
         else:
             event = object_finalized(BUCKET, blob.name, blob.generation, blob.size, blob.time_created)
         asked = self.ctx.clock()
+        self.say("launch: validating the config, then starting the local Ray head and the run's worker nodes...")
         record = launch.handle(event, self.ctx)
         assert record is not None, "a configs/ upload is never ignored"
-        self.say(
-            f"launch: run {record.run_id} is {record.state.value}" + (f" ({record.reason})" if record.reason else "")
-        )
+        for line in self.story.observe(record):
+            self.say(line)
         if hint := retry_hint(record, asked, self.workdir):
             self.say(hint)
         if not record.state.terminal:
@@ -326,7 +271,7 @@ class LocalRun:
     def follow(self, launched: RunRecord) -> RunRecord:
         """Tick until the run is settled. A tick that meets a transient error (a busy dashboard, a slow
         bucket) is tried again, as Pub/Sub would redeliver; STALLED_S of nothing but such errors ends it."""
-        run_id, state = launched.run_id, launched.state
+        run_id = launched.run_id
         failing_since: float | None = None
         while True:
             try:
@@ -339,39 +284,13 @@ class LocalRun:
                 log.warning("tick failed, tried again: %s", describe(exc))
             record = self.ctx.store.get(run_id)
             assert record is not None
-            self.show_progress(record.job_name)
-            if record.state != state:
-                state = record.state
-                self.say(f"run {run_id}: {state.value}" + (f" ({record.reason})" if record.reason else ""))
+            for line in self.story.observe(record, self.platform.job_logs(record.job_name)):
+                self.say(line)
             if record.settled:
                 after = " (scaled down after the run)" if record.reached_cluster else ""
                 self.say(f"worker group: {self.platform.node_count} nodes{after}")
                 return record
             time.sleep(TICK_S)
-
-    def show_progress(self, job: str) -> None:
-        text = self.platform.job_logs(job)
-        if job != self.log_job:  # a new attempt: its own driver log, and it retrains the steps after its checkpoint
-            self.log_job, self.log_seen, self.steps_seen, self.failures_seen = job, 0, set(), 0
-            self.phases_seen = set()
-        fresh, self.log_seen = text[self.log_seen :], len(text)
-        for event in joblog.progress(fresh):
-            if isinstance(event, Phase):
-                seen = (event.phase, event.seconds is not None)
-                if seen not in self.phases_seen:
-                    self.phases_seen.add(seen)
-                    self.say(f"  {event.phase}" + ("..." if event.seconds is None else f": {event.seconds:.1f}s"))
-                continue
-            key = (event.step, event.eval_loss is not None)
-            # once a step: a worker restarted within the attempt retrains the steps after its checkpoint, and a
-            # job with Ray Train's print patch on (trainer/train.py turns it off) has each line twice
-            if key not in self.steps_seen:
-                self.steps_seen.add(key)
-                self.say("  " + progress_line(event))
-        failures = list(joblog.failed_attempts(text))  # the whole log: a decision may span two reads
-        for failure in failures[self.failures_seen :]:
-            self.say(f"  {failure}")
-        self.failures_seen = max(self.failures_seen, len(failures))
 
     def cancel(self, run_id: str, why: str) -> RunRecord | None:
         """Cancel through the same decisions as a cancel message: stop the job, record, settle."""
@@ -480,7 +399,9 @@ def _run(
         if ended is not None:  # the signal came after the run's end: nothing to cancel, its outcome stands
             say(f"interrupted ({interrupted}) after the run ended {ended.state.value}: stopping what it started")
             record = ended
-            code = 0 if ended.state in (State.SUCCEEDED, State.SKIPPED) else 1
+            code = exit_code(ended.state)
+        elif interrupted is not None and (asked := cancel_asked(workdir)) is not None:
+            why, code = asked, exit_code(State.CANCELLED)  # `raytune cancel` from another terminal: a cancel
         elif interrupted is not None:
             why, code = f"interrupted ({interrupted})", 128 + interrupted.signum
         elif failure is not None:
@@ -498,7 +419,7 @@ def _run(
             assert settle_only, "a run was launched"
             code = 0
         else:
-            code = 0 if record.state in (State.SUCCEEDED, State.SKIPPED) else 1
+            code = exit_code(record.state)
     finally:
         if platform is not None:
             if record is not None:
@@ -519,13 +440,30 @@ def _run(
         with contextlib.suppress(OSError):  # a terminal that went (SIGHUP): the record file has it
             print(record.model_dump_json(indent=2), flush=True)
     else:
-        for line in summary(record, time.monotonic() - started, path):
+        for line in summary(record, time.monotonic() - started, str(path)):
             say(line)
     if timings:
         assert platform is not None, "a run was launched on it"
         for line in timeline(record, platform.timings, time.monotonic() - started):
             say(line)
     return code
+
+
+def ask_cancel(workdir: Path, pid: int, by: str) -> None:
+    """`raytune cancel` of the run a raytune local (pid) follows: the reason noted for it, then its interrupt."""
+    (workdir / CANCEL_NOTE).write_text(json.dumps({"pid": pid, "by": by}))
+    os.kill(pid, signal.SIGINT)
+
+
+def cancel_asked(workdir: Path) -> str | None:
+    """Why this process was interrupted, when `raytune cancel` asked it to (the note names this process)."""
+    note = workdir / CANCEL_NOTE
+    try:
+        asked = json.loads(note.read_text())
+        note.unlink()
+    except (OSError, ValueError):
+        return None
+    return str(asked.get("by")) if isinstance(asked, dict) and asked.get("pid") == os.getpid() else None
 
 
 def retry_hint(record: RunRecord, asked: dt.datetime, workdir: Path) -> str | None:

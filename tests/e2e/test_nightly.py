@@ -117,8 +117,9 @@ def test_three_nights(tmp_path):
     assert [h["state"] for h in second["history"]] == ["RECEIVED", "SKIPPED"]
     assert "nothing new since nightly-20261201" in second["reason"]
     assert second["inputs"]["fingerprint"] == first["inputs"]["fingerprint"]
-    assert "event -> local/run-events: SKIPPED" in err
-    assert err.count("nothing new since nightly-20261201") == 1, err  # the reason once, in the launch line
+    assert "event -> local/run-events: run-finished" in err
+    assert err.count("nothing new since nightly-20261201") == 1, err  # the reason once, in the summary
+    assert err.count("SKIPPED") == 1, err
     tonight = (workdir / "logs" / "controller.log").read_text()[logged:]
     assert "worker nodes" not in tonight and not (workdir / "checkpoints" / "nightly-20261202").exists(), (
         "no cluster work"

@@ -88,17 +88,24 @@ def test_submit_status_logs_cancel_through_the_deployment(deployed, capsys, buck
     submitter = f"{run_id}-abcde"
     h.kube.put("pods", {"metadata": {"name": submitter, "labels": {"batch.kubernetes.io/job-name": run_id}}})
     h.kube.logs[("default", submitter)] = (
-        "".join(f"driver line {i}\n" for i in range(30)) + "raytune-progress step 3/12\n"
+        "".join(f"driver line {i}\n" for i in range(30))
+        + '(RayTrainWorker pid=7) RAYTUNE_PHASE {"phase": "loading the model", "seconds": 0.0}\n'
+        + '(RayTrainWorker pid=7) RAYTUNE_PROGRESS {"step": 3, "max_steps": 12, "loss": 1.5, "eta_s": 40}\n'
     )
     assert cli(["status", run_id, "--lines", "3"]) == 0
     status = capsys.readouterr().out
     assert "RayJob     jobStatus            RUNNING" in status and "gemma3-tuning-head-x: Running" in status
     assert "driver line 29" in status and "driver line 20" not in status
-    assert cli(["logs", run_id]) == 0
+    assert cli(["logs", run_id, "--raw"]) == 0
     assert capsys.readouterr().out.startswith("driver line 0\n")
+    # Issue 40: the run's story, as the foreground raytune local tells it (a phase of 0.0 s says nothing)
+    assert cli(["logs", run_id]) == 0
+    told = capsys.readouterr().out.splitlines()
+    assert told[0] == "  step 3/12 · loss 1.5000 · ETA 40s" and told[1].startswith(f"run {run_id}: SUBMITTED (")
+    assert len(told) == 2, told
     h.kube.logs[("default", submitter)] += "\x1b[36m(RayTrainWorker pid=7)\x1b[0m coloured\n"
-    assert cli(["logs", run_id, "--tail", "2"]) == 0  # the last lines; colours only on a terminal
-    assert capsys.readouterr().out == "raytune-progress step 3/12\n(RayTrainWorker pid=7) coloured\n"
+    assert cli(["logs", run_id, "--raw", "--tail", "2"]) == 0  # the last lines; colours only on a terminal
+    assert capsys.readouterr().out.endswith('"eta_s": 40}\n(RayTrainWorker pid=7) coloured\n')
 
     h.kube.logs[("default", submitter)] += f"HF_TOKEN={HF_TOKEN} leaked by a careless print\n"
     assert cli(["cancel", run_id, "--timeout", "60", "--interval", "0.5"]) == 0
@@ -108,9 +115,13 @@ def test_submit_status_logs_cancel_through_the_deployment(deployed, capsys, buck
     # submitter pod is gone with the RayJob (Issue 23: "no driver log ... yet" after the end).
     del h.kube.logs[("default", submitter)]
     h.kube.objects.pop(("pods", "default", submitter))
-    assert cli(["logs", run_id, "--tail", "1"]) == 0
+    assert cli(["logs", run_id, "--raw", "--tail", "1"]) == 0
     kept = capsys.readouterr().out
     assert "leaked by a careless print" in kept and HF_TOKEN not in kept
+    # Following an ended run tells its story, says once how it ended, and exits with its outcome (3: CANCELLED).
+    assert cli(["logs", run_id, "-f"]) == 3
+    followed = capsys.readouterr().out
+    assert followed.count("CANCELLED") == 1 and f"run {run_id} CANCELLED: " in followed, followed
     assert storage_client().bucket(bucket).get_blob(f"logs/{run_id}/{run_id}.log") is not None
 
     assert cli(["compare", run_id, uploaded]) == 0

@@ -1,0 +1,139 @@
+"""A run's story as the console tells it, the same wherever it is followed: in the foreground of `raytune local`,
+and by `raytune logs` and `submit --wait` for any run, local or in the cloud. Fed what is seen of the run at each
+look (its record and its driver log so far), `Story.observe` returns the new lines: the job's phases and steps,
+Ray Train's failure decisions, one line per change of state or reason, each new attempt. The end state is said
+once, by `summary`; the exit code says it too (EXIT_CODES)."""
+
+from __future__ import annotations
+
+from functions.core import joblog
+from functions.core.result import Phase, Progress
+from functions.core.runs import RunRecord, State
+
+# What a command that follows a run to its end exits with (README, "Exit codes").
+EXIT_CODES = {State.SUCCEEDED: 0, State.SKIPPED: 0, State.FAILED: 1, State.REJECTED: 2, State.CANCELLED: 3}
+ORPHANED = 4  # a local run whose raytune local is gone: it will not end by itself (`raytune cancel` settles it)
+STOPPED_FOLLOWING = 130  # Ctrl-C while following: the run goes on
+SHOWN_PHASE_S = 0.05  # a phase shorter than this says nothing (it rounds to 0.0 s)
+
+
+def exit_code(state: State) -> int:
+    return EXIT_CODES.get(state, 1)
+
+
+def progress_line(event: Progress) -> str:
+    parts = [f"step {event.step}/{event.max_steps}"]
+    if event.epoch is not None:
+        parts.append(f"epoch {event.epoch:.2f}")
+    if event.loss is not None:
+        parts.append(f"loss {event.loss:.4f}")
+    if event.eval_loss is not None:
+        parts.append(f"eval loss {event.eval_loss:.4f}")
+    if event.eta_s is not None:
+        parts.append(f"ETA {event.eta_s:.0f}s")
+    return " · ".join(parts)
+
+
+class Story:
+    def __init__(self) -> None:
+        self.said: tuple[State, str | None] | None = None
+        self.job: str | None = None
+        self._new_job()
+
+    def _new_job(self) -> None:
+        self.log_seen = 0
+        self.steps: set[tuple[int, bool]] = set()  # a restarted worker retrains steps after its checkpoint
+        self.opened: set[str] = set()
+        self.closed: set[str] = set()
+        self.failures = 0
+
+    def observe(self, record: RunRecord, log: str = "") -> list[str]:
+        lines: list[str] = []
+        if record.job_name != self.job:
+            if self.job is not None or record.attempt > 1:
+                by = f" ({record.attempts[-1].by})" if record.attempts else ""
+                lines.append(f"attempt {record.attempt}: RayJob {record.job_name}{by}")
+            self.job = record.job_name
+            self._new_job()
+        if len(log) < self.log_seen:  # cut or replaced (the kept copy for the live one): read again, said once
+            self.log_seen = 0
+        lines += self._from_log(log[self.log_seen :])
+        self.log_seen = len(log)
+        failures = list(joblog.failed_attempts(log))  # the whole log: a decision may span two looks
+        lines += [f"  {failure}" for failure in failures[self.failures :]]
+        self.failures = max(self.failures, len(failures))
+        if not record.state.terminal and (record.state, record.reason) != self.said:
+            lines.append(
+                f"run {record.run_id}: {record.state.value}" + (f" ({record.reason})" if record.reason else "")
+            )
+        self.said = (record.state, record.reason)
+        return lines
+
+    def _from_log(self, fresh: str) -> list[str]:
+        events = list(joblog.progress(fresh))
+        ended_here = {e.phase for e in events if isinstance(e, Phase) and e.seconds is not None}
+        lines = []
+        for event in events:
+            if isinstance(event, Progress):
+                key = (event.step, event.eval_loss is not None)
+                if key not in self.steps:
+                    self.steps.add(key)
+                    lines.append("  " + progress_line(event))
+            elif event.seconds is None:
+                if event.phase not in ended_here and event.phase not in self.opened:
+                    self.opened.add(event.phase)
+                    lines.append(f"  {event.phase}...")
+            elif event.phase not in self.closed:
+                self.closed.add(event.phase)
+                if event.seconds >= SHOWN_PHASE_S:
+                    lines.append(f"  {event.phase}: {event.seconds:.1f}s")
+        return lines
+
+
+def summary(record: RunRecord, wall_s: float | None = None, record_path: str | None = None) -> list[str]:
+    """How the run ended, once: its state and why (unless it succeeded), then what it made."""
+    took = f" in {wall_s:.1f}s" if wall_s is not None else ""
+    why = f": {record.reason}" if record.reason and record.state != State.SUCCEEDED else ""
+    lines = [f"run {record.run_id} {record.state.value}{took}{why}"]
+    if record.attempt > 1:
+        lines.append(f"  attempts         {record.attempt}")
+    result = record.result
+    if result is not None:
+        metrics = result.metrics
+        if result.adapter_path:
+            lines.append(f"  adapter          {result.adapter_path}")
+        if result.best_checkpoint:
+            score = (
+                f" ({metrics.best_checkpoint_by} {metrics.best_checkpoint_score:.4f})"
+                if metrics.best_checkpoint_score is not None
+                else ""
+            )
+            lines.append(f"  best checkpoint  {result.best_checkpoint}{score}")
+        if result.evaluation is not None:
+            e = result.evaluation
+            against = f"champion {e.champion_run_id}" if e.champion_run_id else "base model"
+            lines.append(
+                f"  evaluation       {e.samples} held-out samples, challenger / {against}: "
+                + ", ".join(
+                    f"{m} {_num(getattr(e.challenger, m))} / {_num(getattr(e.baseline, m))}"
+                    for m in ("eval_loss", "rougeL", "bleu")
+                )
+            )
+            lines.append(f"  report           {e.report_path}")
+        if metrics.tokens_per_second:
+            lines.append(
+                f"  throughput       {metrics.tokens_per_second:.0f} tokens/s, "
+                f"{metrics.global_step} steps in {metrics.train_runtime_seconds or 0:.1f}s of training"
+            )
+    if record.promotion:
+        lines.append(f"  champion         {record.promotion.describe()}")
+    if record.gpu_node_seconds:
+        cost = f" (cost {record.cost:.2f})" if record.cost else ""
+        lines.append(f"  GPU node-hours   {record.gpu_node_seconds / 3600:.2f}{cost}")
+    if record_path:
+        lines.append(f"  record           {record_path}")
+    return lines
+
+
+def _num(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.4f}"

@@ -1,0 +1,90 @@
+"""A run's story as every follower tells it (issue 40): phases and steps once each, one line per change of state
+or reason, each new attempt, the end said once by the summary, and the exit code of each outcome."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+
+import pytest
+
+from functions.core.result import PHASE_MARKER, PROGRESS_MARKER, RunResult
+from functions.core.runs import Attempt, RunRecord, State, Transition
+from functions.core.story import EXIT_CODES, Story, exit_code, summary
+
+pytestmark = pytest.mark.unit
+T0 = dt.datetime(2026, 12, 5, tzinfo=dt.UTC)
+
+
+def record(state: State, reason: str | None = None, **changes) -> RunRecord:
+    return RunRecord(
+        run_id="r-1",
+        state=state,
+        reason=reason,
+        source={"kind": "upload"},
+        created_at=T0,
+        updated_at=T0,
+        history=[Transition(state=state, at=T0)],
+        **changes,
+    )
+
+
+def phase(name: str, seconds: float | None = None) -> str:
+    return f"(RayTrainWorker pid=1) {PHASE_MARKER}{json.dumps({'phase': name, 'seconds': seconds})}\n"
+
+
+def step(n: int, eval_loss: float | None = None) -> str:
+    return f"{PROGRESS_MARKER}{json.dumps({'step': n, 'max_steps': 4, 'loss': 1.0, 'eval_loss': eval_loss})}\n"
+
+
+def test_phases_steps_and_states_are_each_said_once():
+    story = Story()
+    assert story.observe(record(State.SUBMITTED, "RayJob r-1")) == ["run r-1: SUBMITTED (RayJob r-1)"]
+    log = "noise from Ray\n" + phase("preflight") + phase("preflight", 0.01) + phase("starting 2 workers")
+    assert story.observe(record(State.RUNNING), log) == ["  starting 2 workers...", "run r-1: RUNNING"]
+    log += phase("starting 2 workers", 8.84) + step(1) + step(1)  # a print patch doubles each line
+    assert story.observe(record(State.RUNNING), log) == ["  starting 2 workers: 8.8s", "  step 1/4 · loss 1.0000"]
+    assert story.observe(record(State.RUNNING), log) == [], "nothing new, nothing said"
+    # The kept copy replaces the live log at the end (shorter: only its last part): nothing is said again.
+    kept = step(1) + step(2, eval_loss=0.5)
+    assert story.observe(record(State.SUCCEEDED, "done"), kept) == ["  step 2/4 · loss 1.0000 · eval loss 0.5000"]
+
+
+def test_a_new_attempt_says_so_and_its_steps_are_told_again():
+    story = Story()
+    story.observe(record(State.RUNNING), step(1) + step(2))
+    again = record(
+        State.SUBMITTED,
+        "RayJob r-1-2",
+        attempts=[
+            Attempt(number=1, job="r-1", requested_at=T0, by="upload", outcome="FAILED: lost nodes"),
+            Attempt(number=2, job="r-1-2", requested_at=T0, by="lost nodes"),
+        ],
+    )
+    assert story.observe(again, step(2)) == [
+        "attempt 2: RayJob r-1-2 (lost nodes)",
+        "  step 2/4 · loss 1.0000",
+        "run r-1: SUBMITTED (RayJob r-1-2)",
+    ]
+
+
+def test_the_end_is_said_once_by_the_summary():
+    story = Story()
+    story.observe(record(State.RUNNING))
+    ended = record(State.FAILED, "OSError: disk full", result=RunResult(adapter_path="gs://b/a"))
+    assert story.observe(ended) == [], "the summary says it"
+    lines = summary(ended, wall_s=12.34, record_path="/w/records/r-1.json")
+    assert lines[0] == "run r-1 FAILED in 12.3s: OSError: disk full"
+    assert sum("FAILED" in line for line in lines) == 1 and lines[-1].endswith("/w/records/r-1.json")
+    assert summary(record(State.SUCCEEDED, "Job finished successfully."))[0] == "run r-1 SUCCEEDED"
+
+
+def test_exit_codes_tell_the_outcome():
+    assert [exit_code(s) for s in (State.SUCCEEDED, State.SKIPPED, State.FAILED, State.REJECTED, State.CANCELLED)] == [
+        0,
+        0,
+        1,
+        2,
+        3,
+    ]
+    assert set(EXIT_CODES) == {s for s in State if s.terminal}, "every end has its code"
