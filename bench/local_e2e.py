@@ -38,7 +38,7 @@ def phases(console: str) -> dict[str, float]:
         if not match:
             continue
         at, text = float(match.group(1)), match.group(2)
-        if "is SUBMITTED" in text:
+        if "is SUBMITTED" in text or ": SUBMITTED" in text:  # the console before and since issue 40
             marks.setdefault("submitted", at)
         elif text.strip().startswith("step "):
             marks.setdefault("first step", at)

@@ -9,27 +9,27 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from functions.core.config import DATA_FILE_SUFFIX, DatasetSpec, PromptSpec
+from functions.core.config import DATA_FILE_SUFFIX, SAVED_MARKERS, DatasetSpec, PromptSpec
 from trainer import storage
 
 LOCAL_CACHE = Path(os.environ.get("RAYTUNE_DATA_CACHE", "/mnt/local-ssd/raytune-data"))
 
 
-def _parquet_files(location: str) -> list[str]:
-    """Local parquet files for a local folder/file or a gs:// prefix: copied once per node and listing (under
-    a lock), so a shard added to the prefix, or rewritten, is fetched by the next run."""
-    if not location.startswith("gs://"):
-        path = Path(location)
-        return sorted(str(p) for p in path.rglob(f"*{DATA_FILE_SUFFIX}")) if path.is_dir() else [str(path)]
+def _node_copy(location: str) -> Path:
+    """A gs:// dataset on this node's disk: its parquet shards, or every file of a saved dataset, copied once per
+    node and listing (under a lock), so a shard added to the prefix, or rewritten, is fetched by the next run.
+    Returns the local folder (or file)."""
     import pyarrow.fs as pafs
     from filelock import FileLock
 
     fs, path = storage.filesystem(location.rstrip("/"))
     info = fs.get_file_info(path)
     listed = [info] if info.type == pafs.FileType.File else fs.get_file_info(pafs.FileSelector(path, recursive=True))
-    shards = sorted((f.path, f.size, f.mtime_ns) for f in listed if f.path.endswith(DATA_FILE_SUFFIX))
+    files = [f for f in listed if f.type == pafs.FileType.File]
+    saved = any(f.path.removeprefix(path).lstrip("/") in SAVED_MARKERS for f in files)
+    shards = sorted((f.path, f.size, f.mtime_ns) for f in files if saved or f.path.endswith(DATA_FILE_SUFFIX))
     if not shards:
-        raise ValueError(f"no {DATA_FILE_SUFFIX} files at {location}")
+        raise ValueError(f"no {DATA_FILE_SUFFIX} files (nor a dataset saved with save_to_disk) at {location}")
     cache_root = LOCAL_CACHE if LOCAL_CACHE.parent.exists() else Path(tempfile.gettempdir()) / "raytune-data"
     home = cache_root / hashlib.sha256(location.encode()).hexdigest()[:16]
     target = home / hashlib.sha256(repr(shards).encode()).hexdigest()[:16]
@@ -44,7 +44,21 @@ def _parquet_files(location: str) -> list[str]:
                 (target / name).parent.mkdir(parents=True, exist_ok=True)
                 pafs.copy_files(shard, str(target / name), source_filesystem=fs)
             (target / ".complete").touch()
-    return sorted(str(p) for p in target.rglob(f"*{DATA_FILE_SUFFIX}"))
+    return target if info.type != pafs.FileType.File else target / Path(path).name
+
+
+def _saved(path: Path, spec: DatasetSpec):
+    """A dataset saved with save_to_disk, or None when the folder is not one; a DatasetDict gives `spec.split`."""
+    import datasets
+
+    if not path.is_dir() or not any((path / marker).is_file() for marker in SAVED_MARKERS):
+        return None
+    loaded = datasets.load_from_disk(str(path))
+    if isinstance(loaded, datasets.DatasetDict):
+        if spec.split not in loaded:
+            raise ValueError(f"dataset {spec.id} (saved with save_to_disk) has no split {spec.split!r}: {list(loaded)}")
+        return loaded[spec.split]
+    return loaded
 
 
 # Local datasets in the layouts `datasets` loads itself (docs/datasets.md): data files of one kind, or an image
@@ -53,26 +67,28 @@ FORMATS = {".parquet": "parquet", ".jsonl": "json", ".json": "json", ".csv": "cs
 METADATA = ("metadata.jsonl", "metadata.csv", "metadata.parquet")
 
 
-def _local(location: str):
+def _local(location: str, spec: DatasetSpec):
     """A local file or folder as a dataset, and the folder its relative image paths start from."""
     import datasets
 
     path = Path(location)
     if not path.exists():
         raise ValueError(f"dataset {location} does not exist")
+    if (saved := _saved(path, spec)) is not None:
+        return saved, path, []
     if path.is_dir() and any((path / name).exists() for name in METADATA):
-        return datasets.load_dataset("imagefolder", data_dir=str(path), split="train"), path
+        return datasets.load_dataset("imagefolder", data_dir=str(path), split="train"), path, []
     files = [path] if path.is_file() else sorted(f for f in path.rglob("*") if f.suffix in FORMATS)
     kinds = {FORMATS.get(f.suffix) for f in files}
     if not files or None in kinds:
         raise ValueError(
-            f"dataset {location}: no data files of a known kind ({', '.join(FORMATS)}, or an image folder with "
-            f"{' / '.join(METADATA)}); see docs/datasets.md"
+            f"dataset {location}: no data files of a known kind ({', '.join(FORMATS)}, an image folder with "
+            f"{' / '.join(METADATA)}, or a dataset saved with save_to_disk); see docs/datasets.md"
         )
     if len(kinds) > 1:
         raise ValueError(f"dataset {location} mixes {sorted(k for k in kinds if k)} files: keep one kind")
     dataset = datasets.load_dataset(kinds.pop(), data_files=[str(f) for f in files], split="train")
-    return dataset, path if path.is_dir() else path.parent
+    return dataset, path if path.is_dir() else path.parent, [str(f) for f in files]
 
 
 def _with_images(dataset, spec: DatasetSpec, base: Path | None):
@@ -105,17 +121,28 @@ def _with_images(dataset, spec: DatasetSpec, base: Path | None):
 
 
 def load(spec: DatasetSpec, seed: int = 0):
+    dataset, base, _ = _read(spec, seed)
+    return _with_images(dataset, spec, base)
+
+
+def _read(spec: DatasetSpec, seed: int = 0):
+    """The dataset as read (images not cast yet), the folder relative image paths start from, and its parquet
+    files in row order (to name the file a row came from; empty when it did not come from parquet files)."""
     import datasets
 
-    base = None
+    base, files = None, []
     if spec.id.startswith("tiny://"):
         from trainer import tiny
 
         dataset = tiny.product_dataset(spec.max_samples or 64, seed=seed)
     elif spec.id.startswith("gs://"):
-        dataset = datasets.load_dataset("parquet", data_files=_parquet_files(spec.id), split="train")
+        copied = _node_copy(spec.id)
+        dataset = _saved(copied, spec)
+        if dataset is None:
+            files = sorted(str(p) for p in copied.rglob(f"*{DATA_FILE_SUFFIX}")) if copied.is_dir() else [str(copied)]
+            dataset = datasets.load_dataset("parquet", data_files=files, split="train")
     elif spec.id.startswith("/"):
-        dataset, base = _local(spec.id)
+        dataset, base, files = _local(spec.id, spec)
     else:
         dataset = datasets.load_dataset(spec.id, split=spec.split, token=os.environ.get("HF_TOKEN"))
     missing = {spec.product_field, spec.category_field, spec.answer_field, spec.image_field} - set(dataset.column_names)
@@ -123,24 +150,84 @@ def load(spec: DatasetSpec, seed: int = 0):
         raise ValueError(f"dataset {spec.id} lacks the columns {sorted(missing)} (has {dataset.column_names})")
     if spec.max_samples and len(dataset) > spec.max_samples:
         dataset = dataset.select(range(spec.max_samples))
-    return _with_images(dataset, spec, base)
+    return dataset, base, [f for f in files if f.endswith(DATA_FILE_SUFFIX)]
 
 
-def check_rows(spec: DatasetSpec, rows: int = 4) -> None:
-    """Load the dataset as the trainer will and decode its first rows: a format, column or image the training
-    would fail on, minutes later and on every worker restart, as one ValueError naming the row and column."""
-    dataset = load(spec)
-    for index in range(min(rows, len(dataset))):
-        try:
-            row = dataset[index]
-            row[spec.image_field].convert("RGB")
-        except Exception as err:
-            raise ValueError(
-                f"dataset {spec.id}: row {index}, column {spec.image_field!r}: {type(err).__name__}: {err}"
-            ) from err
-        for field in (spec.product_field, spec.category_field, spec.answer_field):
-            if not isinstance(row[field], str) or not row[field].strip():
-                raise ValueError(f"dataset {spec.id}: row {index}, column {field!r} is {row[field]!r}, not text")
+CHECK_BATCH = 512  # rows read at a time: the image bytes of one batch are in memory at once
+
+
+def check_rows(spec: DatasetSpec, threads: int = 8) -> int:
+    """Read the whole dataset as the trainer will and check every row before any worker starts: its text
+    columns hold text and its image opens as an image (its header and structure read: PIL's verify, no pixel
+    decode), in parallel. A bad row would otherwise fail the training minutes later, on every worker restart,
+    naming no row. Raises ValueError naming the row, its file (where the data came from files) and the column;
+    returns the number of rows checked."""
+    import datasets
+
+    try:
+        dataset, base, files = _read(spec)
+        raw = _with_images(dataset, spec, base).cast_column(spec.image_field, datasets.Image(decode=False))
+    except ValueError:
+        raise
+    except Exception as err:  # the loader's own errors (a folder of the wrong kind, a corrupt file)
+        raise ValueError(f"dataset {spec.id} cannot be read: {type(err).__name__}: {err}") from err
+    where = _row_files(files)
+    texts = (spec.product_field, spec.category_field, spec.answer_field)
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=threads) as pool:
+        for start in range(0, len(raw), CHECK_BATCH):
+            batch = raw[start : start + CHECK_BATCH]
+            for field in texts:
+                for offset, value in enumerate(batch[field]):
+                    if not isinstance(value, str) or not value.strip():
+                        raise ValueError(
+                            f"{_row(spec, where, start + offset)}, column {field!r} is {value!r}, not text"
+                        )
+            problems = pool.map(_image_problem, batch[spec.image_field])
+            for offset, problem in enumerate(problems):
+                if problem is not None:
+                    raise ValueError(f"{_row(spec, where, start + offset)}, column {spec.image_field!r}: {problem}")
+    return len(raw)
+
+
+def _image_problem(image: dict | None) -> str | None:
+    """Why an image (as stored: {bytes, path}) would not open, or None."""
+    from io import BytesIO
+
+    from PIL import Image
+
+    if not image or (image.get("bytes") is None and not image.get("path")):
+        return "no image"
+    source = BytesIO(image["bytes"]) if image.get("bytes") is not None else image["path"]
+    try:
+        with Image.open(source) as opened:
+            opened.verify()
+    except Exception as err:
+        named = f" ({image['path']})" if image.get("path") else ""
+        return f"{type(err).__name__}: {' '.join(str(err).split()) or 'not an image'}{named}".replace(
+            repr(source), "its bytes"
+        )
+    return None
+
+
+def _row_files(files: list[str]) -> list[tuple[int, str]]:
+    """(first row, file) of each parquet file, in row order."""
+    import pyarrow.parquet as pq
+
+    starts, row = [], 0
+    for file in files:
+        starts.append((row, file))
+        row += pq.ParquetFile(file).metadata.num_rows
+    return starts
+
+
+def _row(spec: DatasetSpec, where: list[tuple[int, str]], index: int) -> str:
+    found = [(start, file) for start, file in where if start <= index]
+    if not found:
+        return f"dataset {spec.id}: row {index}"
+    start, file = found[-1]
+    return f"dataset {spec.id}: row {index} (row {index - start} of {Path(file).name})"
 
 
 def held_out_rank(key: object) -> float:

@@ -12,7 +12,7 @@ from urllib.parse import quote
 from functions.adapters.gcs import Bucket, split_uri
 from functions.adapters.retry import with_retries
 from functions.core import errors
-from functions.core.config import DATA_FILE_SUFFIX, DatasetSpec
+from functions.core.config import DATA_FILE_SUFFIX, SAVED_MARKERS, DatasetSpec
 
 HUB = "https://huggingface.co"
 TIMEOUT_S = 10
@@ -40,13 +40,18 @@ def _gcs(location: str) -> Versions:
     if name.endswith(DATA_FILE_SUFFIX):
         return [(f"gs://{bucket}/{n}", str(g)) for n, g in Bucket(bucket).versions(name) if n == name]
     prefix = f"{name}/" if name else ""
-    return [(f"gs://{bucket}/{n}", str(g)) for n, g in Bucket(bucket).versions(prefix) if n.endswith(DATA_FILE_SUFFIX)]
+    found = Bucket(bucket).versions(prefix)
+    saved = any(n.removeprefix(prefix) in SAVED_MARKERS for n, _ in found)  # every file of it is the data
+    return [(f"gs://{bucket}/{n}", str(g)) for n, g in found if saved or n.endswith(DATA_FILE_SUFFIX)]
 
 
 def _local(path: Path) -> tuple[Versions | None, str | None]:
     if not path.exists():
         return None, f"{path} is not visible to the controller (a path inside the trainer's image)"
-    files = sorted(path.rglob(f"*{DATA_FILE_SUFFIX}")) if path.is_dir() else [path]
+    if path.is_dir() and any((path / marker).is_file() for marker in SAVED_MARKERS):
+        files = sorted(f for f in path.rglob("*") if f.is_file())
+    else:
+        files = sorted(path.rglob(f"*{DATA_FILE_SUFFIX}")) if path.is_dir() else [path]
     return [(str(f), f"{f.stat().st_size}:{f.stat().st_mtime_ns}") for f in files], None
 
 

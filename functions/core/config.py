@@ -151,6 +151,9 @@ LOCAL_FILE_SUFFIXES = (".parquet", ".json", ".jsonl", ".csv", ".arrow")
 # What a dataset folder or gs:// prefix is made of: the files the trainer reads (trainer/data.py), and the
 # ones whose versions make a nightly's fingerprint (functions/adapters/datasets.py).
 DATA_FILE_SUFFIX = ".parquet"
+# A folder written by `Dataset.save_to_disk` (state.json beside its .arrow files) or `DatasetDict.save_to_disk`
+# (dataset_dict.json, a folder per split): read with `datasets.load_from_disk`, never as data files.
+SAVED_MARKERS = ("state.json", "dataset_dict.json")
 
 
 def _source_hint(value: Any, kind: str, tiny: str) -> Any:

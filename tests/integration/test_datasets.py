@@ -87,3 +87,21 @@ def test_trainer_reads_new_shards_of_a_gcs_prefix(bucket, tmp_path, monkeypatch)
 def test_a_bucket_the_controller_cannot_list_trains_and_says_why(gcs_emulator):
     found, why = datasets.versions(DatasetSpec(id="gs://raytune-no-such-bucket-4711/products"))
     assert found is None and why.startswith("cannot list gs://raytune-no-such-bucket-4711/products")
+
+
+def test_a_dataset_saved_with_save_to_disk_on_gcs_is_read_and_versioned_whole(bucket, tmp_path, monkeypatch):
+    """Issue 40: a folder written by save_to_disk (state.json, dataset_info.json and .arrow files) under a gs://
+    prefix: the trainer copies all of it and reads it with load_from_disk, the preflight checks every row, and
+    its version is every file's generation (a rewritten .arrow file is a new nightly's data)."""
+    monkeypatch.setattr(data, "LOCAL_CACHE", tmp_path / "ssd" / "raytune-data")
+    (tmp_path / "ssd").mkdir()
+    saved = tmp_path / "saved"
+    tiny.product_dataset(12, seed=3).save_to_disk(str(saved))
+    for file in sorted(saved.rglob("*")):
+        if file.is_file():
+            upload(bucket, f"saved/products/{file.relative_to(saved)}", file.read_bytes())
+    spec = DatasetSpec(id=f"gs://{bucket}/saved/products")
+    assert len(data.load(spec)) == 12 and data.check_rows(spec) == 12
+    found, _ = datasets.versions(spec)
+    names = {name.rsplit("/", 1)[1] for name, _ in found}
+    assert {"state.json", "dataset_info.json"} <= names and any(n.endswith(".arrow") for n in names)

@@ -91,7 +91,26 @@ def image_folder_with_metadata(folder):
     return folder
 
 
+def saved_with_save_to_disk(folder):
+    """Issue 40: the format Hugging Face users save most. It crashed `validate` with a ~50-line traceback and failed
+    the run after ~20 s with DatasetGenerationError (dataset_info.json and state.json read as data)."""
+    tiny.product_dataset(6, seed=4).save_to_disk(str(folder / "saved"))
+    return folder / "saved"
+
+
+def dataset_dict_saved_with_save_to_disk(folder):
+    import datasets
+
+    whole = tiny.product_dataset(8, seed=4)
+    datasets.DatasetDict({"train": whole.select(range(6)), "test": whole.select(range(6, 8))}).save_to_disk(
+        str(folder / "saved-dict")
+    )
+    return folder / "saved-dict"
+
+
 LAYOUTS = {
+    "a Dataset saved with save_to_disk": saved_with_save_to_disk,
+    "a DatasetDict saved with save_to_disk (its train split)": dataset_dict_saved_with_save_to_disk,
     "parquet from datasets (Image feature)": parquet_from_datasets,
     "parquet from pyarrow ({bytes, path} structs)": parquet_from_pyarrow_structs,
     "parquet from pandas (image bytes)": parquet_from_pandas_bytes,
@@ -132,6 +151,38 @@ def test_a_missing_image_fails_the_preflight_naming_the_row_and_column(tmp_path)
         preflight.check(tiny_model(), spec)
 
 
+def test_every_row_is_checked_and_a_bad_one_is_named_with_its_file(tmp_path):
+    """Issue 40: only the first 4 rows were decoded, so a bad image further on (or in a nightly's new shard) failed
+    the training on the workers as `UnidentifiedImageError: ... <_io.BytesIO object at 0x...>`, naming nothing,
+    after restarting the worker group scaling.max_failures times."""
+    items = rows(40)
+    folder = tmp_path / "data"
+    for shard in range(2):
+        part = items[shard * 20 : (shard + 1) * 20]
+        images = [jpeg(r["image"]) for r in part]
+        if shard == 1:
+            images[13] = b"not an image at all"  # row 33 of the dataset, row 13 of the second shard
+        table = pa.table({**{k: [r[k] for r in part] for k in FIELDS}, "image": images})
+        pq.write_table(table, folder / f"shard-{shard}.parquet")
+    spec = DatasetSpec(id=str(folder))
+    with pytest.raises(preflight.PreflightError) as failed:
+        preflight.check(tiny_model(), spec)
+    assert str(failed.value) == (
+        f"dataset {folder}: row 33 (row 13 of shard-1.parquet), column 'image': UnidentifiedImageError: "
+        "cannot identify image file its bytes"
+    )
+    items[37]["description"] = "  "
+    part = items[20:]
+    table = pa.table({**{k: [r[k] for r in part] for k in FIELDS}, "image": [jpeg(r["image"]) for r in part]})
+    pq.write_table(table, folder / "shard-1.parquet")
+    with pytest.raises(ValueError, match=r"row 37 \(row 17 of shard-1.parquet\), column 'description' is '  '"):
+        data.check_rows(spec)
+    items[37]["description"] = "fine"
+    table = pa.table({**{k: [r[k] for r in part] for k in FIELDS}, "image": [jpeg(r["image"]) for r in part]})
+    pq.write_table(table, folder / "shard-1.parquet")
+    assert data.check_rows(spec) == 40
+
+
 def test_a_column_that_holds_no_images_is_named(tmp_path):
     items = rows(3)
     table = pa.table({**{k: [r[k] for r in items] for k in FIELDS}, "image": [1, 2, 3]})
@@ -161,3 +212,16 @@ def test_validate_reads_a_local_dataset_before_anything_runs(tmp_path, capsys):
     (tmp_path / "data" / "images" / "0.jpg").unlink()
     assert cli(["validate", str(config)]) == 2
     assert "row 0, column 'image': FileNotFoundError" in capsys.readouterr().err
+
+
+def test_validate_names_a_folder_it_cannot_read_without_a_traceback(tmp_path, capsys):
+    from functions.cli import main as cli
+
+    folder = tmp_path / "data" / "broken"
+    folder.mkdir()
+    (folder / "state.json").write_text("{not json")  # looks saved with save_to_disk, is not
+    config = tmp_path / "mine.json"
+    config.write_text(json.dumps({"dataset": {"id": str(folder)}}))
+    assert cli(["validate", str(config)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {config}: dataset {folder} cannot be read: ") and "Traceback" not in err
