@@ -78,6 +78,10 @@ def cmd_render(args: argparse.Namespace) -> int:
     from trainer.codehash import code_files, code_sha256
 
     cfg = _load(args.config).with_storage(bucket_storage(args.bucket))
+    from functions.core.advice import local_only
+
+    for warning in local_only(cfg):
+        print(f"warning: {args.config}: {warning}", file=sys.stderr)
     if args.run_id and not re.fullmatch(configs.DNS_LABEL, args.run_id):
         raise configs.ConfigError([f"--run-id: {args.run_id!r} is not a DNS label (a-z, 0-9, '-')"])
     files = code_files()

@@ -35,3 +35,22 @@ def right_sizing(cfg: RunConfig) -> list[str]:
             f"{MIN_STEPS_PER_EPOCH}; lower the batch or accumulation, or use fewer nodes"
         )
     return found
+
+
+def local_only(cfg: RunConfig) -> list[str]:
+    """What in a config is the embedded local default's and would make a cloud run a toy or a failure: said when
+    it is rendered or submitted for the cloud."""
+    found = [
+        f"{field} {value} is the local stand-in (built on the machine): a cloud run would fine-tune a toy"
+        for field, value in (("model.id", cfg.model.id), ("dataset.id", cfg.dataset.id))
+        if value.startswith("tiny://")
+    ]
+    if cfg.dataset.id.startswith("/"):
+        found.append(f"dataset.id {cfg.dataset.id} is a path on the nodes' disk: a cloud run reads gs:// or the Hub")
+    cluster = cfg.cluster
+    if cluster.dependencies == "image" and (cluster.worker_image is None or cluster.head_image is None):
+        found.append(
+            f"cluster.dependencies is image but the stock {cluster.worker_image_ref} has none of the trainer's "
+            "packages: build the trainer image (raytune image) and set cluster.worker_image and cluster.head_image"
+        )
+    return found

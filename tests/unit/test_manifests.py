@@ -196,3 +196,18 @@ def test_group_ops_turn_the_groups_as_read_into_the_wanted_list(read, fates, new
         changed = sum(1 for g in groups if g not in wanted)  # dropped or resized
         assert len(ops) == changed + new, ops
         assert all(op["path"] != manifests.WORKER_GROUPS for op in ops)
+
+
+def test_render_warns_when_a_local_only_config_is_rendered_for_the_cloud(capsys):
+    """Issue 40: the quickstart (the tiny model and data, the trainer image's dependencies on stock Ray images)
+    rendered for the cloud without a word; the cloud example renders with none."""
+    quickstart = ROOT / "functions" / "local" / "quickstart.json"
+    assert cli(["render", str(quickstart), "--bucket", "my-bucket"]) == 0
+    warned = capsys.readouterr().err.splitlines()
+    assert [line.split(": ", 2)[2].split(" ", 1)[0] for line in warned] == [
+        "model.id",
+        "dataset.id",
+        "cluster.dependencies",
+    ]
+    assert cli(["render", str(ROOT / "examples" / "cloud.yaml"), "--bucket", "my-bucket"]) == 0
+    assert capsys.readouterr().err == ""
