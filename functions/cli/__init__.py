@@ -49,6 +49,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     from functions.core.advice import right_sizing
 
     cfg = _load(args.config)
+    named = getattr(args, "named", args.config)
     if missing := missing_paths(args.config, cfg):
         for problem in missing:
             print(f"error: {problem}", file=sys.stderr)
@@ -59,18 +60,18 @@ def cmd_validate(args: argparse.Namespace) -> int:
         try:
             check_rows(cfg.dataset)
         except ValueError as err:
-            print(f"error: {args.config}: {err}", file=sys.stderr)
+            print(f"error: {named}: {err}", file=sys.stderr)
             return 2
     for left in placeholders(args.config):
         print(f"warning: {left} (submit refuses it until it is edited)", file=sys.stderr)
     scaling = cfg.scaling
     hardware = f"{scaling.gpus_per_node} {scaling.accelerator}" if scaling.use_gpu else "CPU"
     print(
-        f"ok: {args.config}: {cfg.model.id} on {scaling.nodes} x {hardware}"
+        f"ok: {named}: {cfg.model.id} on {scaling.nodes} x {hardware}"
         f" ({scaling.num_workers} Ray Train workers), {cfg.training.epochs:g} epochs"
     )
     for warning in right_sizing(cfg):
-        print(f"warning: {args.config}: {warning}", file=sys.stderr)
+        print(f"warning: {named}: {warning}", file=sys.stderr)
     return 0
 
 
@@ -81,7 +82,7 @@ def cmd_render(args: argparse.Namespace) -> int:
     from functions.core.advice import local_only
 
     for warning in local_only(cfg):
-        print(f"warning: {args.config}: {warning}", file=sys.stderr)
+        print(f"warning: {getattr(args, 'named', args.config)}: {warning}", file=sys.stderr)
     if args.run_id and not re.fullmatch(configs.DNS_LABEL, args.run_id):
         raise configs.ConfigError([f"--run-id: {args.run_id!r} is not a DNS label (a-z, 0-9, '-')"])
     files = code_files()
@@ -238,6 +239,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     validate = sub.add_parser("validate", help="check a run config and summarise it")
     validate.add_argument("config", help="a run config, JSON or YAML")
+    validate.add_argument(
+        "--set",
+        action="append",
+        metavar="FIELD=VALUE",
+        help="override a config field by its dotted name, typed by the schema (repeatable): --set training.epochs=1",
+    )
     validate.set_defaults(func=cmd_validate)
 
     render = sub.add_parser(
@@ -247,6 +254,12 @@ def build_parser() -> argparse.ArgumentParser:
     render.add_argument("config", help="a run config, JSON or YAML")
     render.add_argument("--bucket", help="checkpoint bucket when the config sets no storage_path")
     render.add_argument("--run-id", help="RayJob name (default: the config's name)")
+    render.add_argument(
+        "--set",
+        action="append",
+        metavar="FIELD=VALUE",
+        help="override a config field by its dotted name, typed by the schema (repeatable): --set training.epochs=1",
+    )
     render.set_defaults(func=cmd_render)
 
     run_local = sub.add_parser("local", help="run a fine-tune end to end on this machine (local Ray, fake-gcs-server)")
@@ -280,6 +293,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--night",
         type=dt.date.fromisoformat,
         help="with --nightly: the night (YYYY-MM-DD) it stands for (default today, UTC); one run per night",
+    )
+    run_local.add_argument(
+        "--set",
+        action="append",
+        metavar="FIELD=VALUE",
+        help="override a config field by its dotted name, typed by the schema (repeatable): --set training.epochs=1",
     )
     run_local.set_defaults(func=cmd_local)
 
@@ -351,6 +370,12 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        if getattr(args, "set", None):
+            from functions.cli.overrides import overridden
+
+            given = args.config or str(Path(__file__).parents[1] / "local" / "quickstart.json")
+            args.config = overridden(given, args.set)
+            args.named = f"{given} (--set {' '.join(args.set)})"
         return args.func(args)
     except configs.ConfigError as err:
         for line in err.errors:

@@ -403,6 +403,12 @@ def add_parsers(sub: Any) -> None:
     submit.add_argument("--name", help="run name (the uploaded object's name; run_name of a message)")
     submit.add_argument("--via-topic", action="store_true", help="publish a launch message instead of uploading")
     submit.add_argument("--wait", action="store_true", help="follow the run until it ends")
+    submit.add_argument(
+        "--set",
+        action="append",
+        metavar="FIELD=VALUE",
+        help="override a config field by its dotted name, typed by the schema (repeatable): --set scaling.nodes=1",
+    )
     submit.add_argument("--interval", type=float, default=10.0, help=argparse.SUPPRESS)
     submit.set_defaults(func=cmd_submit)
 

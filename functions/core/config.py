@@ -561,22 +561,27 @@ def _yaml(text: bytes | str) -> Any:
     return yaml.load(text, Loader=NoAliases)
 
 
+def decoded(raw: bytes | str, fmt: ConfigFormat = "json") -> Any:
+    """A config document decoded (not validated), within the size limit; ConfigError when it cannot be."""
+    from functions.core import jsonsafe  # here, not at the top: the trainer ships this module alone
+
+    size = len(raw.encode() if isinstance(raw, str) else raw)
+    if size > MAX_CONFIG_BYTES:
+        raise ConfigError([f"config is {size} bytes; the limit is {MAX_CONFIG_BYTES}"])
+    try:
+        return jsonsafe.loads(raw) if fmt == "json" else _yaml(raw)
+    except Exception as err:  # what a broken or hostile document raises: ValueError, YAMLError, RecursionError
+        first = str(err).splitlines()[0] if str(err) else type(err).__name__
+        raise ConfigError([f"not valid {fmt.upper()}: {first}"]) from None
+
+
 def parse_config(raw: bytes | str | dict[str, Any], fmt: ConfigFormat = "json") -> RunConfig:
     """Validate raw JSON or YAML (or a decoded dict) into a RunConfig, raising ConfigError with per-field
     reasons."""
     from pydantic import ValidationError
 
-    from functions.core import jsonsafe  # here, not at the top: the trainer ships this module alone
-
     if isinstance(raw, (bytes, str)):
-        size = len(raw.encode() if isinstance(raw, str) else raw)
-        if size > MAX_CONFIG_BYTES:
-            raise ConfigError([f"config is {size} bytes; the limit is {MAX_CONFIG_BYTES}"])
-        try:
-            raw = jsonsafe.loads(raw) if fmt == "json" else _yaml(raw)
-        except Exception as err:  # what a broken or hostile document raises: ValueError, YAMLError, RecursionError
-            first = str(err).splitlines()[0] if str(err) else type(err).__name__
-            raise ConfigError([f"not valid {fmt.upper()}: {first}"]) from None
+        raw = decoded(raw, fmt)
     if not isinstance(raw, dict):
         raise ConfigError([f"config must be a {fmt.upper()} object (a mapping of sections)"])
     try:

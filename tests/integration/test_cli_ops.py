@@ -57,7 +57,8 @@ def test_submit_status_logs_cancel_through_the_deployment(deployed, capsys, buck
     assert record.source["kind"] == "message"
 
     # An upload: the object lands in the configs bucket; Eventarc's event (posted here) launches the same id.
-    assert cli(["submit", str(config), "--name", "shop-upload"]) == 0
+    # --set overrides a field as the schema types it: the uploaded config (and so the record) carries it.
+    assert cli(["submit", str(config), "--name", "shop-upload", "--set", "training.epochs=1.5"]) == 0
     uploaded = capsys.readouterr().out.strip()
     blob = storage_client().bucket(bucket).get_blob("configs/shop-upload.json")
     post(
@@ -65,6 +66,7 @@ def test_submit_status_logs_cancel_through_the_deployment(deployed, capsys, buck
         storage_event(bucket, "configs/shop-upload.json", blob.generation, metadata=blob.metadata),
     )
     assert h.ctx.store.get(uploaded).state == State.SUBMITTED
+    assert h.ctx.store.get(uploaded).config["training"]["epochs"] == 1.5
     for run in (run_id, uploaded):  # each run's token stays on this machine, only its digest travelled
         kept = tokens.folder() / run
         assert kept.stat().st_mode & 0o777 == 0o600
@@ -126,7 +128,8 @@ def test_submit_status_logs_cancel_through_the_deployment(deployed, capsys, buck
 
     assert cli(["compare", run_id, uploaded]) == 0
     compared = capsys.readouterr().out
-    assert "CANCELLED" in compared and "SUBMITTED" in compared and "the configs are the same" in compared
+    assert "CANCELLED" in compared and "SUBMITTED" in compared
+    assert "training.epochs" in compared and "1.5" in compared, "the override is what differs"
 
     # retry: the cancelled run's next attempt, through the watch topic with the run's own token
     wait_for(lambda: h.ctx.store.get(run_id).settled)

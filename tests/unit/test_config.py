@@ -334,3 +334,29 @@ def test_every_accelerator_the_schema_accepts_has_a_machine_type_and_the_default
     scaling = RunConfig().scaling
     assert MACHINE_TYPES[(scaling.accelerator, scaling.gpus_per_node)] == "a4-highgpu-8g"
     RunConfig.model_validate({"scaling": {"accelerator": "B200", "gpus_per_node": 0}})  # a CPU run has no shape
+
+
+def test_fields_are_overridden_on_the_command_line_typed_by_the_schema(capsys):
+    """Issue 40: `--set training.epochs=1 --set scaling.nodes=1`, as users of the anchors expect."""
+    from functions.cli import main as cli
+
+    quickstart = str(ROOT / "functions" / "local" / "quickstart.json")
+    assert cli(["validate", quickstart, "--set", "training.epochs=1", "--set", "scaling.nodes=1"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"ok: {quickstart} (--set training.epochs=1 scaling.nodes=1): ") and "1 epochs" in out
+    assert "on 1 x CPU" in out
+    assert (
+        cli(["validate", quickstart, "--set", "training.learning_rate=2e-4", "--set", "lora.target_modules=[q_proj]"])
+        == 0
+    )
+    capsys.readouterr()
+    for bad, said in (
+        ("training.epochs=-1", "training.epochs: Input should be greater than 0"),
+        ("training.epoch=1", "training.epoch: Extra inputs are not permitted"),
+        ("training", "--set 'training': use FIELD=VALUE"),
+        ("name.x=1", "--set 'name.x=1': name is not a section"),
+    ):
+        assert cli(["validate", quickstart, "--set", bad]) == 2, bad
+        assert said in capsys.readouterr().err, bad
+    assert cli(["render", quickstart, "--bucket", "my-bucket", "--set", "scaling.nodes=1"]) == 0
+    assert "replicas: 1" in capsys.readouterr().out
