@@ -71,8 +71,15 @@ def console() -> Any:
 def _get(backend: Backend, run_id: str) -> RunRecord:
     record = backend.store.get(run_id)
     if record is None:
-        raise RuntimeError(f"no run {run_id} in {backend.where}")
+        elsewhere = [w for w in local_workdirs() if w != Path(backend.where) and LocalBackend(w).store.get(run_id)]
+        hint = f": it is in {elsewhere[0]} (add --workdir {elsewhere[0]})" if elsewhere else ""
+        raise RuntimeError(f"no run {run_id} in {backend.where}{hint}")
     return record
+
+
+def local_workdirs() -> list[Path]:
+    """The raytune local workdirs under this folder (.raytune/local, .raytune/local-2, ...)."""
+    return sorted(p.resolve() for p in Path(".raytune").glob("local*") if (p / "gcs").is_dir())
 
 
 def _age(since: dt.datetime, now: dt.datetime) -> str:
@@ -133,23 +140,25 @@ def _since(text: str | None) -> dt.datetime | None:
 
 
 def cmd_runs(args: argparse.Namespace) -> int:
-    backend = backend_for(args)
+    backends = [LocalBackend(w) for w in local_workdirs()] if args.all_workdirs else [backend_for(args)]
     since = _since(args.since)
     found = [
-        r
+        (backend, r)
+        for backend in backends
         for r in records(backend.store)
         if (not args.state or r.state.value == args.state.upper())
         and (not since or r.created_at >= since)
         and (not args.name or (r.config or {}).get("name") == args.name or r.run_id.startswith(f"{args.name}-"))
     ]
     now = dt.datetime.now(dt.UTC)
-    rows = [row(r, now) for r in found]
+    rows = [{**row(r, now), **({"workdir": b.where} if args.all_workdirs else {})} for b, r in found]
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
     from rich.table import Table
 
-    table = Table(title=f"runs in {backend.where}", title_justify="left")
+    where = "every local workdir here" if args.all_workdirs else backends[0].where
+    table = Table(title=f"runs in {where}", title_justify="left")
     columns = ("run id", "name", "state", "age", "duration", "nodes x GPUs", "capacity", "best eval loss", "GPU node-h")
     for column in columns:
         table.add_column(
@@ -159,9 +168,8 @@ def cmd_runs(args: argparse.Namespace) -> int:
         loss = f"{r['best_eval_loss']:.4f}" if r["best_eval_loss"] is not None else "-"
         hours = f"{r['gpu_node_hours']:.2f}" if r["gpu_node_hours"] is not None else "-"
         state = r["state"] + (f" (attempt {r['attempt']})" if r["attempt"] > 1 else "")
-        table.add_row(
-            r["run_id"], r["name"], state, r["age"], r["duration"], r["shape"], r["capacity"] or "-", loss, hours
-        )
+        run = r["run_id"] + (f"\n{r['workdir']}" if args.all_workdirs else "")
+        table.add_row(run, r["name"], state, r["age"], r["duration"], r["shape"], r["capacity"] or "-", loss, hours)
     console().print(table)
     return 0
 
@@ -424,6 +432,9 @@ def add_parsers(sub: Any) -> None:
         "--name", help="only runs of this config name, or whose id starts with it (the uploaded object's name)"
     )
     runs.add_argument("--json", action="store_true", help="the rows as JSON")
+    runs.add_argument(
+        "--all-workdirs", action="store_true", help="the runs of every raytune local workdir here (.raytune/local*)"
+    )
     runs.set_defaults(func=cmd_runs)
 
     status = common(sub.add_parser("status", help="one run: record, RayJob, pods, last log lines"))

@@ -203,3 +203,37 @@ def test_local_workdirs_are_named_never_guessed_and_submit_never_switches_target
     assert f"to run it here: raytune local {config}" in err
     assert cli(["submit", str(config), "--local", "--name", "x"]) == 2
     assert "--name and --via-topic are the deployment's" in capsys.readouterr().err
+
+
+def test_runs_of_another_local_workdir_are_found_and_listed(tmp_path, monkeypatch, capsys):
+    """Issue 40: `raytune status RUN` of a run in .raytune/local-2 said only "no run"; `runs --all-workdirs` lists
+    every local workdir's runs."""
+    import datetime as dt
+
+    from functions.core.runs import RunRecord, Transition
+
+    monkeypatch.chdir(tmp_path)
+    now = dt.datetime.now(dt.UTC)
+    for workdir, run_id in ((".raytune/local", "first-0123456789"), (".raytune/local-2", "second-0123456789")):
+        record = RunRecord(
+            run_id=run_id,
+            state=State.SUCCEEDED,
+            source={"kind": "upload"},
+            created_at=now,
+            updated_at=now,
+            history=[Transition(state=State.SUCCEEDED, at=now)],
+        )
+        runs = tmp_path / workdir / "gcs" / "raytune-local" / "runs"  # as fake-gcs-server keeps the bucket
+        runs.mkdir(parents=True)
+        (runs / f"{run_id}.json").write_text(record.model_dump_json())
+    assert cli(["status", "second-0123456789", "--local"]) == 2
+    said = capsys.readouterr().err
+    assert "no run second-0123456789 in" in said and f"it is in {tmp_path / '.raytune/local-2'}" in said
+    assert cli(["status", "second-0123456789", "--workdir", ".raytune/local-2"]) == 0
+    capsys.readouterr()
+    assert cli(["runs", "--all-workdirs", "--json"]) == 0
+    rows = {r["run_id"]: r["workdir"] for r in json.loads(capsys.readouterr().out)}
+    assert rows == {
+        "first-0123456789": str(tmp_path / ".raytune/local"),
+        "second-0123456789": str(tmp_path / ".raytune/local-2"),
+    }
