@@ -49,5 +49,7 @@ output "cli_config" {
     name = "${var.name}"
     gke_cluster = "${var.gke_cluster_name}"
     hf_token_secret = "${google_secret_manager_secret.hf_token.secret_id}"
+    node_hour_price = "${var.node_hour_price}"
+    node_hour_prices = '${jsonencode(var.node_hour_prices)}'
   EOT
 }

@@ -54,11 +54,12 @@ def cmd_validate(args: argparse.Namespace) -> int:
         for problem in missing:
             print(f"error: {problem}", file=sys.stderr)
         return 2
-    if cfg.dataset.id.startswith("/"):  # a dataset of your own on this machine: loaded and its first rows read
+    rows = None
+    if cfg.dataset.id.startswith("/"):  # a dataset of your own on this machine: every row read and checked
         from trainer.data import check_rows
 
         try:
-            check_rows(cfg.dataset)
+            rows = check_rows(cfg.dataset)
         except ValueError as err:
             print(f"error: {named}: {err}", file=sys.stderr)
             return 2
@@ -72,6 +73,12 @@ def cmd_validate(args: argparse.Namespace) -> int:
     )
     for warning in right_sizing(cfg):
         print(f"warning: {named}: {warning}", file=sys.stderr)
+    from functions.cli import settings as cli_settings
+    from functions.core.estimate import estimate
+
+    prices = cli_settings.load({}).prices()
+    for line in estimate(cfg, prices, rows).lines():
+        print(line)
     return 0
 
 

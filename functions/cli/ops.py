@@ -116,9 +116,23 @@ def row(record: RunRecord, now: dt.datetime) -> dict[str, Any]:
         if metrics and metrics.best_checkpoint_by == "eval_loss"
         else None,
         "gpu_node_hours": round(record.gpu_node_seconds / 3600, 2) if record.gpu_node_seconds else None,
+        "estimated_cost": _estimated_cost(record),
+        "cost": round(record.cost, 2) if record.cost is not None else None,
         "attempt": record.attempt,
         "capacity": capacity(record.nodes),
     }
+
+
+def _estimated_cost(record: RunRecord) -> list[float] | None:
+    """The cost the run was expected to have before launch: the lowest to the highest of its capacity options."""
+    costs = record.estimate.costs.values() if record.estimate else ()
+    return [round(min(c[0] for c in costs), 2), round(max(c[1] for c in costs), 2)] if costs else None
+
+
+def _money(value: float | list[float] | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value[0]:.2f}-{value[1]:.2f}" if isinstance(value, list) else f"{value:.2f}"
 
 
 def capacity(nodes: dict[str, str]) -> str | None:
@@ -159,17 +173,22 @@ def cmd_runs(args: argparse.Namespace) -> int:
 
     where = "every local workdir here" if args.all_workdirs else backends[0].where
     table = Table(title=f"runs in {where}", title_justify="left")
-    columns = ("run id", "name", "state", "age", "duration", "nodes x GPUs", "capacity", "best eval loss", "GPU node-h")
+    columns = (
+        "run id", "name", "state", "age", "duration", "nodes x GPUs", "capacity", "best eval loss", "GPU node-h",
+        "est. cost", "cost",
+    )  # fmt: skip
+    numbers = ("age", "duration", "best eval loss", "GPU node-h", "est. cost", "cost")
     for column in columns:
-        table.add_column(
-            column, justify="right" if column in ("age", "duration", "best eval loss", "GPU node-h") else "left"
-        )
+        table.add_column(column, justify="right" if column in numbers else "left")
     for r in rows:
         loss = f"{r['best_eval_loss']:.4f}" if r["best_eval_loss"] is not None else "-"
         hours = f"{r['gpu_node_hours']:.2f}" if r["gpu_node_hours"] is not None else "-"
         state = r["state"] + (f" (attempt {r['attempt']})" if r["attempt"] > 1 else "")
         run = r["run_id"] + (f"\n{r['workdir']}" if args.all_workdirs else "")
-        table.add_row(run, r["name"], state, r["age"], r["duration"], r["shape"], r["capacity"] or "-", loss, hours)
+        table.add_row(
+            run, r["name"], state, r["age"], r["duration"], r["shape"], r["capacity"] or "-", loss, hours,
+            _money(r["estimated_cost"]), _money(r["cost"]),
+        )  # fmt: skip
     console().print(table)
     return 0
 
@@ -368,6 +387,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
             key, *(f"{m[key]:.4g}" if isinstance(m.get(key), float) else str(m.get(key, "-")) for m in metrics)
         )
     table.add_row("GPU node-h", *(f"{r.gpu_node_seconds / 3600:.2f}" if r.gpu_node_seconds else "-" for r in runs))
+    table.add_row("estimated cost", *(_money(_estimated_cost(r)) for r in runs))
+    table.add_row("cost", *(_money(r.cost) for r in runs))
     console().print(table)
     if not differing:
         console().print("the configs are the same")
@@ -386,6 +407,18 @@ def cmd_submit(args: argparse.Namespace) -> int:
     if left := placeholders(str(config)):
         raise RuntimeError("; ".join(left) + ": edit it first (nothing was uploaded)")
     backend = deployment_for(args)
+    backend.settings.need("launch_topic" if args.via_topic else "configs_bucket")  # before anything is said
+    from functions.core.config import config_format, parse_config
+    from functions.core.estimate import estimate
+
+    expected = estimate(parse_config(config.read_bytes(), config_format(config.name)), backend.settings.prices())
+    for line in expected.lines():
+        print(line, file=sys.stderr)
+    if args.max_cost is not None:
+        upper = expected.upper_cost
+        if upper is None or upper > args.max_cost:
+            why = "no estimate of its cost" if upper is None else f"its estimate is up to {upper:.2f}"
+            raise RuntimeError(f"not submitted: {why}, above --max-cost {args.max_cost:g} (nothing was uploaded)")
     run_id = backend.submit(config, args.name, args.via_topic)
     print(run_id)
     print(f"cancel token kept in {tokens.folder() / run_id} (raytune cancel {run_id} uses it)", file=sys.stderr)
@@ -411,6 +444,12 @@ def add_parsers(sub: Any) -> None:
     submit.add_argument("--name", help="run name (the uploaded object's name; run_name of a message)")
     submit.add_argument("--via-topic", action="store_true", help="publish a launch message instead of uploading")
     submit.add_argument("--wait", action="store_true", help="follow the run until it ends")
+    submit.add_argument(
+        "--max-cost",
+        type=float,
+        metavar="AMOUNT",
+        help="refuse the run (nothing uploaded) when its estimated cost may be above this, or cannot be estimated",
+    )
     submit.add_argument(
         "--set",
         action="append",

@@ -5,6 +5,7 @@ work on the local workdir of `raytune local`."""
 
 from __future__ import annotations
 
+import json
 import os
 import tomllib
 from collections.abc import Mapping
@@ -25,6 +26,8 @@ ENV = {
     "name": "RAYTUNE_DEPLOYMENT",
     "gke_cluster": "RAYTUNE_GKE_CLUSTER",
     "hf_token_secret": "RAYTUNE_HF_TOKEN_SECRET",
+    "node_hour_price": "RAYTUNE_NODE_HOUR_PRICE",
+    "node_hour_prices": "RAYTUNE_NODE_HOUR_PRICES",
 }
 
 
@@ -43,11 +46,25 @@ class CliSettings:
     name: str | None = None  # `raytune doctor`: Terraform's name, the prefix of what it made (default raytune)
     gke_cluster: str | None = None  # `raytune doctor`: the cluster configs run on
     hf_token_secret: str | None = None  # `raytune doctor`: the Secret Manager secret of the HF token
+    node_hour_price: str | None = None  # estimates: a GPU node's price an hour (as the functions' own setting)
+    node_hour_prices: str | None = None  # estimates: JSON, the price by capacity kind
     source: str = "defaults"  # where they came from, for error messages
 
     @property
     def cloud(self) -> bool:
         return bool(self.runs_bucket)
+
+    def prices(self) -> dict[str, float]:
+        """A node-hour's price by capacity kind, as the deployment charges runs (the one price for kinds not
+        listed); a malformed setting is an error naming it."""
+        try:
+            by_kind = {k: float(v) for k, v in json.loads(self.node_hour_prices or "{}").items()}
+            default = float(self.node_hour_price) if self.node_hour_price else None
+        except (ValueError, TypeError, AttributeError) as err:
+            raise RuntimeError(f"node_hour_price(s) in {self.source}: not a price ({err})") from None
+        from functions.core.estimate import price_list
+
+        return price_list(by_kind, default)
 
     def need(self, *names: str) -> None:
         missing = [n for n in names if not getattr(self, n)]
@@ -75,7 +92,7 @@ def load(flags: Mapping[str, str | None] | None = None, env: Mapping[str, str] =
         known = {f.name for f in fields(CliSettings)} - {"source"}
         if unknown := set(data) - known:
             raise RuntimeError(f"{path}: unknown settings {sorted(unknown)}; known: {sorted(known)}")
-        values.update({k: str(v) for k, v in data.items()})
+        values.update({k: json.dumps(v) if isinstance(v, dict) else str(v) for k, v in data.items()})
         sources.append(str(path))
     from_env = {name: env[var] for name, var in ENV.items() if env.get(var)}
     if from_env:

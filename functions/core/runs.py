@@ -29,6 +29,7 @@ from pydantic import BaseModel, Field, PrivateAttr, field_serializer, model_vali
 
 from functions.core.champion import Promotion
 from functions.core.config import RunConfig, stored_config
+from functions.core.estimate import Estimate
 from functions.core.fingerprint import Inputs
 from functions.core.result import RunResult
 
@@ -133,6 +134,7 @@ class RunRecord(BaseModel):
     promotion: Promotion | None = None  # a succeeded run's effect on its config name's champion
     gpu_node_seconds: float | None = None  # GPU nodes x seconds held, from submission to release
     cost: float | None = None  # gpu_node_seconds at the configured price per node-hour
+    estimate: Estimate | None = None  # what it was expected to take and cost before launch (core/estimate.py)
     queue_position: int | None = None  # 1-based place in its RayCluster's queue while QUEUED
     attempts: list[Attempt] = []  # when the job was submitted more than once: each submission, oldest first
     nodes: dict[str, str] = {}  # the current attempt's nodes, each with the capacity it came from

@@ -24,6 +24,7 @@ from functions.core import advice, events
 from functions.core.config import MAX_CONFIG_BYTES, ConfigError, RunConfig, parse_config
 from functions.core.decide import Facts
 from functions.core.errors import Conflict, NotFound, PermanentError, TooLarge, describe
+from functions.core.estimate import estimate
 from functions.core.runs import RunRecord, State, Transition
 from functions.core.secrets import redact
 from functions.handlers import steps
@@ -178,6 +179,7 @@ def receive(ctx: Context, request: events.LaunchRequest) -> tuple[RunRecord, boo
         reason=reason,
         errors=errors,
         warnings=advice.right_sizing(cfg) if cfg and not errors else [],
+        estimate=estimate(cfg, ctx.settings.prices) if cfg and not errors else None,
         history=[Transition(state=state, at=now, reason=reason)],
     )
     # Marked before the record exists: a crash in between leaves the watcher a trail, never a lost run. A marker

@@ -12,6 +12,7 @@ from functions.core.allocation import ALLOCATIONS
 from functions.core.champion import CHAMPIONS_PREFIX
 from functions.core.config import RunConfig
 from functions.core.decide import RETRY_BACKOFF_SECONDS
+from functions.core.estimate import price_list
 from functions.core.fingerprint import NIGHTLY_PREFIX
 from functions.core.policy import Confined, Policy
 
@@ -45,6 +46,11 @@ class Settings:
         """The buckets runs may name when the policy lists none: the controller's and its checkpoints'."""
         checkpoints = self.default_storage.removeprefix("gs://").split("/", 1)[0]
         return tuple(dict.fromkeys([self.bucket, checkpoints]))
+
+    @property
+    def prices(self) -> dict[str, float]:
+        """A node-hour's price by capacity kind (estimates before launch)."""
+        return price_list(self.node_hour_prices, self.node_hour_price)
 
     def node_hour_price_of(self, nodes: dict[str, str]) -> float | None:
         """A node-hour's price for nodes of these capacities (their mean), by the price of each one's kind, else

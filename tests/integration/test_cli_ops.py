@@ -35,7 +35,12 @@ def deployed(controller, functions_server, pubsub, bucket, tmp_path, monkeypatch
     watch = pubsub.topic("watch")
     pubsub.subscribe(watch, push_endpoint=functions_server["watch"])
     settings = CliSettings(
-        project="raytune-test", runs_bucket=bucket, configs_bucket=bucket, launch_topic=launch, watch_topic=watch
+        project="raytune-test",
+        runs_bucket=bucket,
+        configs_bucket=bucket,
+        launch_topic=launch,
+        watch_topic=watch,
+        node_hour_price="80",  # as Terraform's cli_config carries the deployment's prices
     )
     backend = CloudBackend(settings, platform=controller.ctx.platform, publisher=Publisher())
     monkeypatch.setattr(ops, "backend_for", lambda args: backend)
@@ -75,6 +80,8 @@ def test_submit_status_logs_cancel_through_the_deployment(deployed, capsys, buck
     assert cli(["runs", "--json"]) == 0
     rows = {r["run_id"]: r for r in json.loads(capsys.readouterr().out)}
     assert rows[run_id]["state"] == "SUBMITTED" and rows[run_id]["shape"] == "2 x 8"
+    # Issue 40: the estimate made before launch is kept in the record, beside the cost to come.
+    assert h.ctx.store.get(run_id).estimate.samples == 1345 * 3 and rows[run_id]["cost"] is None
     assert cli(["runs", "--state", "submitted", "--name", "shop-descriptions"]) == 0
     table = capsys.readouterr().out
     assert run_id in table and uploaded in table and "nodes x GPUs" in table
@@ -203,6 +210,18 @@ def test_local_workdirs_are_named_never_guessed_and_submit_never_switches_target
     assert f"to run it here: raytune local {config}" in err
     assert cli(["submit", str(config), "--local", "--name", "x"]) == 2
     assert "--name and --via-topic are the deployment's" in capsys.readouterr().err
+
+
+def test_submit_prints_the_estimate_and_max_cost_refuses_before_uploading(deployed, capsys, bucket):
+    """Issue 40: nothing said what a run would cost before it was launched."""
+    _, config, _ = deployed
+    assert cli(["submit", str(config), "--name", "dear", "--max-cost", "1"]) == 2
+    said = capsys.readouterr().err
+    assert "estimate: 2 x 8 x B200 from on-demand" in said and "cost      on-demand: " in said
+    assert "not submitted: its estimate is up to" in said and "above --max-cost 1 (nothing was uploaded)" in said
+    assert storage_client().bucket(bucket).get_blob("configs/dear.json") is None
+    assert cli(["submit", str(config), "--name", "cheap", "--max-cost", "1000"]) == 0
+    assert storage_client().bucket(bucket).get_blob("configs/cheap.json") is not None
 
 
 def test_runs_of_another_local_workdir_are_found_and_listed(tmp_path, monkeypatch, capsys):

@@ -29,6 +29,9 @@ DROPPED_ON_REWRITE = {
     # A launch that failed gave the run's RECEIVED claim back so a redelivery takes it at once; the previous
     # release waits for the claim to expire (5 minutes) instead, as it always did.
     "claim_released",
+    # What the run was expected to take and cost before launch (issue 40): shown beside its cost by `runs` and
+    # `compare`; a record the previous release rewrites keeps its cost, without the estimate beside it.
+    "estimate",
 }
 
 # Runs in the previous release's own process: it prints one JSON line per stored object read.
@@ -127,6 +130,6 @@ def test_the_previous_release_reads_what_this_release_stored(
         assert set(old["dropped"]) <= DROPPED_ON_REWRITE, f"{path}: the previous release would drop {old['dropped']}"
         ours = decision.decide(record, decision.Facts(now=now, handler="watch"))
         assert old["step"] == [ours.action.value, ours.state and ours.state.value], (path, record.state)
-    assert read[f"runs/{claimed}.json"]["dropped"] == ["claim_released"]
+    assert read[f"runs/{claimed}.json"]["dropped"] == ["claim_released", "estimate"]
     [alloc] = [v for k, v in read.items() if k.startswith("clusters/")]
     assert alloc["queue"] == [] or alloc["holders"], alloc

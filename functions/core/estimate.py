@@ -1,0 +1,127 @@
+"""What a run will take before it is launched: its nodes and where they may come from, the training time from
+the dataset's size and the trainer's throughput, the start-up, and the cost per capacity option at the
+deployment's prices, each as a range with its source. `validate` and `submit` print it, `submit --max-cost`
+refuses a run whose upper estimate is above the limit, and the run's record keeps it beside the actual cost.
+
+Throughput: on GPUs no figure has been measured yet (bench/gpu.sh waits for a lent GPU), so the documented
+estimate is used: 5-10% MFU of the accelerator's dense bf16 peak at the default recipe's 19.1 TFLOP a sample
+(27.7 with gradient checkpointing; docs/performance.md, "Estimated on a B200"). On CPU the quickstart's
+measured rate for the tiny model (bench/local_e2e.py) is used, and nothing else is estimated."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import get_args
+
+from pydantic import BaseModel
+
+from functions.core.advice import KNOWN_ROWS
+from functions.core.config import CapacityKind, RunConfig
+
+# Dense bf16 peak per GPU, TFLOP/s (vendor datasheets: B200 2.25 PF, H100/H200 989 TF, A100 312 TF, L4 121 TF).
+PEAK_TFLOPS = {"B200": 2250.0, "H200": 989.0, "H100": 989.0, "A100": 312.0, "L4": 121.0}
+MFU = (0.05, 0.10)  # the documented range for batches of 4 x ~400 tokens and 16,384 patches (docs/performance.md)
+SAMPLE_TFLOP = 19.1  # google/gemma-3-4b-it at 896 px, ~392 tokens, LoRA (docs/performance.md)
+CHECKPOINTING = 27.7 / 19.1  # recomputing the forward
+# Text parameters relative to the 4B model's (the vision tower is the same SigLIP in each): the FLOPs scale so.
+MODEL_SCALE = {"google/gemma-3-4b-it": 1.0, "google/gemma-3-12b-it": 3.0, "google/gemma-3-27b-it": 6.8}
+CPU_TINY_SAMPLES_S = (8.0, 12.0)  # per worker, the quickstart's training (bench/local_e2e.py, 2 cores)
+GPU_STARTUP_S = (300.0, 1200.0)  # nodes made and joined, the trainer image pulled, 8.6 GB of weights copied
+CPU_STARTUP_S = (10.0, 30.0)  # the local Ray head, nodes and workers (bench/local_e2e.py)
+SOURCE = "docs/performance.md"
+
+Span = tuple[float, float]
+
+
+class Estimate(BaseModel):
+    nodes: int
+    hardware: str  # "8 x B200" or "CPU"
+    capacity: list[str]  # the kinds its nodes may come from, in order
+    samples: int | None = None  # training samples over all epochs (None: the dataset's size is unknown here)
+    train_s: Span | None = None
+    startup_s: Span
+    node_hours: Span | None = None
+    costs: dict[str, Span] = {}  # capacity kind -> cost range at the deployment's prices
+    basis: str  # how the throughput was had
+
+    @property
+    def upper_cost(self) -> float | None:
+        return max((high for _, high in self.costs.values()), default=None)
+
+    def lines(self) -> list[str]:
+        said = [f"estimate: {self.nodes} x {self.hardware} from {' or '.join(self.capacity)}"]
+        if self.samples is None or self.train_s is None:
+            said.append("  training  unknown: the dataset's size is not known here (set dataset.max_samples)")
+        else:
+            said.append(f"  training  {self.samples} samples in {_span_time(self.train_s)} ({self.basis})")
+        said.append(f"  start-up  {_span_time(self.startup_s)}")
+        if self.node_hours is not None:
+            said.append(f"  nodes     {self.node_hours[0]:.2f}-{self.node_hours[1]:.2f} node-hours")
+        for kind, (low, high) in self.costs.items():
+            said.append(f"  cost      {kind}: {low:.2f}-{high:.2f} (at the deployment's node-hour price)")
+        if self.node_hours is not None and not self.costs and self.hardware != "CPU":
+            said.append("  cost      unknown: no node-hour prices (Terraform node_hour_price / node_hour_prices)")
+        return said
+
+
+def price_list(by_kind: Mapping[str, float], default: float | None) -> dict[str, float]:
+    """A node-hour's price for each capacity kind, as the deployment charges runs (`default` for a kind not listed)."""
+    return {k: p for k in get_args(CapacityKind) if (p := by_kind.get(k, default)) is not None}
+
+
+def rows_of(cfg: RunConfig, counted: int | None = None) -> int | None:
+    """The dataset's rows as the run will read them, where known without reading it (or `counted`)."""
+    rows = counted if counted is not None else KNOWN_ROWS.get(cfg.dataset.id)
+    if cfg.dataset.max_samples:
+        rows = min(rows, cfg.dataset.max_samples) if rows is not None else cfg.dataset.max_samples
+    return rows
+
+
+def estimate(cfg: RunConfig, prices: Mapping[str, float], rows: int | None = None) -> Estimate:
+    """`prices`: node-hour price by capacity kind (a kind not there has no cost figure); `rows`: the dataset's
+    rows where they were counted (validate reads a local dataset), else what the config says."""
+    s, t = cfg.scaling, cfg.training
+    kinds = [o.kind for o in s.capacity] if s.capacity else ["reservation" if s.reservation else "on-demand"]
+    rows = rows_of(cfg, rows)
+    samples = None if rows is None else round(rows * (1 - cfg.dataset.eval_fraction) * t.epochs)
+    if s.use_gpu:
+        flop = SAMPLE_TFLOP * MODEL_SCALE.get(cfg.model.id, 1.0) * (CHECKPOINTING if t.gradient_checkpointing else 1)
+        rate = [s.num_workers * PEAK_TFLOPS[s.accelerator] * mfu / flop for mfu in MFU]
+        basis = f"{MFU[0]:.0%}-{MFU[1]:.0%} MFU of {PEAK_TFLOPS[s.accelerator]:g} TFLOP/s, {flop:.1f} TFLOP a sample"
+        startup = GPU_STARTUP_S
+    else:
+        rate = [s.num_workers * r for r in CPU_TINY_SAMPLES_S]
+        basis = "the quickstart's measured CPU rate for the tiny model"
+        startup = CPU_STARTUP_S
+    train = None if samples is None else (samples / rate[1], samples / rate[0])
+    hours = (
+        None if train is None else ((train[0] + startup[0]) * s.nodes / 3600, (train[1] + startup[1]) * s.nodes / 3600)
+    )
+    costs = (
+        {kind: (hours[0] * prices[kind], hours[1] * prices[kind]) for kind in kinds if kind in prices}
+        if hours is not None and s.use_gpu
+        else {}
+    )
+    return Estimate(
+        nodes=s.nodes,
+        hardware=f"{s.gpus_per_node} x {s.accelerator}" if s.use_gpu else "CPU",
+        capacity=kinds,
+        samples=samples,
+        train_s=train,
+        startup_s=startup,
+        node_hours=hours if s.use_gpu else None,
+        costs=costs,
+        basis=f"{basis}; {SOURCE}",
+    )
+
+
+def _span_time(span: Span) -> str:
+    return f"{_time(span[0])}-{_time(span[1])}"
+
+
+def _time(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"

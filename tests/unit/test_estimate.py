@@ -1,0 +1,56 @@
+"""The estimate before launch (issue 40): nodes and capacity, training time from the dataset's size and the
+documented throughput, start-up, and the cost per capacity option at the deployment's prices, as ranges."""
+
+from __future__ import annotations
+
+import pytest
+
+from functions.core.config import RunConfig
+from functions.core.estimate import CPU_TINY_SAMPLES_S, MFU, PEAK_TFLOPS, SAMPLE_TFLOP, estimate, price_list
+
+pytestmark = pytest.mark.unit
+
+
+def config(**sections) -> RunConfig:
+    return RunConfig.model_validate({"storage_path": "gs://bucket-a/c", **sections})
+
+
+def test_a_gpu_run_is_estimated_from_the_documented_throughput_and_priced_per_capacity_option():
+    cfg = config(
+        scaling={"nodes": 2, "capacity": [{"kind": "spot"}, {"kind": "on-demand"}]},
+        dataset={"max_samples": 1000, "eval_fraction": 0.1},
+        training={"epochs": 2},
+    )
+    found = estimate(cfg, price_list({"spot": 30.0}, 100.0))
+    assert found.samples == 1800 and found.capacity == ["spot", "on-demand"]
+    fast = 1800 / (16 * PEAK_TFLOPS["B200"] * MFU[1] / SAMPLE_TFLOP)
+    assert found.train_s == pytest.approx((fast, fast * MFU[1] / MFU[0]))
+    low, high = found.node_hours
+    assert found.costs == {
+        "spot": pytest.approx((low * 30, high * 30)),
+        "on-demand": pytest.approx((low * 100, high * 100)),
+    }
+    assert found.upper_cost == pytest.approx(high * 100)
+    assert any(line.startswith("  cost      spot: ") for line in found.lines())
+
+
+def test_what_cannot_be_known_is_said_not_guessed():
+    cfg = config(dataset={"id": "gs://bucket-a/products"})  # its size is not known without reading it
+    found = estimate(cfg, {"reservation": 80.0})
+    assert found.samples is None and found.costs == {} and found.upper_cost is None
+    assert "training  unknown: the dataset's size is not known here" in "\n".join(found.lines())
+    counted = estimate(cfg, {"on-demand": 80.0}, rows=500)  # validate counted a local dataset's rows
+    assert counted.samples == 1500 and counted.upper_cost is not None
+    assert "cost      unknown: no node-hour prices" in "\n".join(estimate(cfg, {}, rows=500).lines())
+
+
+def test_a_cpu_run_costs_nothing_and_its_time_is_the_measured_rate():
+    cfg = config(
+        model={"id": "tiny://gemma3", "dtype": "float32", "quantization": "none"},
+        dataset={"id": "tiny://products", "max_samples": 32, "eval_fraction": 0.25},
+        scaling={"nodes": 2, "gpus_per_node": 0},
+        training={"epochs": 2},
+    )
+    found = estimate(cfg, {"on-demand": 80.0})
+    assert found.samples == 48 and found.costs == {} and found.node_hours is None
+    assert found.train_s == pytest.approx((48 / (2 * CPU_TINY_SAMPLES_S[1]), 48 / (2 * CPU_TINY_SAMPLES_S[0])))
