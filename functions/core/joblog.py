@@ -32,8 +32,24 @@ def strip_ansi(text: str) -> str:
     return ANSI.sub("", text)
 
 
+# Ray's decorations at a line's end: its log deduplication's count ("[repeated 2x across cluster]").
+RAY_SUFFIX = re.compile(r"\s*\[repeated \d+x across cluster\]\s*$")
+# An object's repr with its address (`<_io.BytesIO object at 0x7f...>`): its type says what it is, the address nothing.
+OBJECT_AT = re.compile(r"<([\w.]+) object at 0x[0-9a-fA-F]+>")
+MODULE_PATH = re.compile(r"^(?:[A-Za-z_]\w*\.)+(?=[A-Za-z_]\w*(?:\(|$))")  # `a.b.Error` or `a.b.Error(Inner)`
+
+
 def clean(line: str) -> str:
-    return RAY_PREFIX.sub("", strip_ansi(line)).strip()
+    return RAY_SUFFIX.sub("", RAY_PREFIX.sub("", strip_ansi(line))).strip()
+
+
+def readable(line: str) -> str:
+    """An exception line for people: its type without the module path (`trainer.preflight.PreflightError` ->
+    `PreflightError`), objects without their addresses."""
+    kind, sep, text = line.partition(":")
+    if EXCEPTION_LINE.match(line):
+        kind = MODULE_PATH.sub("", kind)
+    return OBJECT_AT.sub(r"<\1>", kind + sep + text)
 
 
 def progress(text: str) -> Iterator[Progress | Phase]:
@@ -65,7 +81,7 @@ def root_cause(text: str) -> str | None:
     if not found:
         return None
     causes = [line for line in found if not WRAPPERS.search(line.split(":", 1)[0])]
-    return (causes or found)[-1][:REASON_LIMIT]
+    return readable((causes or found)[-1])[:REASON_LIMIT]
 
 
 # Root causes worth a second try for a nightly (the service answered later): network and server-side errors, not

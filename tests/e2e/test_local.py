@@ -356,7 +356,7 @@ def test_a_new_run_settles_what_a_killed_one_left(tmp_path):
     assert out.strip(), f"no record printed (exit {again.returncode}): " + err[-4000:]
     record = json.loads(out)
     assert again.returncode == 1 and record["state"] == "FAILED"
-    assert record["reason"].startswith("trainer.preflight.PreflightError: dataset /nonexistent/products.parquet")
+    assert record["reason"].startswith("PreflightError: dataset /nonexistent/products.parquet")
     assert "driver log: " in record["reason"] and "\x1b[" not in record["reason"]
     assert time.monotonic() - started < 90
     assert not (left := marked_processes(mark)), processes_text(left)

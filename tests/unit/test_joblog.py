@@ -19,14 +19,24 @@ def test_root_cause_is_the_innermost_exception_without_prefixes_or_colours():
 
 
 def test_root_cause_falls_back_to_the_wrapper_and_is_short():
-    assert root_cause("ray.exceptions.RayTaskError: boom") == "ray.exceptions.RayTaskError: boom"
+    assert root_cause("ray.exceptions.RayTaskError: boom") == "RayTaskError: boom"
     assert len(root_cause("ValueError: " + "x" * 1000)) == 300
     assert root_cause("all fine\n") is None
 
 
 def test_preflight_errors_read_as_they_are():
     log = "trainer.preflight.PreflightError: dataset /x/y.parquet does not exist\n"
-    assert root_cause(log) == "trainer.preflight.PreflightError: dataset /x/y.parquet does not exist"
+    assert root_cause(log) == "PreflightError: dataset /x/y.parquet does not exist"
+
+
+def test_reasons_carry_no_ray_decorations_module_paths_or_addresses():
+    """Issue 40: `PIL.UnidentifiedImageError: ... <_io.BytesIO object at 0x...> [repeated 2x across cluster]`."""
+    log = (
+        "(RayTrainWorker pid=7, ip=10.0.0.3) PIL.UnidentifiedImageError: cannot identify image file "
+        "<_io.BytesIO object at 0x7f3a2c1b9e50> [repeated 2x across cluster]\n"
+    )
+    assert root_cause(log) == "UnidentifiedImageError: cannot identify image file <_io.BytesIO>"
+    assert root_cause("ray.exceptions.RayTaskError(ValueError): bad\n") == "RayTaskError(ValueError): bad"
 
 
 def test_progress_events_survive_prefixes_and_cut_lines():
@@ -52,7 +62,7 @@ def test_a_side_threads_noise_is_never_the_root_cause():
         "(PlacementGroupCleaner pid=9) ConnectionError: Found multiple active Ray instances: {'127.0.0.1:6379', "
         "'127.0.0.1:41234'}\n"
     )
-    assert root_cause(text) == "pyarrow.lib.ArrowInvalid: Parquet magic bytes not found in footer"
+    assert root_cause(text) == "ArrowInvalid: Parquet magic bytes not found in footer"
 
 
 def test_each_failed_worker_group_is_one_line_with_its_cause():
