@@ -436,12 +436,11 @@ def _run(
             raise failure  # nothing was launched: the CLI prints the error
         return code
     path = write_record(workdir, record)
+    for line in summary(record, time.monotonic() - started, str(path)):  # on stderr with --json
+        say(line)
     if as_json:
         with contextlib.suppress(OSError):  # a terminal that went (SIGHUP): the record file has it
             print(record.model_dump_json(indent=2), flush=True)
-    else:
-        for line in summary(record, time.monotonic() - started, str(path)):
-            say(line)
     if timings:
         assert platform is not None, "a run was launched on it"
         for line in timeline(record, platform.timings, time.monotonic() - started):
