@@ -100,7 +100,9 @@ def test_the_cloud_example_uses_the_image_and_marks_what_to_edit():
     cfg = parse_config(text, "yaml")
     assert cfg.cluster.dependencies == "image"
     assert cfg.cluster.worker_image and cfg.cluster.worker_image.endswith(f"/raytune/trainer:{RAY_VERSION}")
-    assert text.count("EDIT") >= 3  # project, region, reservation
+    assert (
+        text.count("EDIT") >= 3
+    )  # the images' project and region, the cluster's region (the reservation is Terraform's)
 
 
 def test_the_image_runs_on_every_gpu_the_schema_offers():

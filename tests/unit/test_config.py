@@ -290,13 +290,13 @@ def test_validate_flags_the_examples_placeholders_and_missing_local_paths(tmp_pa
     example = str(ROOT / "examples" / "cloud.yaml")
     assert cli(["validate", example]) == 0  # valid, and flagged
     err = capsys.readouterr().err
-    assert "warning: " in err and "'my-a4-reservation' is a placeholder of the example" in err and "'my-project'" in err
-    assert "cloud.yaml:16:" in err  # the line to edit
+    assert "warning: " in err and "'my-project' is a placeholder of the example" in err
+    assert "cloud.yaml:" in err and "my-a4-reservation" not in err  # the line to edit; the reservation is Terraform's
     assert cli(["submit", example]) == 2  # refused before anything is uploaded (no deployment needed to say so)
     assert "edit it first (nothing was uploaded)" in capsys.readouterr().err
     edited = tmp_path / "mine.yaml"
     text = (ROOT / "examples" / "cloud.yaml").read_text()
-    edited.write_text(text.replace("my-a4-reservation", "team-a4").replace("my-project", "team-project-1"))
+    edited.write_text(text.replace("my-project", "team-project-1"))
     assert cli(["validate", str(edited)]) == 0
     assert "placeholder" not in capsys.readouterr().err
     missing = tmp_path / "missing.json"
