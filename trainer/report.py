@@ -4,6 +4,7 @@ opens anywhere (images embedded as JPEG data URIs, styles inline, no script, not
 from __future__ import annotations
 
 import base64
+import datetime as dt
 import html
 import io
 
@@ -55,7 +56,59 @@ def _metrics(evaluation: Evaluation, cfg: RunConfig, baseline: str) -> str:
     )
 
 
-def render(run_id: str, cfg: RunConfig, evaluation: Evaluation, samples: list[Sample]) -> str:
+def _training(cfg: RunConfig, final: dict, when: dt.datetime) -> str:
+    """Steps, time, throughput, date and the hardware asked for; where the nodes came from and what they cost is
+    the controller's to know: the run record says it."""
+    seconds = final.get("train_runtime") or final.get("loop_seconds")
+    tokens = final.get("num_tokens")
+    s = cfg.scaling
+    capacity = (
+        ", then ".join(o.kind for o in s.capacity)
+        if s.capacity
+        else f"reservation {s.reservation}"
+        if s.reservation
+        else "the deployment's default"
+    )
+    rows = [
+        ("steps", f"{final.get('global_step', 'n/a')} ({_num(final.get('epoch'), 2)} epochs)"),
+        ("training time", "n/a" if seconds is None else f"{seconds:.1f} s"),
+        ("tokens/s", "n/a" if not (tokens and seconds) else f"{tokens / seconds:.0f}"),
+        ("samples/s", _num(final.get("train_samples_per_second"), 2)),
+        ("date", f"{when:%Y-%m-%d %H:%M} UTC"),
+        ("nodes", f"{s.nodes} x {f'{s.gpus_per_node} {s.accelerator}' if s.use_gpu else 'CPU'}"),
+        ("capacity asked for", capacity),
+        ("capacity had, cost", "in the run record (raytune status RUN): the controller sees the nodes"),
+    ]
+    return (
+        "<table id='training'>"
+        + "".join(f"<tr><th>{name}</th><td>{html.escape(value)}</td></tr>" for name, value in rows)
+        + "</table>"
+    )
+
+
+def _disagreement(evaluation: Evaluation, cfg: RunConfig) -> str:
+    """A note when the other metrics point the other way from the deciding one."""
+    deciding = evaluation.gain(cfg.evaluation.metric)
+    others = {m: evaluation.gain(m) for m in ("eval_loss", "rougeL", "bleu") if m != cfg.evaluation.metric}
+    against = [m for m, gain in others.items() if gain is not None and deciding is not None and gain * deciding < 0]
+    if not against:
+        return ""
+    way = "better" if deciding > 0 else "worse"
+    return (
+        f"<p id='disagree'>Note: {html.escape(cfg.evaluation.metric)} (which decides) says this run is {way}, "
+        f"but {' and '.join(against)} say the opposite: read the samples before trusting the verdict.</p>"
+    )
+
+
+def render(
+    run_id: str,
+    cfg: RunConfig,
+    evaluation: Evaluation,
+    samples: list[Sample],
+    final: dict | None = None,
+    when: dt.datetime | None = None,
+) -> str:
+    """`final`: the training's own figures (steps, time, tokens), for the page's training summary."""
     baseline = f"champion {evaluation.champion_run_id}" if evaluation.champion_run_id else "base model"
     e = cfg.evaluation
     rule = (
@@ -92,7 +145,8 @@ def render(run_id: str, cfg: RunConfig, evaluation: Evaluation, samples: list[Sa
         f"hash of <code>{html.escape(cfg.dataset.key_field or cfg.dataset.product_field)}</code>), greedy "
         f"decoding up to {e.max_new_tokens} tokens. Challenger: this run's adapter; baseline: the "
         f"{html.escape(baseline)}.</p><p>{rule}</p><p id='verdict'>{verdict}</p></section>"
-        f"<section><h2>Metrics</h2>{_metrics(evaluation, cfg, baseline)}</section>"
+        f"<section><h2>Training</h2>{_training(cfg, final or {}, when or dt.datetime.now(dt.UTC))}</section>"
+        f"<section><h2>Metrics</h2>{_metrics(evaluation, cfg, baseline)}{_disagreement(evaluation, cfg)}</section>"
         "<section><h2>Samples</h2><table id='samples'><tr><th>image</th><th>product, category</th>"
         f"<th>reference</th><th>challenger</th><th>{html.escape(baseline)}</th></tr>{rows}</table></section>"
         "</body></html>"

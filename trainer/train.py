@@ -321,7 +321,7 @@ class FinalAdapter:
                     evaluation, samples = evaluate(
                         model, self.processor, self.collator, self.eval_set, cfg, self.champion
                     )
-                    Path(staging, REPORT_FILE).write_text(html_report.render(run_id, cfg, evaluation, samples))
+                    Path(staging, REPORT_FILE).write_text(html_report.render(run_id, cfg, evaluation, samples, final))
                 final["evaluation"] = evaluation.model_dump(mode="json")
             if cfg.export.merged:
                 with timeline.phase("exporting the merged model"):
