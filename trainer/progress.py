@@ -26,7 +26,7 @@ def progress_line(step: int, max_steps: int, epoch: float | None, logs: dict[str
 def callback() -> Any:
     from transformers import TrainerCallback
 
-    class ProgressCallback(TrainerCallback):  # type: ignore[misc]
+    class ProgressCallback(TrainerCallback):
         """Prints a progress line on the main process at every log and evaluation."""
 
         def __init__(self) -> None:

@@ -90,7 +90,9 @@ def _disagreement(evaluation: Evaluation, cfg: RunConfig) -> str:
     """A note when the other metrics point the other way from the deciding one."""
     deciding = evaluation.gain(cfg.evaluation.metric)
     others = {m: evaluation.gain(m) for m in ("eval_loss", "rougeL", "bleu") if m != cfg.evaluation.metric}
-    against = [m for m, gain in others.items() if gain is not None and deciding is not None and gain * deciding < 0]
+    if deciding is None:
+        return ""
+    against = [m for m, gain in others.items() if gain is not None and gain * deciding < 0]
     if not against:
         return ""
     way = "better" if deciding > 0 else "worse"

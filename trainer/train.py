@@ -92,7 +92,7 @@ def _preemption_checkpoints(cfg: RunConfig, model):
 
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
 
-    class PreemptionCheckpoints(TrainerCallback):  # type: ignore[misc]
+    class PreemptionCheckpoints(TrainerCallback):
         def __init__(self) -> None:
             self.every, self.timed_from = every, 0.0
 
@@ -205,7 +205,7 @@ def hide_unused_bitsandbytes(cfg: RunConfig) -> None:
     that neither quantizes nor uses its 8-bit optimizer gets it hidden, as if it were not installed
     (importlib's find_spec answers None for a None entry of sys.modules)."""
     if cfg.model.quantization == "none" and cfg.training.optim != "paged_adamw_8bit":
-        sys.modules.setdefault("bitsandbytes", None)  # type: ignore[assignment]
+        sys.modules.setdefault("bitsandbytes", None)  # type: ignore[arg-type]  # None: "not installed"
 
 
 def _train(loop_config: dict, cfg: RunConfig, context: Any, timeline: Any, source: str, output_dir: str) -> None:
@@ -259,7 +259,7 @@ def _train(loop_config: dict, cfg: RunConfig, context: Any, timeline: Any, sourc
     else:
         trainer.train()
     timeline.ended(f"training on {len(train_set)} samples", time.monotonic() - started)
-    final = {key: value for key, value in trainer.state.log_history[-1].items() if isinstance(value, (int, float))}
+    final: dict[str, Any] = {k: v for k, v in trainer.state.log_history[-1].items() if isinstance(v, (int, float))}
     logged = [entry for entry in trainer.state.log_history if "num_tokens" in entry]
     final.update(
         num_tokens=logged[-1]["num_tokens"] if logged else None,
@@ -358,7 +358,7 @@ def ray_train_configs(cfg: RunConfig, run_id: str):
         accelerator_type=scaling.accelerator if scaling.use_gpu else None,
     )
     # The filesystem the trainer's own reads and writes use (the emulator in tests), not one Ray resolves anew.
-    storage, path = filesystem(cfg.storage_path)
+    storage, path = filesystem(storage_of(cfg))
     run_config = ray.train.RunConfig(
         name=run_id,
         storage_path=path,
@@ -401,14 +401,14 @@ def summarize(result, cfg: RunConfig, run_id: str, wall_seconds: float, checkpoi
         if checkpoint is None:
             return None
         path = f"{checkpoint.path.rstrip('/')}/{leaf}"
-        return f"gs://{path}" if cfg.storage_path.startswith("gs://") and not path.startswith("gs://") else path
+        return f"gs://{path}" if storage_of(cfg).startswith("gs://") and not path.startswith("gs://") else path
 
     return RunResult(
         run_id=run_id,
         name=cfg.name,
         model=cfg.model.id,
         workers=cfg.scaling.num_workers,
-        storage_path=f"{cfg.storage_path.rstrip('/')}/{run_id}",
+        storage_path=f"{storage_of(cfg).rstrip('/')}/{run_id}",
         adapter_path=uri(result.checkpoint, ADAPTER_DIR),
         tensorboard_path=uri(result.checkpoint, TENSORBOARD_DIR),
         final_checkpoint=uri(final, "checkpoint"),
@@ -442,11 +442,18 @@ def summarize(result, cfg: RunConfig, run_id: str, wall_seconds: float, checkpoi
     )
 
 
+def storage_of(cfg: RunConfig) -> str:
+    """Where the run keeps checkpoints: the controller resolves it before submitting (RunConfig.with_storage)."""
+    if cfg.storage_path is None:
+        raise ValueError("storage_path is not set: the controller (or raytune local) resolves it before the job")
+    return cfg.storage_path
+
+
 def write_result(summary: RunResult, cfg: RunConfig, run_id: str) -> None:
     """<storage>/<run_id>/result.json, which the watcher copies into the run record."""
     from trainer.storage import filesystem
 
-    uri = f"{cfg.storage_path.rstrip('/')}/{run_id}/result.json"
+    uri = f"{storage_of(cfg).rstrip('/')}/{run_id}/result.json"
     fs, path = filesystem(uri)
     fs.create_dir(path.rsplit("/", 1)[0], recursive=True)  # a local folder; on GCS only a marker object
     with fs.open_output_stream(path) as out:
