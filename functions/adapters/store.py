@@ -16,7 +16,7 @@ from pydantic import BaseModel
 from functions.adapters.gcs import Listed
 from functions.core.allocation import ALLOCATIONS, Allocation, key_path, spec_of
 from functions.core.config import ClusterSpec
-from functions.core.errors import Conflict, Contended, NewerRelease
+from functions.core.errors import Conflict, Contended, NewerRelease, Unreadable
 from functions.core.runs import RunRecord
 
 log = logging.getLogger(__name__)
@@ -80,14 +80,17 @@ class Stored(Generic[M]):
         self.written = written  # told of every object this store wrote, with its new generation
 
     def get(self, key: str) -> M | None:
-        """The object with the generation it was read at; None when absent, ValueError when unreadable or
+        """The object with the generation it was read at; None when absent, Unreadable when unreadable or
         larger than any the controller writes (only MAX_STORED_BYTES + 1 bytes are ever downloaded)."""
         found = self.blobs.read(self.path(key), limit=MAX_STORED_BYTES)
         if found is None:
             return None
         if len(found[0]) > MAX_STORED_BYTES:
-            raise ValueError(f"{self.path(key)} is larger than {MAX_STORED_BYTES} bytes: not one the controller wrote")
-        stored = self.model.model_validate_json(found[0])
+            raise Unreadable(f"{self.path(key)} is larger than {MAX_STORED_BYTES} bytes: not one the controller wrote")
+        try:
+            stored = self.model.model_validate_json(found[0])
+        except ValueError as err:  # pydantic's ValidationError: not JSON, or not this model
+            raise Unreadable(str(err)) from err
         stored.generation = found[1]  # type: ignore[attr-defined]
         return stored
 
@@ -147,11 +150,11 @@ class RunStore:
         self.remembered: dict[str, Remembered] = {}
 
     def get(self, run_id: str) -> RunRecord | None:
-        """The record stored as runs/<run_id>.json; ValueError when it is not one, or names another run (read by
+        """The record stored as runs/<run_id>.json; Unreadable when it is not one, or names another run (read by
         its object name only: a record claiming another id would otherwise be acted on under that id)."""
         record = self.records.get(run_id)
         if record is not None and record.run_id != run_id:
-            raise ValueError(f"the record inside names run {record.run_id[:100]!r}, not {run_id!r}")
+            raise Unreadable(f"the record inside names run {record.run_id[:100]!r}, not {run_id!r}")
         return record
 
     def create(self, record: RunRecord, noted: bool = True) -> tuple[RunRecord, bool]:
@@ -274,7 +277,7 @@ class RunStore:
             if record is not None and record.config is not None:
                 record.run_config()
             return record, None
-        except ValueError as err:  # corrupt JSON or not a record (pydantic's ValidationError is one)
+        except Unreadable as err:  # corrupt JSON, not a record, or a config no rules accept
             return None, " ".join(str(err).split())[:300]
 
     def claim_event(self, run_id: str, state: str, now: dt.datetime) -> bool:
@@ -320,7 +323,7 @@ class Allocations:
     def _read(self, path: str, cluster: ClusterSpec) -> Allocation | None:
         try:
             return self.stored.get(path)
-        except ValueError as err:
+        except Unreadable as err:
             if self.rebuild is None:
                 raise
             why = " ".join(str(err).split())[:300]
@@ -350,8 +353,12 @@ class Allocations:
             alloc = self.remembered.get(entry.name)
             if alloc is None:
                 try:
-                    alloc = self._read(entry.name, spec_of(entry.name))
+                    spec = spec_of(entry.name)
                 except ValueError:  # not even a name this controller writes: left for a person
+                    continue
+                try:
+                    alloc = self._read(entry.name, spec)
+                except Unreadable:  # (rebuilt instead wherever this store may rebuild)
                     continue
             if alloc is not None:
                 self.remembered[entry.name] = alloc

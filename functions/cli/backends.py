@@ -12,6 +12,7 @@ from functions.adapters.store import RunStore
 from functions.cli import tokens
 from functions.core import runids
 from functions.core.config import RunConfig, config_format, parse_config
+from functions.core.errors import Unreadable
 from functions.core.policy import CANCEL_DIGEST_ATTRIBUTE, OPERATOR_KEY_ATTRIBUTE
 from functions.core.runs import RunRecord
 from functions.local import driver
@@ -47,7 +48,7 @@ def records(store: RunStore) -> list[RunRecord]:
     for name in names:
         try:
             record = store.get(name.removeprefix("runs/").removesuffix(".json"))
-        except ValueError:
+        except Unreadable:
             continue
         if record is not None:
             found.append(record)

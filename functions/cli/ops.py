@@ -17,6 +17,7 @@ from functions.cli import tokens
 from functions.cli.backends import Backend, CloudBackend, LocalBackend, RetryEnded, records
 from functions.cli.checks import placeholders
 from functions.core import joblog
+from functions.core.errors import RetryRefused
 from functions.core.runs import RunRecord, State
 from functions.core.story import ORPHANED, STOPPED_FOLLOWING, Story, exit_code, summary
 
@@ -331,7 +332,7 @@ def cmd_retry(args: argparse.Namespace) -> int:
     record = _get(backend, args.run)
     try:
         record.retried(dt.datetime.now(dt.UTC), "raytune retry")  # refused here with the reason, before anything
-    except ValueError as why:
+    except RetryRefused as why:
         print(f"error: {why}", file=sys.stderr)
         return 2
     if isinstance(backend, LocalBackend):

@@ -49,6 +49,16 @@ class NewerRelease(PermanentError):
     fields it does not know; the release that wrote it acts on it."""
 
 
+class Unreadable(ValueError):
+    """A stored object that is not what the controller writes (not JSON, another model, too large, a record naming
+    another run or holding a config no rules accept): moved aside and reported, never acted on. Caught by name, so
+    a bug that raises a ValueError is never taken for one."""
+
+
+class RetryRefused(ValueError):
+    """A run that cannot be retried now; the message is the answer to whoever asked."""
+
+
 class Contended(TransientError):
     """A record kept changing under a read-modify-write: worth another try later, not a failure."""
 

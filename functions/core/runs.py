@@ -29,6 +29,7 @@ from pydantic import BaseModel, Field, PrivateAttr, field_serializer, model_vali
 
 from functions.core.champion import Promotion
 from functions.core.config import RunConfig, stored_config
+from functions.core.errors import RetryRefused, Unreadable
 from functions.core.estimate import Estimate
 from functions.core.fingerprint import Inputs
 from functions.core.result import RunResult
@@ -170,10 +171,13 @@ class RunRecord(BaseModel):
         """The run's accepted config (never rejected now for a rule added since it was accepted), validated once
         per config: a tick asks for it at every step of every run."""
         if self.config is None:
-            raise ValueError(f"{self.run_id}: a {self.state.value} record has no accepted config")
+            raise Unreadable(f"{self.run_id}: a {self.state.value} record has no accepted config")
         validated = self._validated
         if validated is None or validated[0] is not self.config:  # copies with another config validate theirs
-            validated = self._validated = (self.config, stored_config(self.config))
+            try:
+                validated = self._validated = (self.config, stored_config(self.config))
+            except ValueError as err:  # pydantic's ValidationError: not a config by any rules
+                raise Unreadable(f"{self.run_id}: its config is not one by any rules: {err}") from err
         return validated[1]
 
     def moved(self, state: State, now: dt.datetime, reason: str | None = None, **changes: Any) -> RunRecord:
@@ -280,16 +284,16 @@ class RunRecord(BaseModel):
 
     def retried(self, now: dt.datetime, by: str) -> RunRecord:
         """This ended run as the next attempt, asked for by hand (`raytune retry`): QUEUED for its nodes again,
-        resuming from its last checkpoint. ValueError says why a run cannot be retried."""
+        resuming from its last checkpoint. RetryRefused says why a run cannot be retried."""
         if self.state not in RETRYABLE:
-            raise ValueError(
+            raise RetryRefused(
                 f"{self.run_id} is {self.state.value}: only a FAILED or CANCELLED run can be retried"
                 + (" (submit its config again for a new run)" if self.state == State.SUCCEEDED else "")
             )
         if not self.settled:
-            raise ValueError(f"{self.run_id} ended moments ago and its end is still being published: retry shortly")
+            raise RetryRefused(f"{self.run_id} ended moments ago and its end is still being published: retry shortly")
         if self.attempt >= MAX_ATTEMPTS:
-            raise ValueError(f"{self.run_id} had {self.attempt} attempts, the most a run may have")
+            raise RetryRefused(f"{self.run_id} had {self.attempt} attempts, the most a run may have")
         ended = self.entered(self.state) or self.updated_at
         attempts = self.attempts or self.closed_attempts(
             ended, f"{self.state.value}: {self.reason or ''}".rstrip(": "), [], self.gpu_node_seconds or 0.0

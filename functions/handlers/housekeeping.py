@@ -11,7 +11,7 @@ import logging
 from functions.core import allocation
 from functions.core.allocation import Allocation
 from functions.core.config import ClusterSpec
-from functions.core.errors import ClusterGone, describe
+from functions.core.errors import ClusterGone, Unreadable, describe
 from functions.core.platform import Leftover, Workers
 from functions.core.runs import RunRecord
 from functions.handlers import sizing
@@ -139,8 +139,8 @@ def sweep(
             run_id = leftover.run_id or leftover.name
             try:
                 record = ctx.store.get(run_id)
-            except ValueError:
-                continue  # unreadable: quarantined and reported; its job is not judged on a guess
+            except Unreadable:
+                continue  # quarantined and reported; its job is not judged on a guess
             live_run = record is not None and not (record.state.terminal and record.settled)
             if live_run and record is not None and record.job_name == leftover.name:
                 continue

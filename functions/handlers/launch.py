@@ -23,7 +23,7 @@ from typing import Any
 from functions.core import advice, events
 from functions.core.config import MAX_CONFIG_BYTES, ConfigError, RunConfig, parse_config
 from functions.core.decide import Facts
-from functions.core.errors import Conflict, NotFound, PermanentError, TooLarge, describe
+from functions.core.errors import Conflict, NotFound, PermanentError, TooLarge, Unreadable, describe
 from functions.core.estimate import estimate
 from functions.core.runs import RunRecord, State, Transition
 from functions.core.secrets import redact
@@ -128,7 +128,7 @@ def receive(ctx: Context, request: events.LaunchRequest) -> tuple[RunRecord, boo
         request = dataclasses.replace(request, run_id=request.message_run_id or request.run_id)
     try:
         existing = ctx.store.get(request.run_id)
-    except ValueError as err:  # rewritten in the bucket: kept aside for a person, and this delivery goes ahead
+    except Unreadable as err:  # rewritten in the bucket: kept aside for a person, and this delivery goes ahead
         log.error("%s: unreadable run record moved to quarantine/runs/: %s", request.run_id, err)
         ctx.store.quarantine(request.run_id, str(err))
         existing = None

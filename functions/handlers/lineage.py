@@ -12,6 +12,7 @@ from functions.adapters import datasets
 from functions.core import champion, fingerprint
 from functions.core.champion import Champion, Promotion
 from functions.core.config import RunConfig
+from functions.core.errors import Unreadable
 from functions.core.fingerprint import Inputs, LastTrained
 from functions.core.result import CHAMPION_ENV
 from functions.core.runs import RunRecord
@@ -99,7 +100,7 @@ def _adopted(ctx: Context, cfg: RunConfig) -> Champion | None:
     crowned = ctx.store.get(legacy.run_id)
     try:
         same = crowned is not None and champion.line(crowned.run_config()) == champion.line(cfg)
-    except ValueError:
+    except Unreadable:
         same = False
     if not same:
         log.info("champions/%s.json: not this line's champion (evaluated another way); not adopted", cfg.name)

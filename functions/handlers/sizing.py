@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from functions.core import allocation
 from functions.core.allocation import Admission, Allocation
 from functions.core.config import ClusterSpec, RunConfig
-from functions.core.errors import Contended, PermanentError
+from functions.core.errors import Contended, PermanentError, Unreadable
 from functions.core.runs import RunRecord
 from functions.handlers.context import Context
 
@@ -35,7 +35,7 @@ def standing(ctx: Context, run_id: str) -> Standing:
     """Read fresh, never from a listing made earlier, so a run admitted meanwhile is never dropped."""
     try:
         record = ctx.store.get(run_id)
-    except ValueError as err:  # the tick quarantines and reports it
+    except Unreadable as err:  # the tick quarantines and reports it
         return Standing(True, f"its record cannot be read: {' '.join(str(err).split())[:120]}")
     if record is None or record.state.terminal:
         return Standing(False)
@@ -88,7 +88,7 @@ def recorded(ctx: Context) -> Callable[[str], bool]:
     def exists(run_id: str) -> bool:
         try:
             return ctx.store.get(run_id) is not None
-        except ValueError:
+        except Unreadable:
             return False
 
     return exists

@@ -16,7 +16,7 @@ from functions.core import events
 from functions.core.allocation import key_path
 from functions.core.config import ClusterSpec
 from functions.core.decide import Facts, cluster_key
-from functions.core.errors import Contended, describe, is_transient
+from functions.core.errors import Contended, RetryRefused, Unreadable, describe, is_transient
 from functions.core.platform import Leftover
 from functions.core.runs import RunRecord, State
 from functions.handlers import housekeeping, sizing, steps
@@ -37,7 +37,7 @@ def handle(event: Any, ctx: Context | None = None) -> list[RunRecord]:
         assert request.run_id is not None
         try:
             record = ctx.store.get(request.run_id)
-        except ValueError as why:
+        except Unreadable as why:
             # Unreadable: moved aside now (it answered 500 until a tick did it) and reported; nothing to act on.
             ctx.store.quarantine(request.run_id, str(why))
             quarantined(ctx, request.run_id, f"{why}; a {request.kind} for it was refused")
@@ -87,7 +87,7 @@ def request_retry(ctx: Context, run_id: str, by: str) -> RunRecord | None:
     def change(record: RunRecord) -> RunRecord | None:
         try:
             return record.retried(ctx.clock(), by)
-        except ValueError as why:
+        except RetryRefused as why:
             refused.append(str(why))
             return None
 
@@ -201,7 +201,7 @@ def _readable(ctx: Context, run_id: str) -> RunRecord | None:
     """The record, or None when it is gone or unreadable (the tick quarantines and reports those)."""
     try:
         return ctx.store.get(run_id)
-    except ValueError as err:
+    except Unreadable as err:
         log.error("%s: unreadable run record: %s", run_id, err, extra={"run_id": run_id})
         return None
 

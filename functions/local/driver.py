@@ -30,7 +30,7 @@ from functions.adapters.store import RunStore
 from functions.core.champion import Promotion
 from functions.core.config import config_format, parse_config
 from functions.core.decide import Facts
-from functions.core.errors import describe, is_transient
+from functions.core.errors import RetryRefused, describe, is_transient
 from functions.core.policy import Policy
 from functions.core.runs import RETRYABLE, RunRecord, State
 from functions.core.story import Story, exit_code, summary
@@ -261,7 +261,7 @@ class LocalRun:
             raise RuntimeError(f"no run {run_id} in {self.workdir}")
         try:
             current.retried(self.ctx.clock(), "raytune retry")  # refused here with its reason, before any change
-        except ValueError as why:
+        except RetryRefused as why:
             raise RuntimeError(str(why)) from None
         record = watch.request_retry(self.ctx, run_id, "raytune retry")
         assert record is not None, "checked just before"

@@ -243,3 +243,27 @@ def test_a_run_this_release_cannot_serve_at_the_head_of_the_queue_does_not_block
     if kind == "newer":
         stored = json.loads(h.ctx.store.blobs.read(f"runs/{waiter.run_id}.json")[0])
         assert stored["format"] == RECORD_FORMAT + 1 and stored["state"] == "QUEUED", "left to its own release"
+
+
+def test_unreadable_is_said_by_name_and_a_bugs_value_error_is_not_taken_for_it(controller, bucket, monkeypatch):
+    """Issue 41: ValueError meant "stored object unreadable" in one place and "retry refused" in another and was
+    caught in 17 places, each of which also swallowed any bug that raised one."""
+    from functions.core.errors import RetryRefused, Unreadable
+    from functions.handlers import sizing
+
+    h = controller
+    upload(bucket, "runs/broken-0123456789.json", b"{not json")
+    with pytest.raises(Unreadable):
+        h.ctx.store.get("broken-0123456789")
+    assert sizing.standing(h.ctx, "broken-0123456789").unserved.startswith("its record cannot be read")
+    good = json.loads(json.dumps(previous_release_record(bucket, "live-0123456789")))
+    upload(bucket, "runs/live-0123456789.json", json.dumps(good).encode())
+    with pytest.raises(RetryRefused, match="only a FAILED or CANCELLED run can be retried"):
+        h.ctx.store.get("live-0123456789").retried(h.clock(), "raytune retry")
+
+    def buggy(run_id):
+        raise ValueError("a bug, not a record")
+
+    monkeypatch.setattr(h.ctx.store, "get", buggy)
+    with pytest.raises(ValueError, match="a bug, not a record"):
+        sizing.standing(h.ctx, "live-0123456789")  # before: taken for an unreadable record, nodes kept on a guess
