@@ -4,7 +4,6 @@ themselves live in tests/fakes/."""
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import os
 import uuid
@@ -14,10 +13,8 @@ import pytest
 from hypothesis import settings
 
 from functions.local import emulators
-from tests.fakes.clock import FakeClock
-from tests.fakes.gke import FakeClusterManager
-from tests.fakes.http import serve_in_thread
-from tests.fakes.pubsub import PROJECT, PubSub
+from tests.fakes.pubsub import PubSub
+from tests.harness import build_controller, serve_functions
 
 # The property tests draw the same examples on every run (derandomize): a CI run fails for a change, never for
 # a draw; the draws still cover what each test's strategy allows.
@@ -83,80 +80,6 @@ def kube_api():
     server.stop()
 
 
-CLUSTER_PATH = f"projects/{PROJECT}/locations/us-central1/clusters/raytune"
-HF_TOKEN = "hf_TestTokenDoNotLeak0123456789abcdef"
-
-
-class Harness:
-    """The controller context plus handles on every stand-in behind it."""
-
-    def __init__(self, ctx, events, gke, kube, clock, pubsub):
-        self.ctx, self.events, self.gke, self.kube, self.clock, self.pubsub = ctx, events, gke, kube, clock, pubsub
-
-        self.published: list[tuple[dict, dict]] = []  # (message, attributes) pulled so far
-
-    def all_events(self) -> list[tuple[dict, dict]]:
-        import json
-
-        self.published += [(json.loads(m.data), dict(m.attributes)) for m in self.pubsub.pull(self.events)]
-        return list(self.published)
-
-    def finished_events(self) -> list[dict]:
-        """Run-finished events (and quarantine reports) published so far."""
-        return [m for m, attributes in self.all_events() if attributes.get("event") in (None, "run-finished")]
-
-    def events_of(self, kind: str) -> list[dict]:
-        return [m for m, attributes in self.all_events() if attributes.get("event") == kind]
-
-
-def build_controller(bucket: str, pubsub, kube_for, kube=None, project: str = PROJECT, **settings) -> Harness:
-    """A controller context on the emulators, GKE behind FakeClusterManager (a running cluster `raytune` of
-    `project`) and Kubernetes behind `kube_for` (cluster -> Kube); `settings` override the defaults. In use
-    (functions.handlers.context) until `context.use(None)`."""
-    from functions.adapters.gcs import Bucket
-    from functions.adapters.gke import GkeClusters, GkePlatform
-    from functions.adapters.pubsub import Publisher
-    from functions.adapters.store import RunStore
-    from functions.core.manifests import owner_id
-    from functions.core.secrets import add_secret
-    from functions.handlers import context
-    from functions.handlers.context import Context
-    from functions.handlers.settings import Settings
-
-    events_topic = pubsub.topic("run-events")
-    values = dict(
-        project=project,
-        bucket=bucket,
-        watch_topic=f"projects/{project}/topics/raytune-watch",
-        events_topic=events_topic,
-        max_event_age_s=3600,
-        hf_token=HF_TOKEN,
-    )
-    add_secret(HF_TOKEN)
-    manager = FakeClusterManager()
-    manager.add_running(CLUSTER_PATH.replace(PROJECT, project, 1))
-    platform = GkePlatform(
-        project,
-        HF_TOKEN,
-        clusters=GkeClusters(project, client=manager, create=True),
-        kube_factory=kube_for,
-        owner=owner_id(bucket),
-    )
-    clock = FakeClock()
-    ctx = Context(
-        settings=Settings(**{**values, **settings}),
-        store=RunStore(Bucket(bucket)),
-        platform=platform,
-        publisher=Publisher(),
-        clock=clock,
-        sleep=lambda s: None,
-    )
-    if kube is not None:
-        kube.clock = clock  # the API server's creationTimestamps on the controller's clock
-    context.use(ctx)
-    return Harness(ctx, pubsub.subscribe(events_topic), manager, kube, clock, pubsub)
-
-
 @pytest.fixture
 def controller(bucket, pubsub, kube_api):
     """A controller context on the emulators: GKE behind FakeClusterManager, kube behind the HTTP fake."""
@@ -176,26 +99,6 @@ def controller(bucket, pubsub, kube_api):
     harness.refreshes = refreshes
     yield harness
     context.use(None)
-
-
-@contextlib.contextmanager
-def serve_functions():
-    """main.py's targets served over HTTP by functions-framework (in this process, so they share the context in
-    use): {"launch": url, "watch": url}."""
-    import functions_framework
-    from werkzeug.serving import make_server
-
-    servers = {}
-    for target in ("launch", "watch"):
-        app = functions_framework.create_app(target=target, source=str(ROOT / "main.py"), signature_type="cloudevent")
-        server = make_server("127.0.0.1", 0, app, threaded=True)
-        serve_in_thread(server)
-        servers[target] = server
-    try:
-        yield {name: f"http://127.0.0.1:{s.server_port}" for name, s in servers.items()}
-    finally:
-        for server in servers.values():
-            server.shutdown()
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""What Terraform grants whom, as data: every *_iam_member of terraform/ for given variable values (tests/tfeval.py
+"""What Terraform grants whom, as data: every *_iam_member of terraform/ for given variable values (tests/contract/tfeval.py
 evaluates them), each turned into (identity, subject, resource, role) in the words of
 functions/core/permissions.py, and the permissions of each role from Google's published lists
 (tests/data/iam/roles.json) or from the custom role Terraform defines; and the helpers of the tests that run
@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from functions.core import permissions as p
+from tests.contract.tfeval import Module, Unknown
 from tests.fakes.gcs_iam import IamGcs
-from tests.tfeval import Module, Unknown
 
 ROOT = Path(__file__).resolve().parents[2]
 TERRAFORM = ROOT / "terraform"

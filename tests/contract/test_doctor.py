@@ -236,7 +236,7 @@ def test_the_doctor_names_what_terraform_makes(name):
     from functions.cli.settings import load
 
     deployment = Deployment(project_id="proj", name=name, region="europe-west4")
-    from tests.tfeval import _parse
+    from tests.contract.tfeval import _parse
 
     output = next(b for b in deployment.module.blocks if b.kind == "output" and b.labels == ("cli_config",))
     toml = tomllib.loads(str(deployment.module.eval(output.body["value"], {})))

@@ -53,7 +53,7 @@ def test_the_request_parses_as_the_container_api_reads_it():
 
 
 def test_terraform_creates_the_same_cluster():
-    from tests.tfeval import Module
+    from tests.contract.tfeval import Module
 
     module = Module(Path(__file__).resolve().parents[2] / "terraform", {"project_id": "proj"})
     [cluster] = module.instances("google_container_cluster")

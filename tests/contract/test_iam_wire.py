@@ -17,10 +17,10 @@ import pytest
 from functions.core import permissions as p
 from functions.core.config import RunConfig
 from functions.core.runs import State
-from tests.conftest import HF_TOKEN
 from tests.contract.iam import Deployment, assert_listed, client_at, serving, uses_on_wire
 from tests.fakes.gcs_iam import IamGcs
 from tests.fakes.http_events import post, pubsub_event, storage_event
+from tests.harness import HF_TOKEN
 
 
 def deployment(gcs_emulator, **variables) -> tuple[Deployment, object]:
@@ -198,7 +198,7 @@ def functions_on_terraform(gcs_emulator, pubsub, kube_api):
     from functions.adapters.kube import Kube, api_client
     from functions.handlers import context
     from functions.handlers.settings import Settings
-    from tests.conftest import build_controller, serve_functions
+    from tests.harness import build_controller, serve_functions
 
     suffix = uuid.uuid4().hex[:6]
     d, admin = deployment(gcs_emulator, policy_buckets=[f"shared-{suffix}"], dataset_buckets=[f"datasets-{suffix}"])

@@ -127,7 +127,7 @@ class Real:
 def real(control_plane, bucket, pubsub):
     from functions.adapters.kube import Kube, api_client
     from functions.handlers import context
-    from tests.conftest import build_controller, serve_functions
+    from tests.harness import build_controller, serve_functions
 
     namespace = f"rk-{uuid.uuid4().hex[:8]}"
     control_plane.kubectl("create", "namespace", namespace)

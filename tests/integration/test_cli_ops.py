@@ -20,8 +20,8 @@ from functions.cli.backends import CloudBackend
 from functions.cli.settings import CliSettings
 from functions.core.policy import Policy, cancel_digest
 from functions.core.runs import State
-from tests.conftest import HF_TOKEN
 from tests.fakes.http_events import post, storage_event
+from tests.harness import HF_TOKEN
 from tests.integration.test_functions import QUICK, wait_for
 
 

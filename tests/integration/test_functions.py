@@ -14,8 +14,8 @@ import yaml
 from functions.adapters.gcs import storage_client
 from functions.core.result import RunResult
 from functions.core.runs import State
-from tests.conftest import CLUSTER_PATH, HF_TOKEN
 from tests.fakes.http_events import post, pubsub_event, storage_event
+from tests.harness import CLUSTER_PATH, HF_TOKEN
 
 QUICK = {"name": "shop-descriptions", "scaling": {"nodes": 2}, "deadlines": {"pending_seconds": 600}}
 
@@ -555,7 +555,7 @@ def test_a_deleted_gke_cluster_is_a_fact_the_tick_moves_past(controller, functio
     life of the instance (its cached Kubernetes client was never dropped). The tick asks GKE, records the cluster
     gone (the allocation settled, the client dropped) and answers 200; a later cluster of the same name is served
     afresh."""
-    from tests.conftest import CLUSTER_PATH
+    from tests.harness import CLUSTER_PATH
 
     h = controller
     launch_upload(functions_server, bucket, "configs/before.json", QUICK)

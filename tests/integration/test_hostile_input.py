@@ -13,8 +13,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from functions.core.runs import State
-from tests.conftest import HF_TOKEN
 from tests.fakes.http_events import PUBSUB, post, pubsub_event, storage_event
+from tests.harness import HF_TOKEN
 from tests.integration.test_functions import QUICK, only_record, upload, watch
 
 
