@@ -55,6 +55,11 @@ class Story:
                 lines.append(f"attempt {record.attempt}: RayJob {record.job_name}{by}")
             self.job = record.job_name
             self._new_job()
+        if not record.state.terminal and (record.state, record.reason) != self.said:
+            lines.append(
+                f"run {record.run_id}: {record.state.value}" + (f" ({record.reason})" if record.reason else "")
+            )
+        self.said = (record.state, record.reason)
         if len(log) < self.log_seen:  # cut or replaced (the kept copy for the live one): read again, said once
             self.log_seen = 0
         lines += self._from_log(log[self.log_seen :])
@@ -62,11 +67,6 @@ class Story:
         failures = list(joblog.failed_attempts(log))  # the whole log: a decision may span two looks
         lines += [f"  {failure}" for failure in failures[self.failures :]]
         self.failures = max(self.failures, len(failures))
-        if not record.state.terminal and (record.state, record.reason) != self.said:
-            lines.append(
-                f"run {record.run_id}: {record.state.value}" + (f" ({record.reason})" if record.reason else "")
-            )
-        self.said = (record.state, record.reason)
         return lines
 
     def _from_log(self, fresh: str) -> list[str]:

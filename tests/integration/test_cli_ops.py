@@ -110,7 +110,7 @@ def test_submit_status_logs_cancel_through_the_deployment(deployed, capsys, buck
     # Issue 40: the run's story, as the foreground raytune local tells it (a phase of 0.0 s says nothing)
     assert cli(["logs", run_id]) == 0
     told = capsys.readouterr().out.splitlines()
-    assert told[0] == "  step 3/12 · loss 1.5000 · ETA 40s" and told[1].startswith(f"run {run_id}: SUBMITTED (")
+    assert told[1] == "  step 3/12 · loss 1.5000 · ETA 40s" and told[0].startswith(f"run {run_id}: SUBMITTED (")
     assert len(told) == 2, told
     h.kube.logs[("default", submitter)] += "\x1b[36m(RayTrainWorker pid=7)\x1b[0m coloured\n"
     assert cli(["logs", run_id, "--raw", "--tail", "2"]) == 0  # the last lines; colours only on a terminal

@@ -41,7 +41,7 @@ def test_phases_steps_and_states_are_each_said_once():
     story = Story()
     assert story.observe(record(State.SUBMITTED, "RayJob r-1")) == ["run r-1: SUBMITTED (RayJob r-1)"]
     log = "noise from Ray\n" + phase("preflight") + phase("preflight", 0.01) + phase("starting 2 workers")
-    assert story.observe(record(State.RUNNING), log) == ["  starting 2 workers...", "run r-1: RUNNING"]
+    assert story.observe(record(State.RUNNING), log) == ["run r-1: RUNNING", "  starting 2 workers..."]
     log += phase("starting 2 workers", 8.84) + step(1) + step(1)  # a print patch doubles each line
     assert story.observe(record(State.RUNNING), log) == ["  starting 2 workers: 8.8s", "  step 1/4 · loss 1.0000"]
     assert story.observe(record(State.RUNNING), log) == [], "nothing new, nothing said"
@@ -63,8 +63,8 @@ def test_a_new_attempt_says_so_and_its_steps_are_told_again():
     )
     assert story.observe(again, step(2)) == [
         "attempt 2: RayJob r-1-2 (lost nodes)",
-        "  step 2/4 · loss 1.0000",
         "run r-1: SUBMITTED (RayJob r-1-2)",
+        "  step 2/4 · loss 1.0000",
     ]
 
 
