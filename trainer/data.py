@@ -12,6 +12,11 @@ from pathlib import Path
 from functions.core.config import DATA_FILE_SUFFIX, SAVED_MARKERS, DatasetSpec, PromptSpec
 from trainer import storage
 
+
+class DataError(ValueError):
+    """What is wrong with a dataset, said naming it (and the row, file and column where it is one row)."""
+
+
 LOCAL_CACHE = Path(os.environ.get("RAYTUNE_DATA_CACHE", "/mnt/local-ssd/raytune-data"))
 
 
@@ -29,7 +34,7 @@ def _node_copy(location: str) -> Path:
     saved = any(f.path.removeprefix(path).lstrip("/") in SAVED_MARKERS for f in files)
     shards = sorted((f.path, f.size, f.mtime_ns) for f in files if saved or f.path.endswith(DATA_FILE_SUFFIX))
     if not shards:
-        raise ValueError(f"no {DATA_FILE_SUFFIX} files (nor a dataset saved with save_to_disk) at {location}")
+        raise DataError(f"no {DATA_FILE_SUFFIX} files (nor a dataset saved with save_to_disk) at {location}")
     cache_root = LOCAL_CACHE if LOCAL_CACHE.parent.exists() else Path(tempfile.gettempdir()) / "raytune-data"
     home = cache_root / hashlib.sha256(location.encode()).hexdigest()[:16]
     target = home / hashlib.sha256(repr(shards).encode()).hexdigest()[:16]
@@ -56,7 +61,7 @@ def _saved(path: Path, spec: DatasetSpec):
     loaded = datasets.load_from_disk(str(path))
     if isinstance(loaded, datasets.DatasetDict):
         if spec.split not in loaded:
-            raise ValueError(f"dataset {spec.id} (saved with save_to_disk) has no split {spec.split!r}: {list(loaded)}")
+            raise DataError(f"dataset {spec.id} (saved with save_to_disk) has no split {spec.split!r}: {list(loaded)}")
         return loaded[spec.split]
     return loaded
 
@@ -73,7 +78,7 @@ def _local(location: str, spec: DatasetSpec):
 
     path = Path(location)
     if not path.exists():
-        raise ValueError(f"dataset {location} does not exist")
+        raise DataError(f"dataset {location} does not exist")
     if (saved := _saved(path, spec)) is not None:
         return saved, path, []
     if path.is_dir() and any((path / name).exists() for name in METADATA):
@@ -81,12 +86,12 @@ def _local(location: str, spec: DatasetSpec):
     files = [path] if path.is_file() else sorted(f for f in path.rglob("*") if f.suffix in FORMATS)
     kinds = {FORMATS.get(f.suffix) for f in files}
     if not files or None in kinds:
-        raise ValueError(
+        raise DataError(
             f"dataset {location}: no data files of a known kind ({', '.join(FORMATS)}, an image folder with "
             f"{' / '.join(METADATA)}, or a dataset saved with save_to_disk); see docs/datasets.md"
         )
     if len(kinds) > 1:
-        raise ValueError(f"dataset {location} mixes {sorted(k for k in kinds if k)} files: keep one kind")
+        raise DataError(f"dataset {location} mixes {sorted(k for k in kinds if k)} files: keep one kind")
     dataset = datasets.load_dataset(kinds.pop(), data_files=[str(f) for f in files], split="train")
     return dataset, path if path.is_dir() else path.parent, [str(f) for f in files]
 
@@ -114,7 +119,7 @@ def _with_images(dataset, spec: DatasetSpec, base: Path | None):
     try:
         return dataset.cast_column(field, datasets.Image())
     except (TypeError, ValueError, pa.ArrowException) as err:
-        raise ValueError(
+        raise DataError(
             f"dataset {spec.id}: column {field!r} holds {feature}, not images (image bytes, "
             f"{{bytes, path}} structs, or paths/URLs): {err}"
         ) from err
@@ -147,7 +152,7 @@ def _read(spec: DatasetSpec, seed: int = 0):
         dataset = datasets.load_dataset(spec.id, split=spec.split, token=os.environ.get("HF_TOKEN"))
     missing = {spec.product_field, spec.category_field, spec.answer_field, spec.image_field} - set(dataset.column_names)
     if missing:
-        raise ValueError(f"dataset {spec.id} lacks the columns {sorted(missing)} (has {dataset.column_names})")
+        raise DataError(f"dataset {spec.id} lacks the columns {sorted(missing)} (has {dataset.column_names})")
     if spec.max_samples and len(dataset) > spec.max_samples:
         dataset = dataset.select(range(spec.max_samples))
     return dataset, base, [f for f in files if f.endswith(DATA_FILE_SUFFIX)]
@@ -160,17 +165,17 @@ def check_rows(spec: DatasetSpec, threads: int = 8) -> int:
     """Read the whole dataset as the trainer will and check every row before any worker starts: its text
     columns hold text and its image opens as an image (its header and structure read: PIL's verify, no pixel
     decode), in parallel. A bad row would otherwise fail the training minutes later, on every worker restart,
-    naming no row. Raises ValueError naming the row, its file (where the data came from files) and the column;
+    naming no row. Raises DataError naming the row, its file (where the data came from files) and the column;
     returns the number of rows checked."""
     import datasets
 
     try:
         dataset, base, files = _read(spec)
         raw = _with_images(dataset, spec, base).cast_column(spec.image_field, datasets.Image(decode=False))
-    except ValueError:
+    except DataError:
         raise
-    except Exception as err:  # the loader's own errors (a folder of the wrong kind, a corrupt file)
-        raise ValueError(f"dataset {spec.id} cannot be read: {type(err).__name__}: {err}") from err
+    except Exception as err:  # the loader's own errors (a folder of the wrong kind, a corrupt or empty file)
+        raise DataError(f"dataset {spec.id} cannot be read: {type(err).__name__}: {err}") from err
     where = _row_files(files)
     texts = (spec.product_field, spec.category_field, spec.answer_field)
     from concurrent.futures import ThreadPoolExecutor
@@ -181,13 +186,11 @@ def check_rows(spec: DatasetSpec, threads: int = 8) -> int:
             for field in texts:
                 for offset, value in enumerate(batch[field]):
                     if not isinstance(value, str) or not value.strip():
-                        raise ValueError(
-                            f"{_row(spec, where, start + offset)}, column {field!r} is {value!r}, not text"
-                        )
+                        raise DataError(f"{_row(spec, where, start + offset)}, column {field!r} is {value!r}, not text")
             problems = pool.map(_image_problem, batch[spec.image_field])
             for offset, problem in enumerate(problems):
                 if problem is not None:
-                    raise ValueError(f"{_row(spec, where, start + offset)}, column {spec.image_field!r}: {problem}")
+                    raise DataError(f"{_row(spec, where, start + offset)}, column {spec.image_field!r}: {problem}")
     return len(raw)
 
 
@@ -245,7 +248,7 @@ def split(dataset, spec: DatasetSpec):
     held = sorted((i for i, rank in enumerate(ranks) if rank < spec.eval_fraction), key=ranks.__getitem__)
     kept = [i for i, rank in enumerate(ranks) if rank >= spec.eval_fraction]
     if not held or not kept:
-        raise ValueError(
+        raise DataError(
             f"dataset.eval_fraction {spec.eval_fraction} of {len(ranks)} samples leaves "
             f"{len(kept)} to train on and {len(held)} to evaluate: both must be at least 1"
         )

@@ -82,10 +82,10 @@ def _source(kind: str, location: str, revision: str | None = None) -> None:
 def check(model: ModelSpec, dataset: DatasetSpec) -> None:
     _source("model", model.id, model.revision)
     _source("dataset", dataset.id)
-    if dataset.id.startswith(("gs://", "/")):  # files of ours: their format and first rows are checked here
-        from trainer.data import check_rows
+    if dataset.id.startswith(("gs://", "/")):  # files of ours: their format and every row are checked here
+        from trainer.data import DataError, check_rows
 
         try:
             check_rows(dataset)
-        except ValueError as err:
+        except DataError as err:
             raise PreflightError(str(err)) from err

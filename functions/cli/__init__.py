@@ -56,11 +56,11 @@ def cmd_validate(args: argparse.Namespace) -> int:
         return 2
     rows = None
     if cfg.dataset.id.startswith("/"):  # a dataset of your own on this machine: every row read and checked
-        from trainer.data import check_rows
+        from trainer.data import DataError, check_rows
 
         try:
             rows = check_rows(cfg.dataset)
-        except ValueError as err:
+        except DataError as err:
             print(f"error: {named}: {err}", file=sys.stderr)
             return 2
     for left in placeholders(args.config):

@@ -225,3 +225,12 @@ def test_validate_names_a_folder_it_cannot_read_without_a_traceback(tmp_path, ca
     assert cli(["validate", str(config)]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"error: {config}: dataset {folder} cannot be read: ") and "Traceback" not in err
+
+
+def test_a_file_the_loader_cannot_read_is_named(tmp_path):
+    """An empty parquet file failed the preflight as `PreflightError: Parquet file size is 0 bytes`, naming no file:
+    pyarrow's ArrowInvalid is a ValueError, and it passed for one of ours."""
+    (tmp_path / "data" / "products.parquet").write_bytes(b"")
+    spec = DatasetSpec(id=str(tmp_path / "data" / "products.parquet"))
+    with pytest.raises(preflight.PreflightError, match=r"^dataset .*products.parquet cannot be read: ArrowInvalid"):
+        preflight.check(tiny_model(), spec)
