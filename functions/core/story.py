@@ -65,7 +65,8 @@ class Story:
         lines += self._from_log(log[self.log_seen :])
         self.log_seen = len(log)
         failures = list(joblog.failed_attempts(log))  # the whole log: a decision may span two looks
-        lines += [f"  {failure}" for failure in failures[self.failures :]]
+        stopping = record.cancel_requested or record.state == State.CANCELLED  # the stop's own effects on workers
+        lines += [] if stopping else [f"  {failure}" for failure in failures[self.failures :]]
         self.failures = max(self.failures, len(failures))
         return lines
 

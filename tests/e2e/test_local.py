@@ -389,6 +389,20 @@ def test_the_operator_commands_on_a_live_local_run(tmp_path):
     run_id = row["run_id"]
     live_log = raytune("logs", "--workdir", str(workdir), run_id, "--raw")
     assert live_log.returncode == 0 and "Running entrypoint for job" in live_log.stdout, live_log.stderr
+    # Ctrl-C while following stops following, not the run: no traceback, how to cancel it, exit 130.
+    following = subprocess.Popen(
+        [RAYTUNE, "logs", "-f", "--workdir", str(workdir), run_id],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "HOME": str(home)},
+    )
+    time.sleep(8)
+    following.send_signal(signal.SIGINT)
+    told, said = following.communicate(timeout=60)
+    assert following.returncode == 130 and "  step " in told, told[-2000:] + said[-2000:]
+    assert "Traceback" not in said and f"stopped following {run_id}; the run goes on (RUNNING)" in said, said
+    assert f"`raytune cancel {run_id} --workdir {workdir.resolve()}` cancels it" in said
     cancelled = raytune("cancel", "--workdir", str(workdir), run_id, "--timeout", "120")
     assert cancelled.returncode == 0 and f"{run_id}: CANCELLED" in cancelled.stdout, cancelled.stdout + cancelled.stderr
     finish(proc, timeout=120)
