@@ -17,7 +17,7 @@ from functions.adapters.retry import with_retries
 from functions.core import computeclass, disruption, errors, manifests, stuck
 from functions.core.allocation import group_name
 from functions.core.config import ClusterSpec, RunConfig
-from functions.core.platform import ClusterReadiness, Leftover, Workers
+from functions.core.platform import ClusterReadiness, RayObject, Workers
 
 # The API server answers in these states; RECONCILING and DEGRADED clusters still take work.
 READY = {"RUNNING", "RECONCILING", "DEGRADED"}
@@ -367,17 +367,17 @@ class GkePlatform:
     def stop(self, spec: ClusterSpec, job: str) -> None:
         self._kube(spec).delete_rayjob(spec.namespace, job)
 
-    def leftovers(self, spec: ClusterSpec) -> list[Leftover]:
+    def ray_objects(self, spec: ClusterSpec) -> list[RayObject]:
         kube = self.reachable(spec)
         if kube is None or self.owner is None:
             return []
-        return self._asked(spec, kube, lambda kube: self._leftovers(kube, spec))
+        return self._asked(spec, kube, lambda kube: self._ray_objects(kube, spec))
 
-    def _leftovers(self, kube: Kube, spec: ClusterSpec) -> list[Leftover]:
+    def _ray_objects(self, kube: Kube, spec: ClusterSpec) -> list[RayObject]:
         assert self.owner is not None
         labels = manifests.ownership(self.owner)
         found = [
-            Leftover(
+            RayObject(
                 "RayJob",
                 job["metadata"]["name"],
                 job.get("status", {}).get("jobStatus") not in JOB_ENDED,
@@ -390,7 +390,7 @@ class GkePlatform:
         for cluster in kube.owned(spec.namespace, "RayCluster", labels):
             groups = cluster.get("spec", {}).get("workerGroupSpecs", [])
             found.append(
-                Leftover(
+                RayObject(
                     "RayCluster", cluster["metadata"]["name"], any(g.get("replicas") for g in groups), _created(cluster)
                 )
             )

@@ -33,8 +33,9 @@ class Workers:
 
 
 @dataclass(frozen=True)
-class Leftover:
-    """A RayJob or RayCluster carrying the controller's labels, as found by the leak sweep."""
+class RayObject:
+    """A RayJob or RayCluster carrying this deployment's labels, as one listing of the namespace found it: every
+    tick's runs read their job statuses from it, and the leak sweep judges it."""
 
     kind: Literal["RayJob", "RayCluster"]
     name: str
@@ -92,6 +93,6 @@ class Platform(Protocol):
 
     def stop(self, spec: ClusterSpec, job: str) -> None: ...
 
-    def leftovers(self, spec: ClusterSpec) -> list[Leftover]:
+    def ray_objects(self, spec: ClusterSpec) -> list[RayObject]:
         """The RayJobs and RayClusters with this deployment's labels in the cluster's namespace (a list call of
-        each kind): what the leak sweep judges, and where a tick reads its runs' job statuses from."""
+        each kind): where a tick reads its runs' job statuses from, and what the leak sweep judges."""

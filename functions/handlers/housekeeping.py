@@ -12,7 +12,7 @@ from functions.core import allocation
 from functions.core.allocation import Allocation
 from functions.core.config import ClusterSpec
 from functions.core.errors import ClusterGone, Unreadable, describe
-from functions.core.platform import Leftover, Workers
+from functions.core.platform import RayObject, Workers
 from functions.core.runs import RunRecord
 from functions.handlers import sizing
 from functions.handlers.context import Context
@@ -23,7 +23,7 @@ log = logging.getLogger(__name__)
 def tidy(
     ctx: Context,
     live: list[RunRecord],
-    surveyed: dict[tuple[str, str, str], list[Leftover]] | None = None,
+    surveyed: dict[tuple[str, str, str], list[RayObject]] | None = None,
     ended: set[str] | frozenset[str] = frozenset(),
     synced: set[str] | frozenset[str] = frozenset(),
 ) -> list[Exception]:
@@ -57,7 +57,7 @@ def tidy(
         try:
             found = (surveyed or {}).get((region, gke, namespace))
             if found is None:
-                found = ctx.platform.leftovers(spec)
+                found = ctx.platform.ray_objects(spec)
             sweep(ctx, spec, found, {k[3] for k in known if k[:3] == (region, gke, namespace)}, live_jobs, ended)
         except ClusterGone:
             continue  # nothing is left on a cluster that is gone
@@ -116,12 +116,12 @@ def teardown(ctx: Context, alloc: Allocation, attempts: int = 3) -> None:
 def sweep(
     ctx: Context,
     spec: ClusterSpec,
-    found: list[Leftover],
+    found: list[RayObject],
     sized: set[str],
     live: set[str],
     ended: set[str] | frozenset[str] = frozenset(),
 ) -> None:
-    """Of `found` (the leftovers the tick listed), stop RayJobs that are not the current attempt of a live run (`live`: their names; a finished run's RayJob,
+    """Of `found` (the Ray objects the tick listed), stop RayJobs that are not the current attempt of a live run (`live`: their names; a finished run's RayJob,
     or a retried run's earlier one, is removed quietly; a running one with no live run is a leak) and delete RayClusters of this deployment it has no allocation for. Only objects
     labelled with this deployment (its runs bucket) are looked at, and each is checked against fresh state
     right before it goes: what the tick listed at its start may be stale (a launch can admit a run and create
@@ -129,7 +129,7 @@ def sweep(
     (a clock ahead of the API server's counts as young)."""
     grace = ctx.settings.sweep_grace_s
 
-    def young(leftover: Leftover) -> bool:
+    def young(leftover: RayObject) -> bool:
         return leftover.created is not None and (ctx.clock() - leftover.created).total_seconds() < grace
 
     for leftover in found:

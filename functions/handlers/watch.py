@@ -17,7 +17,7 @@ from functions.core.allocation import key_path
 from functions.core.config import ClusterSpec
 from functions.core.decide import Facts, cluster_key
 from functions.core.errors import Contended, RetryRefused, Unreadable, describe, is_transient
-from functions.core.platform import Leftover
+from functions.core.platform import RayObject
 from functions.core.runs import RunRecord, State
 from functions.handlers import housekeeping, sizing, steps
 from functions.handlers.context import Context, current
@@ -209,7 +209,7 @@ def _readable(ctx: Context, run_id: str) -> RunRecord | None:
 Namespace = tuple[str, str, str]  # region, GKE cluster, namespace
 
 
-def survey(ctx: Context, records: list[RunRecord]) -> dict[Namespace, list[Leftover]]:
+def survey(ctx: Context, records: list[RunRecord]) -> dict[Namespace, list[RayObject]]:
     """This deployment's RayJobs and RayClusters in every namespace the tick's runs use, one listing of each kind
     per namespace, all at once (a hung one holds its thread): the runs read their job statuses from it, and the
     leak sweep judges it. A namespace whose listing fails is left out: its runs read their jobs one by one."""
@@ -219,9 +219,9 @@ def survey(ctx: Context, records: list[RunRecord]) -> dict[Namespace, list[Lefto
             spec = record.run_config().cluster
             namespaces.setdefault((spec.region, spec.gke_cluster, spec.namespace), spec)
 
-    def listing(spec: ClusterSpec) -> list[Leftover] | None:
+    def listing(spec: ClusterSpec) -> list[RayObject] | None:
         try:
-            return ctx.platform.leftovers(spec)
+            return ctx.platform.ray_objects(spec)
         except Exception as exc:
             log.warning("%s/%s: cannot list its Ray objects: %s", spec.gke_cluster, spec.namespace, describe(exc))
             return None

@@ -39,7 +39,7 @@ from functions.core import joblog, manifests
 from functions.core.allocation import group_name
 from functions.core.config import ClusterSpec, RunConfig
 from functions.core.errors import NotFound, PermanentError, TransientError, from_status
-from functions.core.platform import ClusterReadiness, Leftover, Workers
+from functions.core.platform import ClusterReadiness, RayObject, Workers
 from functions.core.result import WORKER_RESOURCE_ENV
 from functions.local import emulators, session
 from trainer.codehash import ROOT, code_files, code_sha256
@@ -512,7 +512,7 @@ class LocalRay:
             self._stop_all()
             return True
 
-    def leftovers(self, spec: ClusterSpec) -> list[Leftover]:
+    def ray_objects(self, spec: ClusterSpec) -> list[RayObject]:
         return []  # one process owns the local cluster and every job on it; the driver stops them at exit
 
     def shutdown(self) -> None:

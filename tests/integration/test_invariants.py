@@ -359,15 +359,15 @@ def test_a_raycluster_a_launch_creates_during_the_tick_is_not_swept(controller, 
     h = controller
     h.ctx.settings = dataclasses.replace(h.ctx.settings, sweep_grace_s=0)
     launch(h, bucket, "first")
-    real_leftovers = h.ctx.platform.leftovers
+    real_listing = h.ctx.platform.ray_objects
     landed = {}
 
     def launch_then_list(spec):
         if "run" not in landed:
             landed["run"] = launch(h, bucket, "newcomer", {**QUICK, "cluster": {"ray_cluster": "newcomer-cluster"}})
-        return real_leftovers(spec)
+        return real_listing(spec)
 
-    h.ctx.platform.leftovers = launch_then_list
+    h.ctx.platform.ray_objects = launch_then_list
     tick(h)
     assert landed["run"].state == State.SUBMITTED
     assert "newcomer-cluster" in h.kube.names("rayclusters") and h.events_of("leak") == []
