@@ -77,3 +77,36 @@ def test_everything_the_deployed_functions_import_is_in_the_archive(tmp_path):
     }
     assert not missing, sorted(missing)
     assert "functions.cli" not in shipped and "functions.local" not in shipped
+
+
+def test_the_trainer_imports_from_only_the_files_the_configmap_ships(tmp_path):
+    """What a Ray pod has is the ConfigMap's files under /code (issue 41): every trainer module imports from them
+    alone. config.py came to import gpu_shapes.py, which the hand-made list did not ship: every cloud job would
+    have failed with ModuleNotFoundError while every test on a full checkout passed."""
+    import subprocess
+    import sys
+
+    for name, content in code_files().items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_bytes(content)
+    modules = sorted(n.removesuffix(".py").replace("/", ".") for n in code_files() if n.startswith("trainer/"))
+    script = (
+        "import importlib, sys, functions\n"
+        f"assert functions.__file__.startswith({str(tmp_path)!r}), functions.__file__\n"
+        f"for name in {modules!r}:\n"
+        "    importlib.import_module(name.removesuffix('.__init__'))\n"
+        "from functions.core.config import parse_config\n"
+        "parse_config(b'{}')  # its lazy imports too\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=tmp_path,
+        env={"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    controller = [n for n in code_files() if n.startswith("functions/")]
+    assert all(n.startswith("functions/core/") or n == "functions/__init__.py" for n in controller), controller
+    assert len(controller) <= 8, f"the trainer now takes {controller} from the controller: keep it to the contracts"
