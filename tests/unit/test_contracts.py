@@ -43,11 +43,14 @@ def test_result_json_round_trips_and_keeps_newer_fields():
     assert newer.model_dump()["flops"] == 3.0 and newer.metrics.model_dump()["mfu"] == 0.4
 
 
-def test_the_trainer_ships_only_the_shared_contracts():
+def test_the_trainer_ships_only_the_shared_contracts_and_what_they_import():
+    """Derived from the trainer's imports (trainer/codehash.py): a new module here is a review's question."""
     shipped = {path for path in code_files() if path.startswith("functions/")}
     assert shipped == {
         "functions/__init__.py",
         "functions/core/__init__.py",
         "functions/core/config.py",
         "functions/core/result.py",
+        "functions/core/gpu_shapes.py",  # config.py: which machine types carry each accelerator
+        "functions/core/jsonsafe.py",  # config.py's parse_config, lazily
     }
