@@ -397,7 +397,7 @@ def _run(
         why = None
         ended = _ended(local, record) if interrupted is not None else None
         if ended is not None:  # the signal came after the run's end: nothing to cancel, its outcome stands
-            say(f"interrupted ({interrupted}) after the run ended {ended.state.value}: stopping what it started")
+            say(f"interrupted ({interrupted}) after the run ended (its outcome stands): stopping what it started")
             record = ended
             code = exit_code(ended.state)
         elif interrupted is not None and (asked := cancel_asked(workdir)) is not None:
