@@ -524,7 +524,9 @@ MAX_CONFIG_BYTES = 64 * 1024
 
 def stored_config(config: dict[str, Any]) -> RunConfig:
     """A run record's config as the controller reads it: as today's rules admit it, or, for a run accepted under
-    earlier rules, with its fields still typed and bounded but the admission rules not applied again."""
+    earlier rules, with its fields still typed and bounded but the admission rules not applied again. A field an
+    older record's config lacks takes today's default (e.g. scaling.max_attempts 3): the one place stored configs
+    are read, and so the one place older records' behaviour is decided (decide() reads only this)."""
     try:
         return RunConfig.model_validate(config)
     except ValidationError:

@@ -22,7 +22,7 @@ from typing import Any, Literal
 from functions.core import disruption, joblog
 from functions.core.allocation import Admission
 from functions.core.champion import Promotion
-from functions.core.config import DeadlineSpec, EvaluationSpec, RunConfig
+from functions.core.config import DeadlineSpec, RunConfig
 from functions.core.fingerprint import Inputs
 from functions.core.platform import ClusterReadiness
 from functions.core.runs import Attempt, RunRecord, State
@@ -143,8 +143,7 @@ def needs_conclusion(record: RunRecord) -> bool:
     nightly's baseline), not yet concluded."""
     if record.state != State.SUCCEEDED or record.promotion is not None:
         return False
-    evaluation = EvaluationSpec.model_validate((record.config or {}).get("evaluation", {}))
-    return bool(evaluation.samples) or record.nightly
+    return bool(record.run_config().evaluation.samples) or record.nightly
 
 
 def claim_expired(record: RunRecord, now: dt.datetime) -> bool:
@@ -152,16 +151,14 @@ def claim_expired(record: RunRecord, now: dt.datetime) -> bool:
 
 
 def deadlines(record: RunRecord) -> DeadlineSpec:
-    return DeadlineSpec.model_validate((record.config or {}).get("deadlines", {}))
+    return record.run_config().deadlines
 
 
 def pending_seconds(record: RunRecord) -> int:
     """How long the run may wait for its nodes: deadlines.pending_seconds, or longer where an option of its
     capacity list allows more (a flex-start request waits in GKE's queue)."""
-    options = (record.config or {}).get("scaling", {}).get("capacity") or []
-    return max(
-        [deadlines(record).pending_seconds, *(int(o["pending_seconds"]) for o in options if o.get("pending_seconds"))]
-    )
+    options = record.run_config().scaling.capacity or []
+    return max([deadlines(record).pending_seconds, *(o.pending_seconds for o in options if o.pending_seconds)])
 
 
 def _missed_deadline(record: RunRecord, now: dt.datetime) -> str | None:
@@ -209,7 +206,7 @@ def _before_submission(record: RunRecord, facts: Facts) -> Step:
     if facts.admission is None:
         return Step(Action.ADMIT)
     if not facts.admission.admitted:
-        reason = facts.admission.describe(int((record.config or {}).get("scaling", {}).get("nodes", 1)))
+        reason = facts.admission.describe(record.run_config().scaling.nodes)
         if record.state == State.QUEUED and record.reason == reason:
             return NOTHING
         return move(State.QUEUED, reason, queue_position=facts.admission.position)
@@ -325,7 +322,7 @@ def _again(
     by: str,
 ) -> Step:
     """The next attempt after a failure that may pass (`why`), bounded by scaling.max_attempts, after a backoff."""
-    limit = int((record.config or {}).get("scaling", {}).get("max_attempts", 1))
+    limit = record.run_config().scaling.max_attempts
     number = record.attempt
     why = f"attempt {number} of {limit} {why}"
     if number >= limit:
@@ -400,14 +397,14 @@ def held(record: RunRecord, now: dt.datetime) -> float:
 
 def _held_now(record: RunRecord, now: dt.datetime) -> float:
     """GPU node-seconds of the current attempt so far."""
-    scaling = (record.config or {}).get("scaling", {})
-    if not scaling.get("gpus_per_node"):
+    scaling = record.run_config().scaling
+    if not scaling.use_gpu:
         return 0.0
     current = record.attempts[-1] if record.attempts else None
     since = (current.held_since if current else None) or record.submitted_at
     if since is None:
         return 0.0
-    return round(max(0.0, (now - since).total_seconds()) * int(scaling.get("nodes", 1)), 1)
+    return round(max(0.0, (now - since).total_seconds()) * scaling.nodes, 1)
 
 
 def job_outcome(
