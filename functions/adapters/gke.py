@@ -288,42 +288,43 @@ class GkePlatform:
     def code_sha256(self) -> str:
         return self.code[1]
 
+    def _assembled(self, cfg: RunConfig, run_id: str, **parts: Any) -> manifests.RunObjects:
+        files, code_hash = self.code
+        return manifests.assemble(cfg, run_id, files, code_hash, owner=self.owner, **parts)
+
     def size(self, cfg: RunConfig, run_id: str, workers: Workers | None, groups: dict[str, int], stamp: int) -> bool:
         kube = self._kube(cfg.cluster)
-        if self.hf_token:
-            kube.apply(manifests.secret(cfg, self.hf_token))
-        files, code_hash = self.code
-        kube.apply(manifests.code_configmap(cfg, files, code_hash))
-        if (capacity := computeclass.compute_class(cfg.scaling, manifests.ownership(self.owner))) is not None:
-            kube.apply(capacity)  # before the group that selects it: GKE provisions by it
-        own = manifests.worker_group(cfg, run_id, groups.get(group_name(run_id), 0), list(files), code_hash)
-        specs = _resized(workers, groups, {own["groupName"]: own})
-        cluster = manifests.ray_cluster(cfg, list(files), code_hash, specs, stamp, owner=self.owner)
-        if workers is None:
+        seen = workers.handle if workers is not None else None
+        assert seen is None or isinstance(seen, RayClusterSeen)
+        objects = self._assembled(
+            cfg, run_id, groups=groups, seen=seen.groups if seen else (), stamp=stamp, hf_token=self.hf_token
+        )
+        for part in objects.before_cluster():
+            kube.apply(part)
+        cluster = objects.cluster
+        if seen is None:
             return kube.create(cluster)
-        seen = workers.handle
-        assert isinstance(seen, RayClusterSeen)
         if seen.base == cluster["metadata"]["annotations"][manifests.BASE_ANNOTATION]:
             # The head, labels and versions as this launch would apply them: only the groups change.
+            specs = cluster["spec"]["workerGroupSpecs"]
             return kube.set_worker_groups(cfg.cluster.namespace, cfg.cluster.ray_cluster, seen, specs, stamp)
         return kube.apply(cluster, resource_version=seen.resource_version)
 
     def scale(
         self, spec: ClusterSpec, workers: Workers, groups: dict[str, int], stamp: int, adopt: bool = False
     ) -> bool:
-        assert isinstance(workers.handle, RayClusterSeen)
-        specs = _resized(workers, groups, {})
+        seen = workers.handle
+        assert isinstance(seen, RayClusterSeen)
+        specs = manifests.worker_groups(groups, seen.groups)
         label = self.owner if adopt else None
-        return self._kube(spec).set_worker_groups(
-            spec.namespace, spec.ray_cluster, workers.handle, specs, stamp, label=label
-        )
+        return self._kube(spec).set_worker_groups(spec.namespace, spec.ray_cluster, seen, specs, stamp, label=label)
 
     def delete_cluster(self, spec: ClusterSpec, workers: Workers) -> bool:
         assert isinstance(workers.handle, RayClusterSeen)
         return self._kube(spec).delete_raycluster(spec.namespace, spec.ray_cluster, workers.handle.resource_version)
 
     def submit(self, cfg: RunConfig, run_id: str, job: str, env: dict[str, str]) -> None:
-        self._kube(cfg.cluster).apply(manifests.ray_job(cfg, run_id, self.code[1], env, owner=self.owner, job=job))
+        self._kube(cfg.cluster).apply(self._assembled(cfg, run_id, env=env, job=job).job)
 
     def job_status(self, cfg: RunConfig, job: str) -> dict | None:
         """The RayJob's status; ClusterGone when its GKE cluster was deleted (its API server unreachable)."""
@@ -395,16 +396,6 @@ class GkePlatform:
                 )
             )
         return found
-
-
-def _resized(workers: Workers | None, groups: dict[str, int], rendered: dict[str, dict]) -> list[dict]:
-    """The worker group specs for `groups`: each as rendered for its run, else as read at its new size."""
-    seen = (
-        {g["groupName"]: g for g in workers.handle.groups}
-        if workers and isinstance(workers.handle, RayClusterSeen)
-        else {}
-    )
-    return [rendered.get(name) or manifests.resized(seen[name], replicas) for name, replicas in groups.items()]
 
 
 def _created(obj: dict) -> dt.datetime | None:

@@ -93,15 +93,13 @@ def cmd_render(args: argparse.Namespace) -> int:
     if args.run_id and not re.fullmatch(configs.DNS_LABEL, args.run_id):
         raise configs.ConfigError([f"--run-id: {args.run_id!r} is not a DNS label (a-z, 0-9, '-')"])
     files = code_files()
-    objects = manifests.run_objects(
-        cfg, args.run_id or cfg.name, files, code_sha256(files), worker_replicas=cfg.scaling.nodes, env={}
-    )
+    objects = manifests.assemble(cfg, args.run_id or cfg.name, files, code_sha256(files))
     sys.stdout.write(
         f"# The Secret is not printed; create it once with:\n"
         f"#   kubectl create secret generic {manifests.HF_SECRET} -n {cfg.cluster.namespace}"
         f' --from-literal={manifests.HF_SECRET_KEY}="$HF_TOKEN"\n'
     )
-    sys.stdout.write(manifests.to_yaml(objects))
+    sys.stdout.write(manifests.to_yaml(objects.in_order()))
     return 0
 
 

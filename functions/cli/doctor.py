@@ -256,8 +256,8 @@ class Doctor:
             kube = self.kube_for(spec)
         except errors.ControllerError as exc:
             return [Finding("kuberay", "the cluster's API", UNKNOWN, f"could not connect: {errors.describe(exc, 300)}")]
-        objects = manifests.run_objects(cfg, "doctor-dry-run", {"trainer/__init__.py": b""}, "0" * 64, 1, {})
-        wanted = [o for o in objects if o["kind"] in ("RayCluster", "RayJob")]
+        objects = manifests.assemble(cfg, "doctor-dry-run", {"trainer/__init__.py": b""}, "0" * 64)
+        wanted = [objects.cluster, objects.job]
         capacity = self.capacity(cfg)
         if capacity is not None:
             wanted.append(capacity)

@@ -1,4 +1,6 @@
-"""Pure rendering of the Kubernetes objects for a run: Secret, code ConfigMap, RayCluster, RayJob (ray.io/v1).
+"""Pure rendering of the Kubernetes objects for a run: Secret, code ConfigMap, ComputeClass, RayCluster, RayJob
+(ray.io/v1), assembled in one place (`assemble`) for `raytune render`, the golden file, doctor's dry run and the GKE
+adapter, which only applies the parts in their order.
 
 Only fields that KubeRay v1.3-v1.5 (the GKE Ray operator add-on) know are used. Nothing here talks to a
 cluster; the same inputs always give the same objects, so applying them twice changes nothing.
@@ -10,6 +12,8 @@ import hashlib
 import json
 import re
 import shlex
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import yaml
@@ -303,18 +307,64 @@ def ray_job(
     }
 
 
-def run_objects(
-    cfg: RunConfig, run_id: str, files: dict[str, bytes], code_hash: str, worker_replicas: int, env: dict[str, str]
+@dataclass(frozen=True)
+class RunObjects:
+    """What a run's launch applies, by part, and the order it goes in: what the RayCluster's pods mount (the
+    Secret, the code ConfigMap) and the ComputeClass its group selects (GKE provisions by it) before the
+    RayCluster, the RayJob last (once the cluster is sized)."""
+
+    code: dict[str, Any]
+    cluster: dict[str, Any]
+    job: dict[str, Any]
+    secret: dict[str, Any] | None = None
+    capacity: dict[str, Any] | None = None
+
+    def before_cluster(self) -> list[dict[str, Any]]:
+        return [part for part in (self.secret, self.code, self.capacity) if part is not None]
+
+    def in_order(self) -> list[dict[str, Any]]:
+        return [*self.before_cluster(), self.cluster, self.job]
+
+
+def worker_groups(
+    groups: dict[str, int], seen: Sequence[dict[str, Any]] = (), own: dict[str, Any] | None = None
 ) -> list[dict[str, Any]]:
-    """ConfigMap, the capacity list's ComputeClass (if any), RayCluster and RayJob in the order they must be applied
-    (the Secret is applied apart)."""
-    capacity = computeclass.compute_class(cfg.scaling, ownership(None))
+    """The RayCluster's worker groups for `groups` (each group's replicas, in their order): the run's `own` as
+    rendered, every other one as read (`seen`) at its new size."""
+    read = {group["groupName"]: group for group in seen}
     return [
-        code_configmap(cfg, files, code_hash),
-        *([capacity] if capacity else []),
-        ray_cluster(cfg, list(files), code_hash, [worker_group(cfg, run_id, worker_replicas, list(files), code_hash)]),
-        ray_job(cfg, run_id, code_hash, env),
+        own if own is not None and name == own["groupName"] else resized(read[name], replicas)
+        for name, replicas in groups.items()
     ]
+
+
+def assemble(
+    cfg: RunConfig,
+    run_id: str,
+    files: dict[str, bytes],
+    code_hash: str,
+    *,
+    groups: dict[str, int] | None = None,
+    seen: Sequence[dict[str, Any]] = (),
+    stamp: int = 0,
+    owner: str | None = None,
+    env: dict[str, str] | None = None,
+    hf_token: str | None = None,
+    job: str | None = None,
+) -> RunObjects:
+    """Every object of a run's launch: `groups` the RayCluster's groups and sizes (default: the run's own alone,
+    at scaling.nodes), the others as `seen` on the cluster; `owner` the deployment (None: rendered for none);
+    `hf_token` None leaves the Secret out (`raytune render` never prints it); `job` the attempt's RayJob name."""
+    own_name = group_name(run_id)
+    groups = {own_name: cfg.scaling.nodes} if groups is None else groups
+    own = worker_group(cfg, run_id, groups.get(own_name, 0), list(files), code_hash)
+    return RunObjects(
+        code=code_configmap(cfg, files, code_hash),
+        cluster=ray_cluster(cfg, list(files), code_hash, worker_groups(groups, seen, own), stamp, owner),
+        job=ray_job(cfg, run_id, code_hash, env or {}, owner=owner, job=job),
+        secret=secret(cfg, hf_token) if hf_token else None,
+        capacity=computeclass.compute_class(cfg.scaling, ownership(owner)),
+    )
 
 
 class _Dumper(yaml.SafeDumper):

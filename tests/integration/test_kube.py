@@ -4,6 +4,7 @@ import pytest
 
 from functions.adapters.kube import Kube, api_client
 from functions.core import manifests
+from functions.core.allocation import group_name
 from functions.core.config import RunConfig
 from tests.fakes.kube import FakeKube
 
@@ -24,7 +25,7 @@ def kube(fake):
 
 
 def objects(replicas=2):
-    return manifests.run_objects(CFG, "run-1", CODE, "h" * 64, replicas, {})
+    return manifests.assemble(CFG, "run-1", CODE, "h" * 64, groups={group_name("run-1"): replicas}).in_order()
 
 
 def test_server_side_apply_creates_then_is_idempotent(fake, kube):

@@ -193,8 +193,12 @@ def test_a_capacity_list_applies_its_compute_class_before_the_group_that_selects
     assert [bool(p.get("flexStart")) for p in applied["spec"]["priorities"]] == [True, False, False]
     assert applied["metadata"]["labels"][manifests.OWNER_LABEL]
     order = [path for method, path, _ in h.kube.requests if method in ("PATCH", "POST")]
-    first_class = next(i for i, p in enumerate(order) if "/computeclasses/" in p)
-    assert all("/rayclusters/" not in p for p in order[:first_class]), order
+    # The assembly's order (manifests.RunObjects): what the pods mount, the class the group selects, the cluster,
+    # then the job.
+    plurals = ("secrets", "configmaps", "computeclasses", "rayclusters", "rayjobs")
+    kinds = [next(k for k in plurals if f"/{k}" in p) for p in order]
+    firsts = sorted(set(kinds), key=kinds.index)
+    assert firsts == list(plurals), order
     [group] = [g for g in h.kube.get("rayclusters", "gemma3-tuning")["spec"]["workerGroupSpecs"]]
     assert group["template"]["spec"]["nodeSelector"]["cloud.google.com/compute-class"] == name
 

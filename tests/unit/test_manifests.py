@@ -33,7 +33,7 @@ def reference(**update):
 
 def render_reference() -> list[dict]:
     env = {"RAYTUNE_WATCH_TOPIC": "projects/my-project/topics/raytune-watch"}
-    return manifests.run_objects(reference(), "gemma3-reference-0123456789", CODE, CODE_HASH, 2, env)
+    return manifests.assemble(reference(), "gemma3-reference-0123456789", CODE, CODE_HASH, env=env).in_order()
 
 
 def test_reference_manifests_match_golden():
@@ -211,3 +211,42 @@ def test_render_warns_when_a_local_only_config_is_rendered_for_the_cloud(capsys)
     ]
     assert cli(["render", str(ROOT / "examples" / "cloud.yaml"), "--bucket", "my-bucket"]) == 0
     assert capsys.readouterr().err == ""
+
+
+def test_one_assembly_gives_every_part_in_the_order_a_launch_applies_it():
+    cfg = reference(
+        scaling=reference().scaling.model_copy(
+            update={
+                "capacity": parse_config(
+                    b'{"scaling": {"capacity": [{"kind": "spot"}, {"kind": "on-demand"}]}}'
+                ).scaling.capacity
+            }
+        )
+    )
+    theirs = manifests.worker_group(cfg, "theirs-0123456789", 3, list(CODE), "old")
+    objects = manifests.assemble(
+        cfg,
+        "run-1",
+        CODE,
+        CODE_HASH,
+        groups={theirs["groupName"]: 1, group_name("run-1"): 2},
+        seen=[theirs],
+        stamp=7,
+        owner="dep-1",
+        hf_token="hf_dummy",
+        job="run-1-a2",
+    )
+    kinds = [part["kind"] for part in objects.in_order()]
+    assert kinds == ["Secret", "ConfigMap", "ComputeClass", "RayCluster", "RayJob"]
+    groups = objects.cluster["spec"]["workerGroupSpecs"]
+    # Another run's group kept as read (its code hash too), at its new size; the run's own rendered.
+    assert groups[0] == {**theirs, "replicas": 1, "minReplicas": 1, "maxReplicas": 1}
+    assert groups[1] == manifests.worker_group(cfg, "run-1", 2, list(CODE), CODE_HASH)
+    assert objects.cluster["metadata"]["annotations"][manifests.ALLOCATION_ANNOTATION] == "7"
+    assert objects.job["metadata"]["name"] == "run-1-a2"
+    assert {p["metadata"]["labels"].get(manifests.OWNER_LABEL) for p in (objects.cluster, objects.job)} == {"dep-1"}
+    assert objects.capacity is not None and objects.capacity["metadata"]["labels"][manifests.OWNER_LABEL] == "dep-1"
+    # Rendered for no deployment and no token: no Secret, no owner.
+    rendered = manifests.assemble(cfg, "run-1", CODE, CODE_HASH)
+    assert rendered.secret is None and manifests.OWNER_LABEL not in rendered.cluster["metadata"]["labels"]
+    assert [g["replicas"] for g in rendered.cluster["spec"]["workerGroupSpecs"]] == [cfg.scaling.nodes]
