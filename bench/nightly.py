@@ -105,7 +105,8 @@ def measure(ctx, client, configs, configs_raw, repeats, events) -> None:
 
     from functions.adapters import datasets
     from functions.core import fingerprint
-    from functions.core.config import DatasetSpec, parse_config
+    from functions.core.config import DatasetSpec
+    from functions.core.config_file import parse_config
     from functions.core.fingerprint import LastTrained
     from functions.handlers import launch
 

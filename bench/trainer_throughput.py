@@ -40,7 +40,8 @@ SAMPLES_PER_STEP = 4  # the recipe's effective batch per worker: 1 x 4, or 4 x 1
 
 def arms() -> dict[str, Any]:
     """name -> RunConfig: the reference, the default, and the reference with each default lever alone."""
-    from functions.core.config import RunConfig, parse_config
+    from functions.core.config import RunConfig
+    from functions.core.config_file import parse_config
 
     reference = parse_config((ROOT / "examples" / "reference.json").read_bytes())
     default = RunConfig()

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from functions.cli.checks import missing_paths, placeholders
 from functions.core import config as configs
-from functions.core import manifests
+from functions.core import config_file, manifests
 from functions.core.errors import PermanentError
 
 
@@ -30,7 +30,7 @@ class FileError(Exception):
 
 def _load(path: str) -> configs.RunConfig:
     try:
-        return configs.parse_config(Path(path).read_bytes(), configs.config_format(path))
+        return config_file.parse_config(Path(path).read_bytes(), config_file.config_format(path))
     except configs.ConfigError as err:
         raise configs.ConfigError([f"{path}: {line}" for line in err.errors]) from None
 
@@ -107,9 +107,9 @@ def cmd_schema(args: argparse.Namespace) -> int:
     if args.markdown:
         from functions.cli.reference import markdown
 
-        text = markdown(configs.json_schema())
+        text = markdown(config_file.json_schema())
     else:
-        text = json.dumps(configs.json_schema(), indent=2, sort_keys=True) + "\n"
+        text = json.dumps(config_file.json_schema(), indent=2, sort_keys=True) + "\n"
     if args.output:
         Path(args.output).write_text(text)
     else:

@@ -11,7 +11,8 @@ from typing import Any, Protocol
 from functions.adapters.store import RunStore
 from functions.cli import tokens
 from functions.core import runids
-from functions.core.config import RunConfig, config_format, parse_config
+from functions.core.config import RunConfig
+from functions.core.config_file import config_format, parse_config
 from functions.core.errors import Unreadable
 from functions.core.policy import CANCEL_DIGEST_ATTRIBUTE, OPERATOR_KEY_ATTRIBUTE
 from functions.core.runs import RunRecord

@@ -409,7 +409,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
         raise RuntimeError("; ".join(left) + ": edit it first (nothing was uploaded)")
     backend = deployment_for(args)
     backend.settings.need("launch_topic" if args.via_topic else "configs_bucket")  # before anything is said
-    from functions.core.config import config_format, parse_config
+    from functions.core.config_file import config_format, parse_config
     from functions.core.estimate import estimate
 
     expected = estimate(parse_config(config.read_bytes(), config_format(config.name)), backend.settings.prices())

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from functions.core import config as configs
+from functions.core import config_file
 
 
 def overridden(path: str, sets: list[str] | None) -> str:
@@ -20,9 +21,9 @@ def overridden(path: str, sets: list[str] | None) -> str:
     A malformed override or a value the schema refuses is a ConfigError naming it."""
     if not sets:
         return path
-    fmt = configs.config_format(path)
+    fmt = config_file.config_format(path)
     raw = Path(path).read_bytes()
-    data = configs.decoded(raw, fmt)
+    data = config_file.decoded(raw, fmt)
     if not isinstance(data, dict):
         raise configs.ConfigError([f"{path}: config must be an object to --set fields in"])
     for item in sets:
@@ -37,7 +38,7 @@ def overridden(path: str, sets: list[str] | None) -> str:
                 raise configs.ConfigError([f"--set {item!r}: {part} is not a section"])
         node[parts[-1]] = _typed(value)
     try:
-        configs.parse_config(data)
+        config_file.parse_config(data)
     except configs.ConfigError as err:
         raise configs.ConfigError([f"{path} with --set {', '.join(sets)}: {line}" for line in err.errors]) from None
     folder = Path(tempfile.mkdtemp(prefix="raytune-set-"))

@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from functions.core import jsonsafe, runids
-from functions.core.config import BUCKET, MAX_CONFIG_BYTES, YAML_SUFFIXES, ConfigFormat, config_format
+from functions.core.config import BUCKET
+from functions.core.config_file import MAX_CONFIG_BYTES, YAML_SUFFIXES, ConfigFormat, config_format
 from functions.core.policy import CANCEL_DIGEST_ATTRIBUTE, digest_problem
 
 STORAGE_FINALIZED = "google.cloud.storage.object.v1.finalized"

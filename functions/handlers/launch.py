@@ -21,7 +21,8 @@ import logging
 from typing import Any
 
 from functions.core import advice, events
-from functions.core.config import MAX_CONFIG_BYTES, ConfigError, RunConfig, parse_config
+from functions.core.config import ConfigError, RunConfig
+from functions.core.config_file import MAX_CONFIG_BYTES, parse_config
 from functions.core.decide import Facts
 from functions.core.errors import Conflict, NotFound, PermanentError, TooLarge, Unreadable, describe
 from functions.core.estimate import estimate

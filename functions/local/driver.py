@@ -28,7 +28,7 @@ from typing import Any, TextIO
 
 from functions.adapters.store import RunStore
 from functions.core.champion import Promotion
-from functions.core.config import config_format, parse_config
+from functions.core.config_file import config_format, parse_config
 from functions.core.decide import Facts
 from functions.core.errors import RetryRefused, describe, is_transient
 from functions.core.policy import Policy

@@ -15,7 +15,8 @@ from packaging.version import Version
 
 from functions.cli import image
 from functions.cli import main as cli
-from functions.core.config import RAY_VERSION, TRAINER_PIP, parse_config
+from functions.core.config import RAY_VERSION, TRAINER_PIP
+from functions.core.config_file import parse_config
 
 ROOT = Path(__file__).resolve().parents[2]
 

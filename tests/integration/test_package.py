@@ -95,8 +95,8 @@ def test_the_trainer_imports_from_only_the_files_the_configmap_ships(tmp_path):
         f"assert functions.__file__.startswith({str(tmp_path)!r}), functions.__file__\n"
         f"for name in {modules!r}:\n"
         "    importlib.import_module(name.removesuffix('.__init__'))\n"
-        "from functions.core.config import parse_config\n"
-        "parse_config(b'{}')  # its lazy imports too\n"
+        "from functions.core.config import RunConfig\n"
+        "RunConfig()  # its lazy imports too\n"
     )
     done = subprocess.run(
         [sys.executable, "-c", script],

@@ -8,7 +8,8 @@ import pytest
 from pydantic import ValidationError
 
 from functions.cli import main as cli
-from functions.core.config import MAX_CONFIG_BYTES, ConfigError, RunConfig, config_format, json_schema, parse_config
+from functions.core.config import ConfigError, RunConfig
+from functions.core.config_file import MAX_CONFIG_BYTES, config_format, json_schema, parse_config
 
 ROOT = Path(__file__).resolve().parents[2]
 SCHEMA_FILE = ROOT / "schemas" / "run-config.schema.json"
@@ -156,7 +157,7 @@ def test_main_py_is_the_cli_too():
 
 
 def test_yaml_configs_parse_like_json():
-    from functions.core.config import config_format
+    from functions.core.config_file import config_format
 
     text = "name: shop\nscaling:\n  nodes: 1\n  gpus_per_node: 8\ntraining:\n  epochs: 1\n"
     assert parse_config(text, "yaml") == parse_config(

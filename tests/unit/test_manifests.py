@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from functions.cli import main as cli
 from functions.core import manifests
 from functions.core.allocation import group_name
-from functions.core.config import parse_config
+from functions.core.config_file import parse_config
 from tests.fakes.kuberay_fields import pod_templates, unknown_fields
 
 ROOT = Path(__file__).resolve().parents[2]
