@@ -1,4 +1,5 @@
-"""The run config reference (docs/config-reference.md), generated from the JSON Schema so it never drifts."""
+"""The run config reference (docs/config-reference.md), generated from the JSON Schema so it never drifts: each
+field's description is its docstring in functions/core/config.py."""
 
 from __future__ import annotations
 
@@ -58,7 +59,8 @@ def _rows(properties: dict, defs: dict, prefix: str = "", defaults: dict | None 
             default = "required"
         if len(default) > 60:
             default = default[:57] + "..."
-        yield f"| `{path}` | {kind} | `{default}` | {'; '.join(limits)} |"
+        about = " ".join(node.get("description", "").split()).replace("|", "\\|")
+        yield f"| `{path}` | {about} | {kind} | `{default}` | {'; '.join(limits)} |"
         if item := _item_model(node):  # a list of sections (scaling.capacity): each element's fields
             yield from _rows(defs[item]["properties"], defs, f"{path}[].")
 
@@ -79,8 +81,8 @@ def markdown(schema: dict) -> str:
         "Generated from `schemas/run-config.schema.json` (`raytune schema --markdown -o docs/config-reference.md`).",
         "Unknown keys are rejected everywhere; `null` means the field is unset.",
         "",
-        "| field | type | default | constraints |",
-        "|---|---|---|---|",
+        "| field | what it is | type | default | constraints |",
+        "|---|---|---|---|---|",
         *_rows(schema["properties"], schema["$defs"]),
     ]
     return "\n".join(lines) + "\n"

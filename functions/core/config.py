@@ -150,7 +150,10 @@ class ConfigError(ValueError):
 
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", protected_namespaces=(), validate_default=True)
+    # Each field's docstring is its description in the JSON Schema and docs/config-reference.md.
+    model_config = ConfigDict(
+        extra="forbid", protected_namespaces=(), validate_default=True, use_attribute_docstrings=True
+    )
 
 
 TINY_MODEL = "tiny://gemma3"  # built offline by trainer/tiny.py
@@ -180,13 +183,22 @@ def _source_hint(value: Any, kind: str, tiny: str) -> Any:
 
 class ModelSpec(Strict):
     id: Source = "google/gemma-3-4b-it"
+    """The base model: a Hugging Face hub id, a gs:// folder or an absolute path holding its files, or tiny://gemma3
+    (built offline, for trying things out).
+    """
     revision: Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9._-]{1,64}$")] | None = None
+    """The hub revision (branch, tag or commit) to load; None: the default branch."""
     dtype: Literal["bfloat16", "float16", "float32"] = "bfloat16"
+    """The dtype the model's weights are loaded and trained in."""
     attn_implementation: Literal["sdpa", "eager", "flash_attention_2"] = "sdpa"
-    # bf16 LoRA by default: a B200/H200 holds the 4B model many times over, and 4-bit weights cost a
-    # dequantization per matmul. nf4/int8 (QLoRA) for small GPUs; the reference recipe used nf4.
+    """The attention kernel transformers uses (flash_attention_2 needs the package in the image)."""
     quantization: Literal["nf4", "int8", "none"] = "none"
+    """none: bf16 LoRA, the default (a B200/H200 holds the 4B model many times over, and 4-bit weights cost a
+    dequantization per matmul); nf4/int8: QLoRA through bitsandbytes, for small GPUs (the reference recipe used
+    nf4).
+    """
     double_quant: bool = True
+    """nf4 only: quantize the quantization constants too (saves ~0.4 bit per parameter)."""
 
     @field_validator("id", mode="before")
     @classmethod
@@ -196,18 +208,29 @@ class ModelSpec(Strict):
 
 class DatasetSpec(Strict):
     id: Source = "philschmid/amazon-product-descriptions-vlm"
+    """The training data: a hub dataset id, a gs:// prefix or an absolute path (parquet, JSON lines, CSV, Arrow files,
+    or a save_to_disk folder: docs/datasets.md), or tiny://products.
+    """
     split: Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.\[\]:%-]{1,64}$")] = "train"
+    """The split to train on (hub datasets' slicing syntax, e.g. train[:10%], is accepted)."""
     max_samples: Annotated[int, Field(ge=1, le=10_000_000)] | None = None
-    # Held out for evaluation at every save; the best checkpoint is then the lowest eval loss. A sample is
-    # held out by a stable hash of its key, so the held-out set stays the same across nights as data grows.
+    """Train on at most this many rows (the first ones); None: all."""
     eval_fraction: Annotated[float, Field(ge=0, le=0.5)] = 0.0
-    # The column that identifies a sample for the held-out hash; None: the product field (one product's
-    # rows never straddle training and evaluation).
+    """Held out for evaluation at every save; the best checkpoint is then the lowest eval loss. A row is held out by a
+    stable hash of its key, so the held-out set stays the same across nights as data grows.
+    """
     key_field: FieldName | None = None
+    """The column that identifies a row for the held-out hash; None: the product field (one product's rows never
+    straddle training and evaluation).
+    """
     product_field: FieldName = "Product Name"
+    """The column holding the product's name ({product} in prompts.user)."""
     category_field: FieldName = "Category"
+    """The column holding the product's category ({category} in prompts.user)."""
     answer_field: FieldName = "description"
+    """The column holding the text the model learns to write."""
     image_field: FieldName = "image"
+    """The column holding the product's image (an image, bytes or a {bytes, path} struct)."""
 
     @field_validator("id", mode="before")
     @classmethod
@@ -217,7 +240,9 @@ class DatasetSpec(Strict):
 
 class PromptSpec(Strict):
     system: Prose = REFERENCE_SYSTEM_PROMPT
+    """The system prompt of every conversation."""
     user: Prose = REFERENCE_USER_PROMPT
+    """The user turn's text beside the image; may use {product} and {category}."""
 
     @field_validator("user")
     @classmethod
@@ -233,48 +258,74 @@ class PromptSpec(Strict):
 
 class LoraSpec(Strict):
     r: Annotated[int, Field(ge=1, le=1024)] = 16
+    """The LoRA rank of each adapted matrix."""
     alpha: Annotated[int, Field(ge=1, le=4096)] = 16
+    """The LoRA scaling numerator (the update is scaled by alpha / r)."""
     dropout: Annotated[float, Field(ge=0.0, lt=1.0)] = 0.05
+    """Dropout on the LoRA path during training."""
     bias: Literal["none", "all", "lora_only"] = "none"
+    """Which biases train with the adapter (PEFT's bias option)."""
     target_modules: Literal["all-linear"] | Annotated[list[Module], Field(min_length=1, max_length=64)] = "all-linear"
-    # Full trainable copies of these modules. The recipe saved lm_head and embed_tokens: 1,342 M of its
-    # 1,381 M trainable parameters (the 262k vocabulary), their AdamW state, a cross-node all-reduce each
-    # step and multi-GB checkpoints, for a task that adds no tokens. Empty by default.
+    """The modules that get adapters: all-linear (every linear layer but the head), or module names."""
     modules_to_save: Annotated[list[Module], Field(max_length=16)] = []
+    """Modules trained in full and saved with the adapter. The recipe saved lm_head and embed_tokens: 1,342 M of its
+    1,381 M trainable parameters (the 262k vocabulary), their AdamW state, a cross-node all-reduce each step and
+    multi-GB checkpoints, for a task that adds no tokens. Empty by default.
+    """
 
 
 class TrainingSpec(Strict):
     epochs: Annotated[float, Field(gt=0, le=1000)] = 3
+    """Passes over the training rows (fractions allowed); max_steps wins when set."""
     max_steps: Annotated[int, Field(ge=1, le=10_000_000)] | None = None
-    # 4 x 1 keeps the recipe's effective batch (1 x 4) in one forward/backward: the GPU sees 4 samples at once.
+    """Stop after this many optimizer steps; None: epochs decide."""
     per_device_batch_size: Annotated[int, Field(ge=1, le=1024)] = 4
+    """Rows per GPU (or CPU worker) in one forward/backward. 4 x 1 keeps the recipe's effective batch (1 x 4) in one
+    pass: the GPU sees 4 rows at once.
+    """
     gradient_accumulation_steps: Annotated[int, Field(ge=1, le=1024)] = 1
-    # Off: activations of a 4B model at batch 4 fit a B200/H200 easily; recomputing them costs ~1/3 more compute.
+    """Forward/backward passes per optimizer step."""
     gradient_checkpointing: bool = False
+    """Recompute activations in the backward pass instead of keeping them. Off: a 4B model's activations at batch 4 fit
+    a B200/H200 easily, and recomputing them costs about a third more compute.
+    """
     learning_rate: Annotated[float, Field(gt=0, le=1.0)] = 2e-4
+    """The optimizer's peak learning rate."""
     lr_scheduler: Literal["constant", "constant_with_warmup", "linear", "cosine"] = "constant"
+    """How the learning rate moves over the run."""
     warmup_ratio: Annotated[float, Field(ge=0, lt=1)] = 0.03
+    """The fraction of steps spent warming the learning rate up (schedulers with warmup)."""
     max_grad_norm: Annotated[float, Field(gt=0, le=1000)] = 0.3
+    """Gradients are clipped to this global norm."""
     optim: Literal["adamw_torch_fused", "adamw_torch", "paged_adamw_8bit"] = "adamw_torch_fused"
+    """The optimizer (transformers' names)."""
     max_length: Annotated[int, Field(ge=64, le=131072)] = 1024
+    """Tokens per row at most (the image's tokens included); longer rows are truncated."""
     assistant_only_loss: bool = True
+    """Learn from the answer's tokens only, not the prompt's."""
     logging_steps: Annotated[int, Field(ge=1, le=100_000)] = 10
-    # Processes that render, tokenize and preprocess images (the collator) beside each training process, so
-    # the GPU never waits on them; None: 4 on GPU (an A4 node has 28 vCPUs a GPU), 0 (in-process) on CPU.
+    """Report the loss (and progress) every this many steps."""
     dataloader_workers: Annotated[int, Field(ge=0, le=32)] | None = None
+    """Processes that render, tokenize and preprocess images beside each training process, so the GPU never waits on
+    them; None: 4 on GPU (an A4 node has 28 vCPUs a GPU), 0 (in-process) on CPU.
+    """
     save_strategy: Literal["epoch", "steps"] = "epoch"
-    # Training checkpoints kept after the run (None: all); the best and the last are always kept.
+    """When checkpoints are saved: every epoch, or every save_steps steps."""
     keep_checkpoints: Annotated[int, Field(ge=1, le=10_000)] | None = None
+    """Training checkpoints kept after the run (None: all); the best and the last are always kept."""
     save_steps: Annotated[int, Field(ge=1, le=10_000_000)] | None = None
-    # Checkpoints beside the save strategy every N steps, so a run that loses its nodes loses at most N steps.
-    # None: on Spot capacity, Young's interval from the checkpoint's size and step time (trainer/checkpoints.py);
-    # else none. 0: none, even on Spot.
+    """With save_strategy steps: save every this many steps."""
     checkpoint_every_steps: Annotated[int, Field(ge=0, le=10_000_000)] | None = None
+    """Checkpoints beside the save strategy every N steps, so a run that loses its nodes loses at most N steps. None:
+    on Spot capacity, Young's interval from the checkpoint's size and step time; else none. 0: none, even on Spot.
+    """
     seed: Annotated[int, Field(ge=0, le=2**31 - 1)] = 42
-    # Warm start: "champion" (the adapter now in use for this config name; a fresh adapter when there is
-    # none) or an adapter folder (gs:// or a path). None: a fresh LoRA adapter. A loaded adapter keeps its own
-    # rank and target modules: the lora section shapes fresh adapters only.
+    """The seed of the adapter's initialization and the data order (the held-out split hashes keys, seedless)."""
     init_adapter: Literal["champion"] | Annotated[str, StringConstraints(pattern=STORAGE, max_length=256)] | None = None
+    """Warm start: champion (the adapter now in use for this config name; a fresh adapter when there is none) or an
+    adapter folder (gs:// or a path). None: a fresh LoRA adapter. A loaded adapter keeps its own rank and target
+    modules: the lora section shapes fresh adapters only.
+    """
 
     def loader_workers(self, use_gpu: bool) -> int:
         return self.dataloader_workers if self.dataloader_workers is not None else (4 if use_gpu else 0)
@@ -297,14 +348,22 @@ class CapacityOption(Strict):
     options, rendered as one ComputeClass priority each: functions/core/computeclass.py)."""
 
     kind: CapacityKind
-    name: Name | None = None  # reservation: its name
-    project: Annotated[str, StringConstraints(pattern=PROJECT)] | None = None  # reservation: a shared one's project
-    block: Name | None = None  # reservation: one block of it
-    # flex-start: how long its VMs live (GKE's maxRunDurationSeconds; at most, and by default, 7 days)
+    """Where this option's nodes come from: a reservation, flex-start (queued provisioning), Spot VMs or on-demand.
+    """
+    name: Name | None = None
+    """reservation: its name."""
+    project: Annotated[str, StringConstraints(pattern=PROJECT)] | None = None
+    """reservation: a shared reservation's project (the deployment's project unless the operator's policy lists
+    others).
+    """
+    block: Name | None = None
+    """reservation: one block of it."""
     max_run_seconds: Annotated[int, Field(ge=600, le=FLEX_START_MAX_SECONDS)] | None = None
-    # How long a run may wait for nodes when this option is in its list (flex-start requests can queue for
-    # hours): the run's pending deadline is the longest of its options', and never below deadlines.pending_seconds
+    """flex-start: how long its VMs live (GKE's maxRunDurationSeconds; at most, and by default, 7 days)."""
     pending_seconds: Annotated[int, Field(ge=60, le=7 * 86400)] | None = None
+    """How long a run may wait for nodes when this option is in its list (flex-start requests can queue for hours): the
+    run's pending deadline is the longest of its options', and never below deadlines.pending_seconds.
+    """
 
     @model_validator(mode="after")
     def fields_of_its_kind(self) -> CapacityOption:
@@ -326,20 +385,35 @@ class CapacityOption(Strict):
 
 class ScalingSpec(Strict):
     nodes: Annotated[int, Field(ge=1, le=64)] = 2
+    """GPU worker nodes the run trains on (the reference used 2 A4 nodes)."""
     gpus_per_node: Annotated[int, Field(ge=0, le=16)] = 8
+    """GPUs of each node, one Ray Train worker each (a count no machine type of the accelerator has is rejected); 0: a
+    CPU run.
+    """
     accelerator: Accelerator = "B200"
+    """The GPU the nodes carry."""
     reservation: Name | None = None
-    # Where the GPU nodes come from, in order of preference (GKE falls back to the next when one has no
-    # capacity): a ComputeClass the worker group selects. None: the operator's default (policy capacity), else
-    # scaling.reservation alone, as the reference did (no ComputeClass).
+    """A Compute Engine reservation the nodes are taken from (as the reference did); None: on-demand, or what
+    scaling.capacity says.
+    """
     capacity: Annotated[list[CapacityOption], Field(min_length=1, max_length=4)] | None = None
+    """Where the GPU nodes come from, in order of preference (GKE falls back to the next when one has no capacity): a
+    ComputeClass the worker group selects. None: the operator's default (policy capacity), else scaling.reservation
+    alone, as the reference did (no ComputeClass).
+    """
     node_selector: Annotated[dict[LabelKey, LabelValue], Field(max_length=16)] = {}
+    """Extra node labels the workers must land on; labels that choose capacity (Spot, reservations, compute classes)
+    are the capacity fields' and the operator's, and are rejected here.
+    """
     cpus_per_worker: Annotated[int, Field(ge=1, le=256)] = 1
+    """CPUs Ray reserves for each training worker."""
     max_failures: Annotated[int, Field(ge=0, le=100)] = 2
-    # Submissions of the job when it is lost with its nodes (preempted, node gone) rather than by a training
-    # error: each later attempt resumes from the run's last checkpoint (functions/core/decide.py, _lost_nodes).
-    # Ray Train's in-job restarts (max_failures) come first; an attempt is the next job when those are spent.
+    """Ray Train's restarts of the worker group within one job after a worker fails."""
     max_attempts: Annotated[int, Field(ge=1, le=10)] = 3
+    """Submissions of the job when it is lost with its nodes (preempted, node gone) rather than by a training error:
+    each later attempt resumes from the run's last checkpoint. Ray Train's in-job restarts (max_failures) come
+    first; an attempt is the next job when those are spent.
+    """
 
     @model_validator(mode="after")
     def selectors_do_not_contradict_fields(self, info: ValidationInfo) -> ScalingSpec:
@@ -397,36 +471,55 @@ class ScalingSpec(Strict):
 
 class ResourcesSpec(Strict):
     cpu: Quantity
+    """CPU request and limit (a Kubernetes quantity)."""
     memory: Quantity
+    """Memory request and limit (a Kubernetes quantity)."""
     ephemeral_storage: Quantity
+    """Ephemeral storage request and limit (a Kubernetes quantity)."""
 
 
 class ClusterSpec(Strict):
     gke_cluster: Name = "raytune"
+    """The GKE Autopilot cluster the run goes to."""
     region: Annotated[str, StringConstraints(pattern=REGION, max_length=32)] = "us-central1"
+    """The cluster's region."""
     namespace: Name = "default"
+    """The Kubernetes namespace of the RayCluster and the RayJobs."""
     ray_cluster: Name = "gemma3-tuning"
+    """The shared RayCluster's name: runs with the same one share its head and take worker groups of their own."""
     ray_version: Annotated[str, StringConstraints(pattern=VERSION)] = RAY_VERSION
+    """The Ray version of the cluster's images (it must match the trainer's)."""
     head_image: Image | None = None
+    """The head's image; None: rayproject/ray:<ray_version>-py311."""
     worker_image: Image | None = None
+    """The workers' image (raytune image builds one with the trainer's packages); None:
+    rayproject/ray:<ray_version>-py311-gpu.
+    """
     head: ResourcesSpec = ResourcesSpec(cpu="24", memory="64Gi", ephemeral_storage="9Gi")
-    # None: only the GPUs and `worker_disk` are requested and Autopilot sizes the rest of the A4 node.
+    """The head pod's resources (it bills around the clock while the RayCluster exists)."""
     worker: ResourcesSpec | None = None
-    # Ephemeral storage of a GPU worker when `worker` is unset, on the node's local SSD: the Hugging Face
-    # cache (HF_HOME: the model, ~8.6 GB for gemma-3-4b, once per node), the dataset cache, checkpoints
-    # before upload. Autopilot's default (1 GiB) is below one model download.
+    """A worker pod's resources; None: only the GPUs and worker_disk are requested and Autopilot sizes the rest of the
+    A4 node.
+    """
     worker_disk: Quantity = "200Gi"
-    # GPU worker nodes the RayCluster may hold at once; runs that do not fit beside the live ones wait QUEUED.
+    """Ephemeral storage of a GPU worker when worker is unset, on the node's local SSD: the Hugging Face cache (the
+    model, ~8.6 GB for gemma-3-4b, once per node), the dataset cache, checkpoints before upload. Autopilot's default
+    (1 GiB) is below one model download.
+    """
     max_worker_nodes: Annotated[int, Field(ge=1, le=64)] = 5
-    # Delete the RayCluster (its head pod bills around the clock) after this long with no live or queued
-    # run; the next launch recreates it. 0: never.
+    """GPU worker nodes the RayCluster may hold at once; runs that do not fit beside the live ones wait QUEUED."""
     idle_delete_seconds: Annotated[int, Field(ge=0, le=30 * 86400)] = 1800
-    # "pip": install the trainer's pinned packages at job start (cached per node by Ray);
-    # "image": the worker image already has them (fast start, recommended for production).
+    """Delete the RayCluster (its head pod bills around the clock) after this long with no live or queued run; the next
+    launch recreates it. 0: never.
+    """
     dependencies: Literal["pip", "image"] = "pip"
+    """pip: install the trainer's pinned packages at job start (cached per node by Ray); image: the worker image
+    already has them (fast start, recommended for production).
+    """
     pip: Annotated[
         list[Annotated[str, StringConstraints(pattern=PIP_REQUIREMENT, max_length=100)]], Field(max_length=64)
     ] = list(TRAINER_PIP)
+    """The packages installed at job start with dependencies pip (the trainer's pins by default)."""
 
     @property
     def head_image_ref(self) -> str:
@@ -438,12 +531,12 @@ class ClusterSpec(Strict):
 
 
 class DeadlineSpec(Strict):
-    # KubeRay jobs can hang in Initializing/PENDING: give up after this long.
     pending_seconds: Annotated[int, Field(ge=60, le=7 * 86400)] = 3600
-    # How long a run may wait QUEUED for worker nodes, counted from its arrival.
+    """Give up on a job that has not started after this long (KubeRay jobs can hang in Initializing/PENDING)."""
     queue_seconds: Annotated[int, Field(ge=60, le=30 * 86400)] = 86400
-    # Hard limit on the whole job (RayJob activeDeadlineSeconds).
+    """How long a run may wait QUEUED for worker nodes, counted from its arrival."""
     run_seconds: Annotated[int, Field(ge=60, le=30 * 86400)] = 86400
+    """Hard limit on the whole job (RayJob activeDeadlineSeconds)."""
 
 
 class EvaluationSpec(Strict):
@@ -451,19 +544,24 @@ class EvaluationSpec(Strict):
     describe the same held-out samples; the report shows them side by side, and the champion pointer moves
     to the challenger only when it wins on `metric` by more than `margin`."""
 
-    samples: Annotated[int, Field(ge=0, le=1000)] = 0  # 0: no evaluation, no champion
-    metric: Literal["rougeL", "bleu", "eval_loss"] = "rougeL"  # eval_loss: lower wins; the others higher
-    margin: Annotated[float, Field(ge=0, le=100)] = 0.0  # ROUGE-L in 0..1, BLEU in 0..100, loss in nats
+    samples: Annotated[int, Field(ge=0, le=1000)] = 0
+    """Held-out rows the challenger and the champion each describe after training; 0: no evaluation, no champion."""
+    metric: Literal["rougeL", "bleu", "eval_loss"] = "rougeL"
+    """The metric that decides the champion: eval_loss (lower wins), rougeL or bleu (higher wins)."""
+    margin: Annotated[float, Field(ge=0, le=100)] = 0.0
+    """How much the challenger must win by to become the champion (ROUGE-L in 0..1, BLEU in 0..100, loss in nats).
+    """
     max_new_tokens: Annotated[int, Field(ge=1, le=2048)] = 128
+    """Tokens each evaluated description may have at most."""
 
 
 class ExportSpec(Strict):
-    # The adapter merged into the base model, saved as safetensors with the processor (ready for vLLM).
     merged: bool = False
-    # Push the merged model to this Hugging Face Hub repo (private, with the run's HF token).
+    """Save the adapter merged into the base model as safetensors with the processor (ready for vLLM)."""
     hub_repo: (
         Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")] | None
     ) = None
+    """Push the merged model to this Hugging Face Hub repo (private, with the run's HF token)."""
 
     @model_validator(mode="after")
     def push_needs_merge(self, info: ValidationInfo) -> ExportSpec:
@@ -476,19 +574,33 @@ class ExportSpec(Strict):
 
 class RunConfig(Strict):
     name: Name = "gemma3-vision"
+    """The config's name: run ids start with it, and a nightly's champion line is kept per name."""
     labels: Annotated[dict[LabelKey, LabelValue], Field(max_length=16)] = {}
+    """Labels copied onto the run's RayJob (for cost reports and selectors); raytune's own labels win."""
     model: ModelSpec = ModelSpec()
+    """The base model and how it is loaded."""
     dataset: DatasetSpec = DatasetSpec()
+    """The training data and the columns it is read from."""
     prompts: PromptSpec = PromptSpec()
+    """The conversation each row becomes."""
     lora: LoraSpec = LoraSpec()
+    """The LoRA adapter trained."""
     training: TrainingSpec = TrainingSpec()
+    """The trainer's knobs (TRL SFTTrainer)."""
     scaling: ScalingSpec = ScalingSpec()
+    """The GPU nodes the run takes and what Ray Train does when workers fail."""
     cluster: ClusterSpec = ClusterSpec()
+    """The GKE cluster, the shared RayCluster and its images."""
     deadlines: DeadlineSpec = DeadlineSpec()
+    """How long a run may wait and run."""
     evaluation: EvaluationSpec = EvaluationSpec()
+    """The held-out comparison with the champion after training."""
     export: ExportSpec = ExportSpec()
-    # Where checkpoints go; None means the controller's bucket (gs://<bucket>/checkpoints).
+    """What is made of the adapter after training."""
     storage_path: Annotated[str, StringConstraints(pattern=STORAGE, max_length=256)] | None = None
+    """Where checkpoints, the adapter and the result go (gs:// or a path); None: the controller's bucket
+    (gs://<bucket>/checkpoints).
+    """
 
     def with_storage(self, default: str | None) -> RunConfig:
         """Fill in the default checkpoint location (the controller's, e.g. gs://<bucket>/checkpoints) when the

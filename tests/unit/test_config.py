@@ -142,8 +142,22 @@ def test_committed_config_reference_is_current():
 
     committed = (ROOT / "docs" / "config-reference.md").read_text()
     assert committed == markdown(json_schema()), "run: raytune schema --markdown -o docs/config-reference.md"
-    assert "| `training.max_length` | integer | `1024` | >= 64; <= 131072 |" in committed
-    assert '| `cluster.head.memory` | string | `"64Gi"` |' in committed
+    assert "| integer | `1024` | >= 64; <= 131072 |" in committed
+    assert "| `training.max_length` | Tokens per row at most" in committed
+    assert '| `cluster.head.memory` | Memory request and limit (a Kubernetes quantity). | string | `"64Gi"` |' in committed
+
+
+def test_every_config_field_says_what_it_is():
+    """A field added without its docstring has no description in the schema, the reference or editors' hints."""
+    schema = json_schema()
+    models = [schema, *schema["$defs"].values()]
+    undescribed = [
+        f"{model.get('title', 'RunConfig')}.{name}"
+        for model in models
+        for name, node in model.get("properties", {}).items()
+        if len(node.get("description", "")) < 10
+    ]
+    assert not undescribed, f"give these fields a docstring in functions/core/config.py: {undescribed}"
 
 
 def test_main_py_is_the_cli_too():
