@@ -16,7 +16,7 @@ and vision towers, LoRA backward, recomputation when checkpointing) and peak mem
 prepares its environment. `--gpu --cpu-check` runs that code path on CPU with a tiny architecture (the
 suite does, so the first GPU run does not fail on a typo).
 
-    .venv/bin/python bench/trainer_throughput.py [--steps 8] [--repeats 5] [--arms reference,default]
+    .venv/bin/python bench/trainer_throughput.py [--steps 8] [--repeats 5] [--arms reference,default] [--publish]
     python bench/trainer_throughput.py --gpu [--steps 6] [--repeats 5] [--seq 768]
 """
 
@@ -61,13 +61,28 @@ def arms() -> dict[str, Any]:
     }
 
 
-def describe(cfg: Any) -> str:
+def describe(cfg: Any, weights: str) -> str:
+    """An arm's settings as they ran: `weights` is what the loaded model held (weights_of), not what the config
+    asked for (on CPU every arm computes in fp32)."""
     m, t = cfg.model, cfg.training
     return (
-        f"{m.quantization if m.quantization != 'none' else 'bf16'} {m.attn_implementation} "
+        f"{weights} {m.attn_implementation} "
         f"{t.per_device_batch_size}x{t.gradient_accumulation_steps} ckpt={'on' if t.gradient_checkpointing else 'off'} "
         f"save={len(cfg.lora.modules_to_save)} {'answer' if t.assistant_only_loss else 'all'}-loss"
     )
+
+
+def weights_of(model: Any) -> str:
+    """What a loaded model computes in: nf4/int8 (bitsandbytes layers, with their compute dtype) or its dtype."""
+    import torch
+
+    names = {type(module).__name__ for module in model.modules()}
+    dtype = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}.get(model.dtype, str(model.dtype))
+    if "Linear4bit" in names:
+        return f"nf4/{dtype}"
+    if "Linear8bitLt" in names:
+        return "int8"
+    return dtype
 
 
 def spread(values: list[float]) -> str:
@@ -113,9 +128,11 @@ def cpu_arm(cfg: Any, source: str, steps: int) -> dict:
     processor = load_processor(spec, source)
     samples = steps * SAMPLES_PER_STEP
     collator = VisionSFTCollator(processor, cfg.dataset, cfg.prompts, 1024, assistant_only=t.assistant_only_loss)
+    model = load_model(spec, source)
+    weights = weights_of(model)
     with tempfile.TemporaryDirectory() as output:
         trainer = SFTTrainer(
-            model=load_model(spec, source),
+            model=model,
             args=SFTConfig(
                 output_dir=output,
                 max_steps=steps,
@@ -146,7 +163,12 @@ def cpu_arm(cfg: Any, source: str, steps: int) -> dict:
         elapsed = time.perf_counter() - started
     # num_tokens counts attention-mask tokens: no padding.
     tokens = max(entry.get("num_tokens", 0) for entry in trainer.state.log_history)
-    return {"samples_per_s": samples / elapsed, "tokens_per_s": tokens / elapsed, "seconds": elapsed}
+    return {
+        "samples_per_s": samples / elapsed,
+        "tokens_per_s": tokens / elapsed,
+        "seconds": elapsed,
+        "weights": weights,
+    }
 
 
 def run_cpu(args: argparse.Namespace) -> dict[str, list[dict]]:
@@ -159,21 +181,27 @@ def run_cpu(args: argparse.Namespace) -> dict[str, list[dict]]:
         source = resolve_source(ModelSpec(id="tiny://gemma3"), folder)
         cpu_arm(configs["default"], source, 1)  # warm-up: imports, allocator, kernels
         results = interleaved(names, args.repeats, lambda name: cpu_arm(configs[name], source, args.steps))
-    print(
-        f"tiny Gemma 3 on CPU, {args.steps} optimizer steps of {SAMPLES_PER_STEP} samples each, "
-        f"{args.repeats} interleaved repeats (min / median / max)\n"
-    )
-    print("| arm | settings | tokens/s | samples/s x100 | median vs reference |")
-    print("|---|---|---|---|---|")
     base = statistics.median(r["tokens_per_s"] for r in results["reference"]) if "reference" in results else None
+    table = [
+        f"tiny Gemma 3 on CPU, {args.steps} optimizer steps of {SAMPLES_PER_STEP} samples each, "
+        f"{args.repeats} interleaved repeats (min / median / max)",
+        "",
+        "| arm | what ran | tokens/s | samples/s x100 | median vs reference |",
+        "|---|---|---|---|---|",
+    ]
     for name in names:
         runs = results[name]
         median = statistics.median(r["tokens_per_s"] for r in runs)
         ratio = f"{median / base:.2f}x" if base else "-"
-        print(
-            f"| {name} | {describe(configs[name])} | {spread([r['tokens_per_s'] for r in runs])} | "
+        table.append(
+            f"| {name} | {describe(configs[name], runs[0]['weights'])} | {spread([r['tokens_per_s'] for r in runs])} | "
             f"{spread([100 * r['samples_per_s'] for r in runs])} | {ratio} |"
         )
+    print("\n".join(table))
+    if args.publish:
+        from bench.publish import publish
+
+        publish("trainer-cpu", table)
     return results
 
 
@@ -227,27 +255,32 @@ def check_arch() -> dict:
 PEAK_BF16_TFLOPS = {"H100": 989, "H200": 989, "B200": 2250, "A100": 312, "L4": 121}
 
 
-def flops_per_sample(arch: dict, seq: int, checkpointing: bool) -> float:
-    """Training FLOPs of one sample under LoRA. Forward: 2N per token for the text tower (lm_head included,
-    embedding lookups free) and 2N per patch for the vision tower, plus self-attention's own O(n^2) term in both
-    towers (scores and weighted sum, 4 n^2 d a layer: the text's causal, half of it; the vision tower's
-    bidirectional over all 4,096 patches of an 896 px image, 2.1 TFLOP, a third of the forward). Backward: about
-    2N for the weight layers (activation gradients only: frozen weights get no weight gradient, the LoRA
-    adapters' is negligible) and 2x the forward for attention, which has no weights and differentiates both of
-    its operands. Checkpointing recomputes the whole forward once more."""
+def flops_per_sample(
+    arch: dict, seq: int, checkpointing: bool, scored: int | None = None, head_trained: bool = False
+) -> float:
+    """Training FLOPs of one sample under LoRA, as TRL's SFTTrainer runs it. Forward: 2N per token for the text
+    tower's layers (embedding lookups free), 2N per *scored* position for the LM head (TRL 1.16's fused head
+    projects only the positions whose next-token label is not -100: every text token with the reference's loss,
+    the answer's with assistant_only_loss; None: every position) and 2N per patch for the vision tower, plus
+    self-attention's own O(n^2) term in both towers (scores and weighted sum, 4 n^2 d a layer: the text's causal,
+    half of it; the vision tower's bidirectional over all 4,096 patches of an 896 px image, 2.1 TFLOP, a quarter
+    of the forward). Backward: about 2N for the weight layers (activation gradients only: frozen weights get no
+    weight gradient, the LoRA adapters' is negligible), 2N more at the scored positions when the head itself
+    trains (the recipe's modules_to_save), and 2x the forward for attention, which has no weights and
+    differentiates both of its operands. Checkpointing recomputes the whole forward once more."""
     t, v = arch["text_config"], arch["vision_config"]
     h, layers, inter = t["hidden_size"], t["num_hidden_layers"], t["intermediate_size"]
     q = t["num_attention_heads"] * t["head_dim"]
     kv = t["num_key_value_heads"] * t["head_dim"]
-    text_layer = h * q + 2 * h * kv + q * h + 3 * h * inter
-    text = layers * text_layer + h * t["vocab_size"]  # + lm_head
+    text = layers * (h * q + 2 * h * kv + q * h + 3 * h * inter)
+    head = 2 * h * t["vocab_size"] * (seq if scored is None else scored)
     vh, vi = v["hidden_size"], v["intermediate_size"]
-    vision_layer = 4 * vh * vh + 2 * vh * vi
     patches = (v["image_size"] // v["patch_size"]) ** 2
-    vision = v["num_hidden_layers"] * vision_layer
-    weights = 2 * text * seq + 2 * vision * patches
+    vision = v["num_hidden_layers"] * (4 * vh * vh + 2 * vh * vi)
+    weights = 2 * text * seq + head + 2 * vision * patches
     attention = 4 * layers * seq * seq * q / 2 + 4 * v["num_hidden_layers"] * patches * patches * vh
-    return weights * 2 + attention * 3 + ((weights + attention) if checkpointing else 0)
+    backward = weights + (head if head_trained else 0) + 2 * attention
+    return weights + attention + backward + ((weights + attention) if checkpointing else 0)
 
 
 def synthetic_batch(arch: dict, batch: int, seq: int, device: Any) -> dict:
@@ -279,6 +312,7 @@ def gpu_arm(cfg: Any, checkpoint: str, arch: dict, steps: int, seq: int, device:
     import torch
     from peft import get_peft_model, prepare_model_for_kbit_training
     from transformers import AutoModelForImageTextToText
+    from trl.trainer.utils import add_fused_lm_head
 
     from trainer.model import lora_config, quantization_config
 
@@ -302,6 +336,9 @@ def gpu_arm(cfg: Any, checkpoint: str, arch: dict, steps: int, seq: int, device:
     elif t.gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
         model.enable_input_require_grads()
+    # The LM head SFTTrainer adds (TRL 1.16): only the scored positions go through the 262k-vocabulary projection.
+    add_fused_lm_head(model, outputs=("log_probs", "entropy", "is_top1"))
+    weights = weights_of(model)
     model = get_peft_model(model, lora_config(cfg.lora))
     model.train()  # dropout and checkpointing act only in train mode
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
@@ -313,11 +350,12 @@ def gpu_arm(cfg: Any, checkpoint: str, arch: dict, steps: int, seq: int, device:
 
     def optimizer_step() -> None:
         for _ in range(accumulation):
-            (model(**batch).loss / accumulation).backward()
+            (model(**batch, fused_lm_head=True).loss / accumulation).backward()
         torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], 0.3)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
 
+    scored = int((batch["labels"][:, 1:] != -100).sum()) // t.per_device_batch_size  # a sample's, as the head sees
     optimizer_step()  # warm-up: kernels, allocator
     if cuda:
         torch.cuda.synchronize()
@@ -331,7 +369,10 @@ def gpu_arm(cfg: Any, checkpoint: str, arch: dict, steps: int, seq: int, device:
     result = {
         "tokens_per_s": samples * seq / elapsed,
         "samples_per_s": samples / elapsed,
-        "flops_per_s": samples * flops_per_sample(arch, seq, t.gradient_checkpointing) / elapsed,
+        "flops_per_s": samples
+        * flops_per_sample(arch, seq, t.gradient_checkpointing, scored, "lm_head" in cfg.lora.modules_to_save)
+        / elapsed,
+        "weights": weights,
         "trainable_m": trainable / 1e6,
         "memory_gib": torch.cuda.max_memory_allocated() / 2**30 if cuda else 0.0,
     }
@@ -369,7 +410,7 @@ def run_gpu(args: argparse.Namespace) -> dict[str, list[dict]]:
         runs = results[n]
         mfu = statistics.median(r["flops_per_s"] for r in runs) / (peak * 1e12) * 100 if peak else float("nan")
         print(
-            f"| {n} | {describe(configs[n])} | {spread([r['tokens_per_s'] for r in runs])} | {mfu:.1f} | "
+            f"| {n} | {describe(configs[n], runs[0]['weights'])} | {spread([r['tokens_per_s'] for r in runs])} | {mfu:.1f} | "
             f"{runs[0]['trainable_m']:.1f} | {max(r['memory_gib'] for r in runs):.1f} |"
         )
     return results
@@ -386,6 +427,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--peak-tflops", type=float, default=None, help="GPU: dense bf16 peak TFLOP/s for MFU")
     parser.add_argument("--workdir", default=None, help="GPU: where the random checkpoint is written")
     parser.add_argument("--json", help="also write the raw results here")
+    parser.add_argument("--publish", action="store_true", help="CPU: write the table into docs/performance.md")
     args = parser.parse_args(argv)
     if args.gpu:
         args.steps = args.steps or 6

@@ -36,7 +36,9 @@ def test_cpu_table_and_gpu_code_path(capsys, tmp_path):
     module = bench()
     assert module.main(["--steps", "1", "--repeats", "2", "--arms", "reference,default"]) == 0
     table = capsys.readouterr().out
-    assert "| reference | nf4 eager 1x4 ckpt=on save=2 all-loss |" in table and "| default |" in table
+    # labelled by what ran: on CPU every arm computes in fp32 (the default's bf16 is a GPU setting)
+    assert "| reference | nf4/fp32 eager 1x4 ckpt=on save=2 all-loss |" in table
+    assert "| default | fp32 sdpa 4x1 ckpt=off save=0 answer-loss |" in table
     assert (
         module.main(
             [
@@ -69,6 +71,14 @@ def test_flops_count_both_towers_their_attention_and_recomputation():
     assert plain == pytest.approx(19.1e12, rel=0.01)
     forward = weights / 2 + vision_attention / 3
     assert recomputed == pytest.approx(plain + forward, rel=0.01)
+    # TRL's fused head scores only the labelled positions: the reference's ~135 text tokens of 392 (the image's
+    # 256 soft tokens are masked); a trained head (modules_to_save) adds its weight gradient there.
+    head = 2 * 2560 * 262208
+    scored = module.flops_per_sample(module.GEMMA3_4B, 392, checkpointing=False, scored=135)
+    assert plain - scored == pytest.approx(2 * head * (392 - 135), rel=0.001)
+    assert scored == pytest.approx(18.45e12, rel=0.01)
+    trained = module.flops_per_sample(module.GEMMA3_4B, 392, False, scored=135, head_trained=True)
+    assert trained - scored == pytest.approx(head * 135, rel=0.001)
 
 
 def test_collator_bench_runs(capsys):
