@@ -196,7 +196,7 @@ def _before_submission(record: RunRecord, facts: Facts) -> Step:
         return _end(record, facts, State.CANCELLED, f"{record.cancel_why}, before submission")
     if missed := _missed_deadline(record, facts.now):
         return _end(record, facts, State.FAILED, missed)
-    waiting = record.attempts[-1].not_before if record.attempts else None
+    waiting = record.current.not_before
     if waiting is not None and facts.now < waiting:
         return NOTHING  # an attempt after lost nodes backs off first
     if record.nightly and record.state == State.RECEIVED and record.inputs is None:
@@ -221,8 +221,8 @@ def _before_submission(record: RunRecord, facts: Facts) -> Step:
     if facts.submitted is None:
         return Step(Action.SUBMIT)
     submitted_reason = facts.submitted + facts.admission.passed_note
-    if record.attempts:  # a later attempt: its submission is written on it
-        current = record.attempts[-1]
+    if record.attempts:  # a later attempt: its submission is written on it (a first's is its history's)
+        current = record.current
         submitted = current.model_copy(
             update={"submitted_at": facts.now, "held_since": current.held_since or facts.now}
         )
@@ -400,8 +400,7 @@ def _held_now(record: RunRecord, now: dt.datetime) -> float:
     scaling = record.run_config().scaling
     if not scaling.use_gpu:
         return 0.0
-    current = record.attempts[-1] if record.attempts else None
-    since = (current.held_since if current else None) or record.submitted_at
+    since = record.current.held_since or record.submitted_at
     if since is None:
         return 0.0
     return round(max(0.0, (now - since).total_seconds()) * scaling.nodes, 1)

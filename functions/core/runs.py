@@ -226,23 +226,39 @@ class RunRecord(BaseModel):
         return None
 
     @property
+    def current(self) -> Attempt:
+        """The current attempt. A run on its first has none written (its record and run-finished event stay as
+        every release writes them): it is derived here, so every reader has one."""
+        if self.attempts:
+            return self.attempts[-1]
+        submitted = self.entered(State.SUBMITTED)
+        return Attempt(
+            number=1,
+            job=self.run_id,
+            requested_at=self.created_at,
+            by=self.source.get("kind", "launch"),
+            held_since=submitted,
+            submitted_at=submitted,
+        )
+
+    @property
     def attempt(self) -> int:
-        return self.attempts[-1].number if self.attempts else 1
+        return self.current.number
 
     @property
     def job_name(self) -> str:
         """The current attempt's RayJob."""
-        return self.attempts[-1].job if self.attempts else self.run_id
+        return self.current.job
 
     @property
     def arrived(self) -> dt.datetime:
         """When the current attempt was asked for: queue and pending deadlines count from here."""
-        return self.attempts[-1].requested_at if self.attempts else self.created_at
+        return self.current.requested_at
 
     @property
     def submitted_at(self) -> dt.datetime | None:
         """When the current attempt's job was applied."""
-        return self.attempts[-1].submitted_at if self.attempts else self.entered(State.SUBMITTED)
+        return self.current.submitted_at
 
     def next_attempt(self, now: dt.datetime, by: str, not_before: dt.datetime | None, keeps_nodes: bool) -> Attempt:
         number = self.attempt + 1
@@ -259,18 +275,7 @@ class RunRecord(BaseModel):
         self, now: dt.datetime, outcome: str, lost: list[str], gpu_node_seconds: float
     ) -> list[Attempt]:
         """The attempts with the current one ended (the first one written out if the record had none)."""
-        current = (
-            self.attempts[-1]
-            if self.attempts
-            else Attempt(
-                number=1,
-                job=self.run_id,
-                requested_at=self.created_at,
-                by=self.source.get("kind", "launch"),
-                held_since=self.submitted_at,
-                submitted_at=self.submitted_at,
-            )
-        )
+        current = self.current
         ended = current.model_copy(
             update={
                 "ended_at": now,

@@ -51,7 +51,7 @@ class Story:
         lines: list[str] = []
         if record.job_name != self.job:
             if self.job is not None or record.attempt > 1:
-                by = f" ({record.attempts[-1].by})" if record.attempts else ""
+                by = f" ({record.current.by})" if record.attempt > 1 else ""
                 lines.append(f"attempt {record.attempt}: RayJob {record.job_name}{by}")
             self.job = record.job_name
             self._new_job()

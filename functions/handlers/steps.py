@@ -102,7 +102,7 @@ def submit(ctx: Context, cfg: RunConfig, record: RunRecord) -> str:
     sizing.sync_workers(ctx, cfg.cluster, launching=(cfg, record.run_id))
     job = record.job_name
     ctx.platform.submit(cfg, record.run_id, job, {**trainer_env(ctx), **lineage.trainer_env(ctx, cfg)})
-    attempt = f", attempt {record.attempt}" if record.attempts else ""
+    attempt = f", attempt {record.attempt}" if record.attempt > 1 else ""
     nodes = cfg.scaling.nodes
     # The run's own nodes (its worker group), not the RayCluster's: other runs' groups share it.
     return f"RayJob {job} on RayCluster {cfg.cluster.ray_cluster} ({nodes} worker node{'s' * (nodes != 1)} of its own{attempt})"
