@@ -133,10 +133,11 @@ def measure(ctx, client, configs, configs_raw, repeats, events) -> None:
             record = launch.handle(nightly(name, night), ctx)
             handler[count].append(time.perf_counter() - started)
             assert record is not None and record.state.value == "SKIPPED", record
-    print(f"{'shards':>7} | {'listing ms min/median/max':>27} | {'skipped-night launch ms min/median/max':>40}")
+    print(f"a skipped night, {repeats} repeats, sizes interleaved ({events.states.count('SKIPPED')} SKIPPED events)")
+    print("| shards | dataset listing, ms (min / median / max) | skipped-night launch, ms (min / median / max) |")
+    print("|---|---|---|")
     for count in SHARDS:
-        print(f"{count:>7} | {fmt(listing[count]):>27} | {fmt(handler[count]):>40}")
-    print(f"events: {events.states.count('SKIPPED')} SKIPPED run-finished events")
+        print(f"| {count} | {fmt(listing[count])} | {fmt(handler[count])} |")
 
 
 def nightly(name: str, night: dt.date):

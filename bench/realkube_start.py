@@ -62,9 +62,12 @@ def main() -> int:
             burner.join()
     load = os.getloadavg()[0]
     if times:
+        print(f"the control plane started and stopped {args.runs} times beside {args.busy} busy processes")
+        print("| started | failed | start s (min / median / max) | load |")
+        print("|---|---|---|---|")
         print(
-            f"{len(times)} of {args.runs} started, {failures} failed, {args.busy} busy processes (load {load:.1f}); "
-            f"start s min / median / max: {min(times):.1f} / {statistics.median(times):.1f} / {max(times):.1f}"
+            f"| {len(times)} of {args.runs} | {failures} | "
+            f"{min(times):.1f} / {statistics.median(times):.1f} / {max(times):.1f} | {load:.1f} |"
         )
     return 1 if failures else 0
 
