@@ -4,8 +4,9 @@ deployment's prices, each as a range with its source. `validate` and `submit` pr
 refuses a run whose upper estimate is above the limit, and the run's record keeps it beside the actual cost.
 
 Throughput: on GPUs no figure has been measured yet (bench/gpu.sh waits for a lent GPU), so the documented
-estimate is used: 5-10% MFU of the accelerator's dense bf16 peak at the default recipe's 19.1 TFLOP a sample
-(27.7 with gradient checkpointing; docs/performance.md, "Estimated on a B200"). On CPU the quickstart's
+estimate is used: 5-10% MFU of the accelerator's dense bf16 peak at the default recipe's 18.5 TFLOP a sample
+(26.8 with gradient checkpointing and a trained LM head, the recipe's; docs/performance.md, "FLOPs of a training
+sample"). On CPU the quickstart's
 measured rate for the tiny model (bench/local_e2e.py) is used, and nothing else is estimated."""
 
 from __future__ import annotations
@@ -21,8 +22,8 @@ from functions.core.config import CapacityKind, RunConfig
 # Dense bf16 peak per GPU, TFLOP/s (vendor datasheets: B200 2.25 PF, H100/H200 989 TF, A100 312 TF, L4 121 TF).
 PEAK_TFLOPS = {"B200": 2250.0, "H200": 989.0, "H100": 989.0, "A100": 312.0, "L4": 121.0}
 MFU = (0.05, 0.10)  # the documented range for batches of 4 x ~400 tokens and 16,384 patches (docs/performance.md)
-SAMPLE_TFLOP = 19.1  # google/gemma-3-4b-it at 896 px, ~392 tokens, LoRA (docs/performance.md)
-CHECKPOINTING = 27.7 / 19.1  # recomputing the forward
+SAMPLE_TFLOP = 18.5  # google/gemma-3-4b-it at 896 px, ~392 tokens (~135 scored), LoRA (docs/performance.md)
+CHECKPOINTING = 26.6 / 18.5  # recomputing the forward (bench/trainer_throughput.py flops_per_sample)
 # Text parameters relative to the 4B model's (the vision tower is the same SigLIP in each): the FLOPs scale so.
 MODEL_SCALE = {"google/gemma-3-4b-it": 1.0, "google/gemma-3-12b-it": 3.0, "google/gemma-3-27b-it": 6.8}
 CPU_TINY_SAMPLES_S = (8.0, 12.0)  # per worker, the quickstart's training (bench/local_e2e.py, 2 cores)
