@@ -59,21 +59,38 @@ class Action(enum.Enum):
 
 
 @dataclasses.dataclass(frozen=True)
+class Move:
+    """A transition to write, or new details in the same state, with what the record keeps of it."""
+
+    state: State
+    reason: str | None = None  # why (None keeps the current reason when the state stays)
+    job: dict[str, Any] | None = None  # the RayJob status summary to keep
+    collect_result: bool = False  # read the trainer's result.json into the record first
+    gpu_node_seconds: float | None = None  # what the ending run held, from submission to release
+    queue_position: int | None = None  # to QUEUED: its place in line
+    inputs: Inputs | None = None  # a nightly's fingerprinted inputs
+    promotion: Promotion | None = None  # what the run did to its champion
+    attempts: list[Attempt] | None = None  # the run's attempts as they now stand
+    nodes: dict[str, str] | None = None  # the current attempt's nodes and their capacity
+
+
+@dataclasses.dataclass(frozen=True)
 class Step:
     action: Action
-    state: State | None = None  # MOVE: where to
-    reason: str | None = None  # MOVE: why (None keeps the current reason when the state stays)
-    job: dict[str, Any] | None = None  # MOVE: the RayJob status summary to keep
-    collect_result: bool = False  # MOVE: read the trainer's result.json into the record first
-    gpu_node_seconds: float | None = None  # MOVE: what the ending run held, from submission to release
-    queue_position: int | None = None  # MOVE to QUEUED: its place in line
-    inputs: Inputs | None = None  # MOVE: a nightly's fingerprinted inputs
-    promotion: Promotion | None = None  # MOVE: what the run did to its champion
-    attempts: list[Attempt] | None = None  # MOVE: the run's attempts as they now stand
-    nodes: dict[str, str] | None = None  # MOVE: the current attempt's nodes and their capacity
+    move: Move | None = None  # MOVE's transition; every other action carries nothing
 
 
 NOTHING = Step(Action.NOTHING)
+
+
+@dataclasses.dataclass(frozen=True)
+class JobSeen:
+    """What OBSERVE_JOB showed of the run's RayJob."""
+
+    status: dict[str, Any] | None  # its status; None: the RayJob is gone
+    lost: tuple[str, ...] = ()  # a failed or vanished job: what took its nodes
+    nodes: dict[str, str] | None = None  # a running job: its nodes, while not all are known
+    stuck: str | None = None  # a waiting job: why, from its pods and their Events (when known)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,12 +105,8 @@ class Facts:
     cluster: ClusterReadiness | None = None  # after ENSURE_CLUSTER
     submitted: str | None = None  # after SUBMIT: what was applied
     submit_error: str | None = None  # ENSURE_CLUSTER or SUBMIT failed for good
-    job_seen: bool = False  # after OBSERVE_JOB
+    job: JobSeen | None = None  # after OBSERVE_JOB
     cluster_gone: str | None = None  # after OBSERVE_JOB: the run's GKE cluster does not exist
-    job: dict[str, Any] | None = None  # the RayJob's status (None when seen: the RayJob is gone)
-    lost: tuple[str, ...] = ()  # after OBSERVE_JOB of a failed or vanished job: what took its nodes
-    nodes: dict[str, str] | None = None  # after OBSERVE_JOB of a running job: its nodes, when not all known yet
-    stuck: str | None = None  # why a waiting job waits, from its pods and their Events (when known)
     job_stopped: bool = False  # after STOP_JOB
     scaled: bool = False  # after SCALE_DOWN
     retry_backoff_s: int = RETRY_BACKOFF_SECONDS[0]  # the deployment's first backoff before a run's next attempt
@@ -106,7 +119,7 @@ class Facts:
 
 
 def move(state: State, reason: str | None = None, **details: Any) -> Step:
-    return Step(Action.MOVE, state=state, reason=reason, **details)
+    return Step(Action.MOVE, Move(state, reason, **details))
 
 
 def decide(record: RunRecord, facts: Facts) -> Step:
@@ -261,12 +274,14 @@ def _submitted(record: RunRecord, facts: Facts) -> Step:
         return _end(record, facts, State.CANCELLED, record.cancel_why, collect_result=True)
     if facts.cluster_gone:
         return _cluster_gone(record, facts)
-    if not facts.job_seen:
+    seen = facts.job
+    if seen is None:
         return Step(Action.OBSERVE_JOB)
-    state, reason = job_outcome(record, facts.job, facts.now, pending_seconds(record), facts.stuck)
-    summary = job_summary(facts.job)
+    job = seen.status
+    state, reason = job_outcome(record, job, facts.now, pending_seconds(record), seen.stuck)
+    summary = job_summary(job)
     if not state.terminal:
-        nodes = {**record.nodes, **(facts.nodes or {})}
+        nodes = {**record.nodes, **(seen.nodes or {})}
         if (
             state == record.state
             and summary == record.job
@@ -275,9 +290,9 @@ def _submitted(record: RunRecord, facts: Facts) -> Step:
         ):
             return NOTHING
         return move(state, reason, job=summary, nodes=nodes if nodes != record.nodes else None)
-    if facts.job is not None and facts.job.get("jobStatus") not in JOB_TERMINAL and not facts.job_stopped:
+    if job is not None and job.get("jobStatus") not in JOB_TERMINAL and not facts.job_stopped:
         return Step(Action.STOP_JOB)  # a stuck or half-failed job must not hold the GPUs
-    lost = [*facts.lost, *disruption.from_ray(facts.job)] if state == State.FAILED else []
+    lost = [*seen.lost, *disruption.from_ray(job)] if state == State.FAILED else []
     if lost:
         return _lost_nodes(record, facts, reason, lost, summary)
     if state == State.FAILED and record.nightly and joblog.transient_cause(reason):

@@ -9,7 +9,7 @@ from typing import Any, TypeVar
 
 from functions.core import decide as decisions
 from functions.core.config import RunConfig
-from functions.core.decide import Action, Facts, Step
+from functions.core.decide import Action, Facts, JobSeen, Move
 from functions.core.errors import ClusterGone, NotFound, PermanentError, TransientError, describe, is_transient
 from functions.core.result import RunResult
 from functions.core.runs import Attempt, RunRecord, State
@@ -32,8 +32,8 @@ def run(ctx: Context, record: RunRecord, facts: Facts, listed: dict[str, dict[st
         step = decisions.decide(record, facts)
         if step.action is Action.NOTHING:
             return record
-        if step.action is Action.MOVE:
-            record = move(ctx, record, step)
+        if step.move is not None:
+            record = move(ctx, record, step.move)
             facts = facts.learned(now=ctx.clock())
         elif step.action is Action.SETTLE:
             record = settle(ctx, record)
@@ -83,11 +83,12 @@ def observe(
             # One failed status read never decides a run: looked at again on the next tick.
             raise TransientError(f"cannot read RayJob {record.job_name}: {describe(exc)}") from exc
         return {
-            "job_seen": True,
-            "job": job,
-            "stuck": stuck(ctx, cfg, record.run_id, job),
-            "lost": lost(ctx, cfg, record, job),
-            "nodes": nodes(ctx, cfg, record, job),
+            "job": JobSeen(
+                job,
+                stuck=stuck(ctx, cfg, record.run_id, job),
+                lost=lost(ctx, cfg, record, job),
+                nodes=nodes(ctx, cfg, record, job),
+            )
         }
     if action is Action.STOP_JOB:
         ctx.platform.stop(cfg.cluster, record.job_name)
@@ -151,36 +152,37 @@ def trainer_env(ctx: Context) -> dict[str, str]:
     return {"RAYTUNE_WATCH_TOPIC": ctx.settings.watch_topic} if ctx.settings.watch_topic else {}
 
 
-def move(ctx: Context, record: RunRecord, step: Step) -> RunRecord:
-    """Write the step's transition with a CAS update. A run another handler moved on meanwhile is left as
+def move(ctx: Context, record: RunRecord, transition: Move) -> RunRecord:
+    """Write the transition with a CAS update. A run another handler moved on meanwhile is left as
     stored (the next decision sees it); an illegal transition raises InvalidTransition."""
-    assert step.state is not None
-    target = step.state
+    target = transition.state
     changes: dict[str, Any] = {}
-    if step.job is not None:
-        changes["job"] = step.job
-    if step.inputs is not None:
-        changes["inputs"] = step.inputs
-    if step.promotion is not None:
-        changes["promotion"] = step.promotion
+    if transition.job is not None:
+        changes["job"] = transition.job
+    if transition.inputs is not None:
+        changes["inputs"] = transition.inputs
+    if transition.promotion is not None:
+        changes["promotion"] = transition.promotion
     attempts = record.attempts
-    if step.attempts is not None:
+    if transition.attempts is not None:
         attempts = changes["attempts"] = [
             a.model_copy(update={"cost": priced(ctx, a.gpu_node_seconds or 0.0, a.nodes)})
             if a.ended_at is not None and a.cost is None
             else a
-            for a in step.attempts
+            for a in transition.attempts
         ]
-    if step.nodes is not None:
-        changes["nodes"] = step.nodes
-    if step.gpu_node_seconds is not None:
-        changes["gpu_node_seconds"] = step.gpu_node_seconds
-        changes["cost"] = cost(ctx, step.gpu_node_seconds, attempts, record.nodes if step.nodes is None else step.nodes)
+    if transition.nodes is not None:
+        changes["nodes"] = transition.nodes
+    if transition.gpu_node_seconds is not None:
+        changes["gpu_node_seconds"] = transition.gpu_node_seconds
+        changes["cost"] = cost(
+            ctx, transition.gpu_node_seconds, attempts, record.nodes if transition.nodes is None else transition.nodes
+        )
     # Where a run stood in line stays on it when it ends there (cancelled, queue deadline).
-    changes["queue_position"] = step.queue_position if target == State.QUEUED else None
-    if step.collect_result:
+    changes["queue_position"] = transition.queue_position if target == State.QUEUED else None
+    if transition.collect_result:
         changes["result"] = collect_result(ctx, record.run_config(), record.run_id)
-    if step.collect_result or (target == State.QUEUED and step.attempts):
+    if transition.collect_result or (target == State.QUEUED and transition.attempts):
         keep_log(ctx, record)  # the attempt ended: its log outlives its RayJob
 
     def change(current: RunRecord) -> RunRecord | None:
@@ -189,9 +191,11 @@ def move(ctx: Context, record: RunRecord, step: Step) -> RunRecord:
         if current.state != record.state:
             log.info("%s: already %s, not moving it to %s", record.run_id, current.state.value, target.value)
             return None
-        if target == current.state and ((step.promotion and current.promotion) or (step.inputs and current.inputs)):
+        if target == current.state and (
+            (transition.promotion and current.promotion) or (transition.inputs and current.inputs)
+        ):
             return None  # another handler of the run wrote them first
-        return current.moved(target, ctx.clock(), redact(step.reason) if step.reason else None, **changes)
+        return current.moved(target, ctx.clock(), redact(transition.reason) if transition.reason else None, **changes)
 
     updated = ctx.store.update(record.run_id, change, known=record) or record
     if updated.state != record.state:

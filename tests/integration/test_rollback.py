@@ -34,7 +34,7 @@ DROPPED_ON_REWRITE = {
     "estimate",
 }
 
-# Runs in the previous release's own process: it prints one JSON line per stored object read.
+# Runs in the previous release's own process (its API: Step.state): it prints one JSON line per stored object read.
 READER = """
 import dataclasses, datetime as dt, json, sys
 from functions.core.allocation import Allocation

@@ -8,7 +8,7 @@ import datetime as dt
 import pytest
 
 from functions.core import disruption
-from functions.core.decide import Action, Facts, decide, retry_backoff
+from functions.core.decide import Action, Facts, JobSeen, decide, retry_backoff
 from functions.core.runs import Attempt, State
 from tests.unit.test_decide import CONFIG, IN, LOST, NOW, READY, ago, record
 
@@ -44,11 +44,11 @@ FIRST = Attempt(
 
 def test_a_job_that_lost_its_nodes_is_queued_as_the_next_attempt_with_a_backoff():
     run = record(State.RUNNING, submitted=100, config=GPU)
-    step = decide(run, Facts(now=NOW, job_seen=True, job=FAILED_JOB, lost=LOST))
-    assert (step.action, step.state) == (Action.MOVE, State.QUEUED)
-    assert "attempt 1 of 3 lost its nodes: pod w-1 on node gke-a4-1" in step.reason
-    assert "attempt 2 resumes from the last checkpoint in 60s" in step.reason
-    first, second = step.attempts
+    step = decide(run, Facts(now=NOW, job=JobSeen(FAILED_JOB, lost=LOST)))
+    assert (step.action, step.move.state) == (Action.MOVE, State.QUEUED)
+    assert "attempt 1 of 3 lost its nodes: pod w-1 on node gke-a4-1" in step.move.reason
+    assert "attempt 2 resumes from the last checkpoint in 60s" in step.move.reason
+    first, second = step.move.attempts
     assert (first.number, first.job, first.ended_at, first.lost) == (1, "run-1", NOW, list(LOST))
     assert first.gpu_node_seconds == 200.0  # 100 s x 2 nodes
     assert (second.number, second.job, second.not_before, second.held_since) == (
@@ -57,37 +57,35 @@ def test_a_job_that_lost_its_nodes_is_queued_as_the_next_attempt_with_a_backoff(
         NOW + dt.timedelta(seconds=60),
         NOW,  # the group keeps its nodes between attempts
     )
-    assert step.gpu_node_seconds == 200.0 and not step.collect_result
+    assert step.move.gpu_node_seconds == 200.0 and not step.move.collect_result
 
 
 def test_rays_own_word_that_a_node_died_is_enough():
     job = {**FAILED_JOB, "message": "ray.exceptions.NodeDiedError: The node with node id 4c1 has died: preempted"}
-    step = decide(record(State.RUNNING, submitted=100, config=GPU), Facts(now=NOW, job_seen=True, job=job))
-    assert step.state == State.QUEUED and "Ray: ...ray.exceptions.NodeDiedError" in step.reason
+    step = decide(record(State.RUNNING, submitted=100, config=GPU), Facts(now=NOW, job=JobSeen(job)))
+    assert step.move.state == State.QUEUED and "Ray: ...ray.exceptions.NodeDiedError" in step.move.reason
 
 
 def test_a_training_failure_is_not_retried():
     job = {**FAILED_JOB, "message": "ValueError: column 'image' holds no images"}
-    step = decide(record(State.RUNNING, submitted=100, config=GPU), Facts(now=NOW, job_seen=True, job=job))
-    assert step.state == State.FAILED and step.attempts is None and step.gpu_node_seconds == 200.0
+    step = decide(record(State.RUNNING, submitted=100, config=GPU), Facts(now=NOW, job=JobSeen(job)))
+    assert step.move.state == State.FAILED and step.move.attempts is None and step.move.gpu_node_seconds == 200.0
 
 
 def test_a_vanished_job_whose_pods_were_preempted_is_retried_too():
-    step = decide(
-        record(State.SUBMITTED, submitted=100, config=GPU), Facts(now=NOW, job_seen=True, job=None, lost=LOST)
-    )
-    assert step.state == State.QUEUED
+    step = decide(record(State.SUBMITTED, submitted=100, config=GPU), Facts(now=NOW, job=JobSeen(None, lost=LOST)))
+    assert step.move.state == State.QUEUED
 
 
 def test_the_last_attempt_lost_fails_the_run_naming_what_took_its_nodes_and_counts_all_gpu_time():
     run = record(State.RUNNING, submitted=100, config=GPU, attempts=[FIRST, second_attempt(submitted=100)])
     limited = run.model_copy(update={"config": {**GPU, "scaling": {**GPU["scaling"], "max_attempts": 2}}})
-    step = decide(limited, Facts(now=NOW, job_seen=True, job=FAILED_JOB, lost=LOST))
-    assert step.state == State.FAILED and "no attempts left (scaling.max_attempts 2)" in step.reason
-    assert "attempt 2 of 2 lost its nodes" in step.reason
-    assert step.attempts[-1].ended_at == NOW and step.attempts[-1].lost == list(LOST)
+    step = decide(limited, Facts(now=NOW, job=JobSeen(FAILED_JOB, lost=LOST)))
+    assert step.move.state == State.FAILED and "no attempts left (scaling.max_attempts 2)" in step.move.reason
+    assert "attempt 2 of 2 lost its nodes" in step.move.reason
+    assert step.move.attempts[-1].ended_at == NOW and step.move.attempts[-1].lost == list(LOST)
     # attempt 1's 1400 + attempt 2's 200 s x 2 nodes since its nodes were kept (not just since it was submitted)
-    assert step.attempts[-1].gpu_node_seconds == 400.0 and step.gpu_node_seconds == 1800.0
+    assert step.move.attempts[-1].gpu_node_seconds == 400.0 and step.move.gpu_node_seconds == 1800.0
 
 
 @pytest.mark.parametrize(("wait", "action"), [(30, Action.NOTHING), (-1, Action.ADMIT)])
@@ -99,8 +97,8 @@ def test_the_next_attempt_waits_out_its_backoff_then_asks_for_its_nodes(wait, ac
 def test_the_resubmission_is_written_on_its_attempt():
     run = record(State.QUEUED, age=1000, config=GPU, attempts=[FIRST, second_attempt(None, not_before=-1)])
     step = decide(run, Facts(now=NOW, admission=IN, cluster=READY, submitted="RayJob run-1-2"))
-    assert (step.action, step.state) == (Action.MOVE, State.SUBMITTED)
-    assert step.attempts[-1].submitted_at == NOW and step.attempts[-1].held_since == ago(200)
+    assert (step.action, step.move.state) == (Action.MOVE, State.SUBMITTED)
+    assert step.move.attempts[-1].submitted_at == NOW and step.move.attempts[-1].held_since == ago(200)
 
 
 def test_queue_and_pending_deadlines_count_from_the_attempts_request():
@@ -112,15 +110,15 @@ def test_queue_and_pending_deadlines_count_from_the_attempts_request():
 def test_cancelled_in_its_backoff_counts_the_held_nodes():
     run = record(State.QUEUED, cancel=True, config=GPU, attempts=[FIRST, second_attempt(None, not_before=30)])
     step = decide(run, Facts(now=NOW))
-    assert step.state == State.CANCELLED and step.gpu_node_seconds == 1800.0
-    assert step.attempts[-1].outcome.startswith("CANCELLED")
+    assert step.move.state == State.CANCELLED and step.move.gpu_node_seconds == 1800.0
+    assert step.move.attempts[-1].outcome.startswith("CANCELLED")
 
 
 def test_a_succeeded_second_attempt_closes_it():
     run = record(State.RUNNING, submitted=100, config=GPU, attempts=[FIRST, second_attempt(submitted=100)])
-    step = decide(run, Facts(now=NOW, job_seen=True, job={"jobStatus": "SUCCEEDED"}))
-    assert step.state == State.SUCCEEDED and step.collect_result
-    assert step.attempts[-1].outcome == "SUCCEEDED: succeeded" and step.gpu_node_seconds == 1800.0
+    step = decide(run, Facts(now=NOW, job=JobSeen({"jobStatus": "SUCCEEDED"})))
+    assert step.move.state == State.SUCCEEDED and step.move.collect_result
+    assert step.move.attempts[-1].outcome == "SUCCEEDED: succeeded" and step.move.gpu_node_seconds == 1800.0
 
 
 @pytest.mark.parametrize(("attempt", "seconds"), [(2, 60), (3, 120), (4, 240), (9, 900)])
@@ -234,22 +232,21 @@ def test_the_pending_deadline_is_the_longest_of_the_capacity_options():
     assert pending_seconds(waiting) == 4 * 3600
     step = decide(
         waiting,
-        Facts(now=NOW, job_seen=True, job={"jobStatus": "PENDING"}, stuck="pod w: FailedScaleUp: GCE out of resources"),
+        Facts(now=NOW, job=JobSeen({"jobStatus": "PENDING"}, stuck="pod w: FailedScaleUp: GCE out of resources")),
     )
-    assert step.action == Action.NOTHING or step.state != State.FAILED  # 3 h of 4 h: still waiting
+    assert step.move is None or step.move.state != State.FAILED  # 3 h of 4 h: still waiting
     late = record(State.SUBMITTED, submitted=5 * 3600, config=waiting.config)
     failed = decide(
         late,
         Facts(
             now=NOW,
-            job_seen=True,
-            job={"jobStatus": "PENDING"},
-            stuck="pod w: FailedScaleUp: GCE out of resources",
-            job_stopped=True,  # stopped first: a stuck job must not hold the GPUs later
+            job=JobSeen({"jobStatus": "PENDING"}, stuck="pod w: FailedScaleUp: GCE out of resources"),
+            job_stopped=True,
         ),
     )
-    assert failed.state == State.FAILED and "deadlines.pending_seconds 14400" in failed.reason
-    assert "FailedScaleUp: GCE out of resources" in failed.reason
+    assert failed.move is not None and failed.move.state == State.FAILED
+    assert "deadlines.pending_seconds 14400" in failed.move.reason
+    assert "FailedScaleUp: GCE out of resources" in failed.move.reason
 
 
 @pytest.mark.parametrize(
@@ -265,17 +262,17 @@ def test_the_pending_deadline_is_the_longest_of_the_capacity_options():
 def test_a_nightly_that_failed_for_a_cause_that_may_pass_gets_another_attempt(message, kind, retried):
     """The scheduler's id for a night is the same all day: one passing outage must not lose the night."""
     run = record(State.RUNNING, submitted=100, config=GPU, kind=kind)
-    step = decide(run, Facts(now=NOW, job_seen=True, job={**FAILED_JOB, "message": message}))
-    assert (step.state == State.QUEUED) == retried, step.reason
+    step = decide(run, Facts(now=NOW, job=JobSeen({**FAILED_JOB, "message": message})))
+    assert (step.move.state == State.QUEUED) == retried, step.move.reason
     if retried:
-        assert "attempt 1 of 3 failed for a cause that may pass" in step.reason
-        assert step.attempts[1].by == "transient failure" and step.attempts[0].outcome.startswith("failed: ")
+        assert "attempt 1 of 3 failed for a cause that may pass" in step.move.reason
+        assert step.move.attempts[1].by == "transient failure" and step.move.attempts[0].outcome.startswith("failed: ")
 
 
 def test_the_deployments_backoff_is_the_first_wait():
     """RAYTUNE_RETRY_BACKOFF_S (a local run: 2 s, its lost node is a process, not a reclaimed VM) starts the doubling."""
     assert [retry_backoff(attempt, first=2) for attempt in (2, 3, 4)] == [2, 4, 8]
     run = record(State.RUNNING, submitted=100, config=GPU)
-    step = decide(run, Facts(now=NOW, job_seen=True, job=FAILED_JOB, lost=LOST, retry_backoff_s=2))
-    assert step.state == State.QUEUED and "resumes from the last checkpoint in 2s" in step.reason
-    assert step.attempts[-1].not_before == NOW + dt.timedelta(seconds=2)
+    step = decide(run, Facts(now=NOW, job=JobSeen(FAILED_JOB, lost=LOST), retry_backoff_s=2))
+    assert step.move.state == State.QUEUED and "resumes from the last checkpoint in 2s" in step.move.reason
+    assert step.move.attempts[-1].not_before == NOW + dt.timedelta(seconds=2)

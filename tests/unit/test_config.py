@@ -144,7 +144,9 @@ def test_committed_config_reference_is_current():
     assert committed == markdown(json_schema()), "run: raytune schema --markdown -o docs/config-reference.md"
     assert "| integer | `1024` | >= 64; <= 131072 |" in committed
     assert "| `training.max_length` | Tokens per row at most" in committed
-    assert '| `cluster.head.memory` | Memory request and limit (a Kubernetes quantity). | string | `"64Gi"` |' in committed
+    assert (
+        '| `cluster.head.memory` | Memory request and limit (a Kubernetes quantity). | string | `"64Gi"` |' in committed
+    )
 
 
 def test_every_config_field_says_what_it_is():

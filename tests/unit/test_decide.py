@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from functions.core.allocation import Admission
 from functions.core.champion import Promotion
-from functions.core.decide import CLAIM_SECONDS, Action, Facts, decide
+from functions.core.decide import CLAIM_SECONDS, Action, Facts, JobSeen, decide
 from functions.core.fingerprint import Inputs
 from functions.core.platform import ClusterReadiness
 from functions.core.runs import ALLOWED, RunRecord, State, Transition
@@ -402,11 +402,11 @@ AFTER_SUBMISSION = [
         S.CANCELLED,
         "cancelled on request",
     ),
-    ("job running", record(S.SUBMITTED, submitted=5), dict(job_seen=True, job=RUNNING), A.MOVE, S.RUNNING, None),
+    ("job running", record(S.SUBMITTED, submitted=5), dict(job=JobSeen(RUNNING)), A.MOVE, S.RUNNING, None),
     (
         "still running: no write",
         record(S.RUNNING, submitted=5, job=RUNNING),
-        dict(job_seen=True, job=RUNNING),
+        dict(job=JobSeen(RUNNING)),
         A.NOTHING,
         None,
         None,
@@ -414,7 +414,7 @@ AFTER_SUBMISSION = [
     (
         "running, new details",
         record(S.RUNNING, submitted=5, job=RUNNING),
-        dict(job_seen=True, job={**RUNNING, "startTime": "t"}),
+        dict(job=JobSeen({**RUNNING, "startTime": "t"})),
         A.MOVE,
         S.RUNNING,
         None,
@@ -422,7 +422,7 @@ AFTER_SUBMISSION = [
     (
         "succeeded",
         record(S.RUNNING, submitted=5),
-        dict(job_seen=True, job={"jobStatus": "SUCCEEDED", "jobDeploymentStatus": "Complete"}),
+        dict(job=JobSeen({"jobStatus": "SUCCEEDED", "jobDeploymentStatus": "Complete"})),
         A.MOVE,
         S.SUCCEEDED,
         None,
@@ -431,8 +431,9 @@ AFTER_SUBMISSION = [
         "failed",
         record(S.RUNNING, submitted=5),
         dict(
-            job_seen=True,
-            job={"jobStatus": "FAILED", "jobDeploymentStatus": "Failed", "reason": "AppFailed", "message": "OOM"},
+            job=JobSeen(
+                {"jobStatus": "FAILED", "jobDeploymentStatus": "Failed", "reason": "AppFailed", "message": "OOM"}
+            )
         ),
         A.MOVE,
         S.FAILED,
@@ -441,16 +442,16 @@ AFTER_SUBMISSION = [
     (
         "stopped by someone else",
         record(S.RUNNING, submitted=5),
-        dict(job_seen=True, job={"jobStatus": "STOPPED"}),
+        dict(job=JobSeen({"jobStatus": "STOPPED"})),
         A.MOVE,
         S.FAILED,
         "stopped",
     ),
-    ("RayJob gone", record(S.RUNNING, submitted=5), dict(job_seen=True, job=None), A.MOVE, S.FAILED, "disappeared"),
+    ("RayJob gone", record(S.RUNNING, submitted=5), dict(job=JobSeen(None)), A.MOVE, S.FAILED, "disappeared"),
     (
         "KubeRay bug: Failed while RUNNING, stop it",
         record(S.RUNNING, submitted=5),
-        dict(job_seen=True, job={"jobStatus": "RUNNING", "jobDeploymentStatus": "Failed"}),
+        dict(job=JobSeen({"jobStatus": "RUNNING", "jobDeploymentStatus": "Failed"})),
         A.STOP_JOB,
         None,
         None,
@@ -458,7 +459,7 @@ AFTER_SUBMISSION = [
     (
         "KubeRay bug: then record",
         record(S.RUNNING, submitted=5),
-        dict(job_seen=True, job={"jobStatus": "RUNNING", "jobDeploymentStatus": "Failed"}, job_stopped=True),
+        dict(job=JobSeen({"jobStatus": "RUNNING", "jobDeploymentStatus": "Failed"}), job_stopped=True),
         A.MOVE,
         S.FAILED,
         "jobDeploymentStatus Failed",
@@ -466,7 +467,7 @@ AFTER_SUBMISSION = [
     (
         "validation failed",
         record(S.SUBMITTED, submitted=5),
-        dict(job_seen=True, job={"jobDeploymentStatus": "ValidationFailed", "message": "bad spec"}),
+        dict(job=JobSeen({"jobDeploymentStatus": "ValidationFailed", "message": "bad spec"})),
         A.STOP_JOB,
         None,
         None,
@@ -474,7 +475,7 @@ AFTER_SUBMISSION = [
     (
         "initializing within the deadline",
         record(S.SUBMITTED, submitted=30, job={"jobDeploymentStatus": "Initializing"}),
-        dict(job_seen=True, job={"jobDeploymentStatus": "Initializing"}),
+        dict(job=JobSeen({"jobDeploymentStatus": "Initializing"})),
         A.NOTHING,
         None,
         None,
@@ -482,7 +483,7 @@ AFTER_SUBMISSION = [
     (
         "first sight of initializing",
         record(S.SUBMITTED, submitted=30),
-        dict(job_seen=True, job={"jobDeploymentStatus": "Initializing"}),
+        dict(job=JobSeen({"jobDeploymentStatus": "Initializing"})),
         A.MOVE,
         S.SUBMITTED,
         None,
@@ -490,7 +491,7 @@ AFTER_SUBMISSION = [
     (
         "hung initializing: stop",
         record(S.SUBMITTED, submitted=LATE),
-        dict(job_seen=True, job={"jobDeploymentStatus": "Initializing"}),
+        dict(job=JobSeen({"jobDeploymentStatus": "Initializing"})),
         A.STOP_JOB,
         None,
         None,
@@ -498,7 +499,7 @@ AFTER_SUBMISSION = [
     (
         "hung initializing: fail",
         record(S.SUBMITTED, submitted=LATE),
-        dict(job_seen=True, job={"jobDeploymentStatus": "Initializing"}, job_stopped=True),
+        dict(job=JobSeen({"jobDeploymentStatus": "Initializing"}), job_stopped=True),
         A.MOVE,
         S.FAILED,
         f"still Initializing after {LATE}s",
@@ -506,7 +507,7 @@ AFTER_SUBMISSION = [
     (
         "pending deadline counts from submission",
         record(S.SUBMITTED, age=5000, submitted=30),
-        dict(job_seen=True, job={"jobStatus": "PENDING", "jobDeploymentStatus": "Running"}),
+        dict(job=JobSeen({"jobStatus": "PENDING", "jobDeploymentStatus": "Running"})),
         A.MOVE,
         S.SUBMITTED,
         None,
@@ -514,7 +515,7 @@ AFTER_SUBMISSION = [
     (
         "hung PENDING",
         record(S.SUBMITTED, submitted=LATE),
-        dict(job_seen=True, job={"jobStatus": "PENDING", "jobDeploymentStatus": "Running"}, job_stopped=True),
+        dict(job=JobSeen({"jobStatus": "PENDING", "jobDeploymentStatus": "Running"}), job_stopped=True),
         A.MOVE,
         S.FAILED,
         "the Ray job never started (jobStatus PENDING while KubeRay's deployment is Running",
@@ -582,14 +583,16 @@ AFTER_THE_END = [
 def test_decision_table(case, run, facts, action, state, reason):
     step = decide(run, Facts(now=NOW, **facts))
     assert step.action == action, case
-    assert step.state == state, case
+    moved = step.move
+    assert (moved.state if moved else None) == state, case
+    assert (moved is not None) == (step.action is A.MOVE), case
     if reason is not None:
-        assert step.reason is not None and reason in step.reason, (case, step.reason)
-    if step.action is A.MOVE:
-        assert step.state == run.state or step.state in ALLOWED[run.state], case
+        assert moved is not None and moved.reason is not None and reason in moved.reason, (case, moved)
+    if moved is not None:
+        assert moved.state == run.state or moved.state in ALLOWED[run.state], case
         # The trainer's result is read whenever a submitted run ends, unless the controller itself failed.
-        assert step.state == run.state or step.collect_result == (
-            step.state.terminal and run.reached_cluster and "error" not in facts
+        assert moved.state == run.state or moved.collect_result == (
+            moved.state.terminal and run.reached_cluster and "error" not in facts
         ), case
 
 
@@ -687,22 +690,22 @@ def test_the_loop_ends_legally(
         if step.action is A.NOTHING:
             break
         if step.action is A.MOVE:
-            assert step.state is not None
+            assert step.move is not None
             was_submitted = run.state in (S.SUBMITTED, S.RUNNING)
-            if step.state == S.CANCELLED and was_submitted:
+            if step.move.state == S.CANCELLED and was_submitted:
                 assert A.STOP_JOB in actions, "a submitted run is cancelled only after its job was stopped"
             # raises InvalidTransition on an illegal move
-            if step.state == S.SKIPPED:
+            if step.move.state == S.SKIPPED:
                 assert A.ADMIT not in actions and A.SUBMIT not in actions, "a skipped run never asks for nodes"
             run = run.moved(
-                step.state,
+                step.move.state,
                 NOW,
-                step.reason,
-                queue_position=step.queue_position,
-                **({"job": step.job} if step.job is not None else {}),
-                **({"inputs": step.inputs} if step.inputs is not None else {}),
-                **({"promotion": step.promotion} if step.promotion is not None else {}),
-                **({"attempts": step.attempts} if step.attempts is not None else {}),
+                step.move.reason,
+                queue_position=step.move.queue_position,
+                **({"job": step.move.job} if step.move.job is not None else {}),
+                **({"inputs": step.move.inputs} if step.move.inputs is not None else {}),
+                **({"promotion": step.move.promotion} if step.move.promotion is not None else {}),
+                **({"attempts": step.move.attempts} if step.move.attempts is not None else {}),
             )
         elif step.action is A.SETTLE:
             assert run.state.terminal
@@ -724,7 +727,7 @@ def test_the_loop_ends_legally(
         elif step.action is A.SUBMIT:
             facts = facts.learned(**({"submit_error": "HTTP 422"} if submit_fails else {"submitted": "applied"}))
         elif step.action is A.OBSERVE_JOB:
-            facts = facts.learned(job_seen=True, job=job, lost=LOST if lost_nodes else ())
+            facts = facts.learned(job=JobSeen(job, lost=LOST if lost_nodes else ()))
         elif step.action is A.STOP_JOB:
             facts = facts.learned(job_stopped=True)
         elif step.action is A.SCALE_DOWN:
