@@ -63,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--page", type=Path, default=PAGE)
     args = parser.parse_args(argv[:split])
     command = argv[split + 1 :]
-    started = dt.datetime.now()
+    started, measured_at = dt.datetime.now(), commit()  # the code as it was when the bench began
     done = subprocess.run(command, cwd=ROOT, stdout=subprocess.PIPE, text=True)
     sys.stdout.write(done.stdout)
     if done.returncode != 0:
@@ -75,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     shown = shlex.join([Path(command[0]).name if command[0].endswith("python") else command[0], *command[1:]])
     provenance = (
-        f"Measured at commit {commit()} on {started:%Y-%m-%d}, {os.cpu_count()} cores, load "
+        f"Measured at commit {measured_at} on {started:%Y-%m-%d}, {os.cpu_count()} cores, load "
         f"{os.getloadavg()[0]:.1f} at the end, {(dt.datetime.now() - started).total_seconds():.0f} s: `{shown}`"
     )
     write(args.name, [provenance, "", *found], args.page)
