@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from functions.adapters.google_api import translate
-from functions.adapters.kube import Kube, RayClusterSeen, api_client
+from functions.adapters.kube import Kube, RayClusterSeen, api_client, seen
 from functions.adapters.retry import with_retries
 from functions.core import computeclass, disruption, errors, manifests, stuck
 from functions.core.allocation import group_name
@@ -247,14 +247,14 @@ class GkePlatform:
             self._gone_or(spec, exc)
             raise
 
-    def workers(self, spec: ClusterSpec) -> Workers | None:
+    def workers(self, spec: ClusterSpec, listed: object = None) -> Workers | None:
         kube = self.reachable(spec)
         if kube is None:
             return None  # no GKE cluster, no RayCluster
-        return self._asked(spec, kube, lambda kube: self._workers(kube, spec))
+        return self._asked(spec, kube, lambda kube: self._workers(kube, spec, listed))
 
-    def _workers(self, kube: Kube, spec: ClusterSpec) -> Workers | None:
-        seen = kube.worker_groups(spec.namespace, spec.ray_cluster)
+    def _workers(self, kube: Kube, spec: ClusterSpec, listed: object = None) -> Workers | None:
+        seen = listed if isinstance(listed, RayClusterSeen) else kube.worker_groups(spec.namespace, spec.ray_cluster)
         if seen is None:
             return None
         groups = {g["groupName"]: int(g.get("replicas") or 0) for g in seen.groups}
@@ -389,12 +389,9 @@ class GkePlatform:
             for job in kube.owned(spec.namespace, "RayJob", labels)
         ]
         for cluster in kube.owned(spec.namespace, "RayCluster", labels):
-            groups = cluster.get("spec", {}).get("workerGroupSpecs", [])
-            found.append(
-                RayObject(
-                    "RayCluster", cluster["metadata"]["name"], any(g.get("replicas") for g in groups), _created(cluster)
-                )
-            )
+            listed = seen(cluster)
+            active = any(g.get("replicas") for g in listed.groups)
+            found.append(RayObject("RayCluster", cluster["metadata"]["name"], active, _created(cluster), handle=listed))
         return found
 
 

@@ -52,6 +52,22 @@ def stamp_of(obj: dict[str, Any]) -> int:
     return int(value) if str(value).isdigit() else 0
 
 
+def seen(found: dict[str, Any]) -> RayClusterSeen:
+    """A RayCluster as read or listed: its worker groups and what every write to them is conditional on."""
+    labels = found["metadata"].get("labels") or {}
+    annotations = found["metadata"].get("annotations") or {}
+    return RayClusterSeen(
+        list(found["spec"].get("workerGroupSpecs") or []),
+        found["metadata"]["resourceVersion"],
+        stamp_of(found),
+        "annotations" in found["metadata"],
+        MANAGED_BY.items() <= labels.items(),
+        labels.get(OWNER_LABEL),
+        annotations.get(BASE_ANNOTATION),
+        STAMP in annotations,
+    )
+
+
 def api_client(host: str, token: Callable[[], str] | None = None, ca_file: str | None = None) -> Any:
     """A kubernetes ApiClient for `host`; `token` is asked for a bearer token on every request
     (GKE access tokens expire after an hour: the source caches and refreshes them)."""
@@ -430,19 +446,7 @@ class Kube:
         """The RayCluster's worker groups as read, with what every write to them is conditional on; None when
         there is no RayCluster."""
         found = self._get("RayCluster", namespace, cluster)
-        if found is None:
-            return None
-        labels = found["metadata"].get("labels") or {}
-        return RayClusterSeen(
-            list(found["spec"].get("workerGroupSpecs") or []),
-            found["metadata"]["resourceVersion"],
-            stamp_of(found),
-            "annotations" in found["metadata"],
-            MANAGED_BY.items() <= labels.items(),
-            labels.get(OWNER_LABEL),
-            (found["metadata"].get("annotations") or {}).get(BASE_ANNOTATION),
-            STAMP in (found["metadata"].get("annotations") or {}),
-        )
+        return None if found is None else seen(found)
 
     def set_worker_groups(
         self,

@@ -43,6 +43,7 @@ class RayObject:
     created: dt.datetime | None = None  # its creationTimestamp: young objects get a grace period
     run_id: str | None = None  # a RayJob's run (its label): a retried run's later attempts have names of their own
     status: dict[str, Any] | None = None  # a RayJob's status as listed: the tick's runs read theirs from here
+    handle: object = None  # a RayCluster as listed, which workers() takes instead of reading it again
 
 
 class Platform(Protocol):
@@ -52,8 +53,9 @@ class Platform(Protocol):
     def ensure_cluster(self, cfg: RunConfig) -> ClusterReadiness:
         """Ready, or creation/repair started (never waits for it)."""
 
-    def workers(self, spec: ClusterSpec) -> Workers | None:
-        """The RayCluster's worker groups as they stand; None when there is no RayCluster."""
+    def workers(self, spec: ClusterSpec, listed: object = None) -> Workers | None:
+        """The RayCluster's worker groups as they stand; None when there is no RayCluster. `listed`: its
+        RayObject.handle from a listing, taken as read (the caller judges whether it is recent enough)."""
 
     def size(self, cfg: RunConfig, run_id: str, workers: Workers | None, groups: dict[str, int], stamp: int) -> bool:
         """Apply the code, the Secret and the RayCluster with these worker groups, stamped (the run's own group

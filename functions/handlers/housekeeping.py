@@ -33,13 +33,21 @@ def tidy(
     allocation's key_path) this tick sized already, as their runs ended."""
     troubles: list[Exception] = []
     allocs = ctx.allocations.all()
+    listed = {
+        (region, gke, namespace, o.name): o.handle
+        for (region, gke, namespace), found in (surveyed or {}).items()
+        for o in found
+        if o.kind == "RayCluster"
+    }
     for alloc in allocs:
         try:
             if allocation.idle_expired(alloc, ctx.clock()):
                 teardown(ctx, alloc)
             elif not alloc.deleted and allocation.key_path(alloc.cluster) not in synced:
                 # Groups of ended runs leave the spec once drained; a size a lost write left behind is repaired.
-                sizing.sync_workers(ctx, alloc.cluster, read=alloc)
+                spec = alloc.cluster
+                handle = listed.get((spec.region, spec.gke_cluster, spec.namespace, spec.ray_cluster))
+                sizing.sync_workers(ctx, spec, read=alloc, listed=handle)
         except ClusterGone as gone:
             settle_gone(ctx, alloc, gone)
         except Exception as exc:

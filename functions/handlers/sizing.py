@@ -111,19 +111,26 @@ def release(ctx: Context, spec: ClusterSpec, sync: bool = True) -> None:
 
 
 def sync_workers(
-    ctx: Context, spec: ClusterSpec, launching: tuple[RunConfig, str] | None = None, read: Allocation | None = None
+    ctx: Context,
+    spec: ClusterSpec,
+    launching: tuple[RunConfig, str] | None = None,
+    read: Allocation | None = None,
+    listed: object = None,
 ) -> int:
     """Bring the worker groups to the allocation (`read`: as just listed, for the first try); returns the nodes
     they hold. A launch (given its run's config and id) may create the RayCluster and adds its run's group. Every
     write is conditional on the RayCluster as read and on its stamp being older than the allocation, so a stale
-    writer loses."""
+    writer loses. `listed`: the RayCluster as the tick listed it (RayObject.handle), taken instead of a read when
+    it was last sized for this very allocation (its stamp is the allocation's version: nothing wrote it since)."""
     for attempt in range(ATTEMPTS):
         if attempt:
             ctx.sleep(random.uniform(0, min(PAUSE_CAP_S, PAUSE_S * 2 ** (attempt - 1))))
         alloc = read if attempt == 0 and read is not None else ctx.allocations.get(spec)
         if alloc is None:
             return 0
-        workers = ctx.platform.workers(spec)
+        workers = ctx.platform.workers(spec, listed) if attempt == 0 and listed is not None else None
+        if workers is None or workers.stamp != alloc.version:
+            workers = ctx.platform.workers(spec)
         if workers is not None and not workers.managed:
             if launching is None:
                 return workers.replicas  # not ours to shrink

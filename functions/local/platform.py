@@ -484,7 +484,7 @@ class LocalRay:
     def _death(self, node: emulators.Service) -> str:
         return f"node {node.name} exited with {node.proc.returncode} (its log: {self.logs / node.name}.log)"
 
-    def workers(self, spec: ClusterSpec) -> Workers | None:
+    def workers(self, spec: ClusterSpec, listed: object = None) -> Workers | None:
         """The worker groups; a group at zero is drained at once (its nodes were stopped, not asked to go)."""
         with self.lock:
             if self.head is None:

@@ -432,7 +432,12 @@ def test_pubsub_push_delivers_launch_messages(controller, functions_server, pubs
     pubsub.subscribe(topic, push_endpoint=functions_server["launch"])
     pubsub.publisher.publish(topic, json.dumps({"config": QUICK, "run_name": "pushed"}).encode()).result()
     deadline = time.monotonic() + 60  # the emulator backs off after a failed push; a busy machine is slow
-    while time.monotonic() < deadline and not controller.kube.names("rayjobs"):
+
+    def submitted() -> bool:  # the RayJob is applied a moment before the record says SUBMITTED
+        jobs = controller.kube.names("rayjobs")
+        return bool(jobs) and controller.ctx.store.get(jobs[0]).state == State.SUBMITTED
+
+    while time.monotonic() < deadline and not submitted():
         time.sleep(0.2)
     [run_id] = controller.kube.names("rayjobs")
     assert run_id.startswith("pushed-") and controller.ctx.store.get(run_id).state == State.SUBMITTED

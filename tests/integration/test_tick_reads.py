@@ -74,6 +74,8 @@ def test_a_quiet_tick_reads_no_record_and_its_calls_do_not_grow_with_the_runs(co
     many = quiet_tick(h, reads)
     assert few[0] == many[0] == 0, "no record or allocation is read when none changed"
     assert many[1][("GET", "rayjobs")] == 1 and many[1][("GET", "rayclusters")] == 1
+    # each RayCluster judged from that listing (its stamp is its allocation's version), not read again by name
+    assert many[1][("GET", "rayclusters by name")] == 0, many[1]
     assert few[1] == many[1], f"the Kubernetes calls grew with the runs: {few[1]} -> {many[1]}"
     assert all(h.ctx.store.get(r.run_id).state == State.RUNNING for r in runs)
 
