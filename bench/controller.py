@@ -72,6 +72,7 @@ def serve(root: Path) -> None:
     from functions.handlers.watch import handle as watch
     from functions.local import emulators
     from functions.local.cloudevents import message_published, object_finalized
+
     try:
         from tests.harness import CLUSTER_PATH, PROJECT
     except ImportError:  # a version from before tests/harness.py

@@ -136,7 +136,8 @@ def main(argv: list[str] | None = None) -> int:
             print(
                 f"round {round_ + 1} {name}: " + ", ".join(f"{k} {v}" for k, v in samples[name][-1].items()), flush=True
             )
-    print("\n".join(["", *table(samples)]))
+    print(f"\nraytune local end to end, {args.runs} runs of each version interleaved, seconds from start")
+    print("\n".join(table(samples)))
     return 0
 
 
