@@ -290,28 +290,18 @@ def main() -> int:
             f"| {label} | {spread([s['wall_ms'] for s in later])} | {spread([s['cpu_ms'] for s in later])} | "
             f"{calls_text(later[-1]['calls'])} (run {later[-1]['at'] + 1}) | {calls_text(seen[0]['calls'])} |"
         )
-    print(
-        f"\n| live runs | version | quiet tick wall ms (min / median / max, {args.repeats} repeats) | CPU ms | "
-        "API calls per tick |\n|---|---|---|---|---|"
-    )
-    for size in sizes:
-        for one in served:
-            seen = ticks[(one.label, size)]
-            print(
-                f"| {size} | {one.label} | {spread([s['wall_ms'] for s in seen])} | "
-                f"{spread([s['cpu_ms'] for s in seen])} | {calls_text(seen[-1]['calls'])} |"
-            )
-    print(
-        f"\n| live runs | version | cold tick (a fresh instance) wall ms (min / median / max, {args.repeats} repeats) "
-        "| CPU ms | API calls per tick |\n|---|---|---|---|---|"
-    )
-    for size in sizes:
-        for one in served:
-            seen = colds[(one.label, size)]
-            print(
-                f"| {size} | {one.label} | {spread([s['wall_ms'] for s in seen])} | "
-                f"{spread([s['cpu_ms'] for s in seen])} | {calls_text(seen[-1]['calls'])} |"
-            )
+    for what, samples in (("quiet tick", ticks), ("cold tick (a fresh instance)", colds)):
+        print(
+            f"\n| live runs | version | {what} wall ms (min / median / max, {args.repeats} repeats) | CPU ms | "
+            "API calls per tick |\n|---|---|---|---|---|"
+        )
+        for size in sizes:
+            for one in served:
+                seen = samples[(one.label, size)]
+                print(
+                    f"| {size} | {one.label} | {spread([s['wall_ms'] for s in seen])} | "
+                    f"{spread([s['cpu_ms'] for s in seen])} | {calls_text(seen[-1]['calls'])} |"
+                )
     print("\n| version | all runs end: the tick that records, publishes and scales down, wall ms | API calls |")
     print("|---|---|---|")
     for label, end in ends.items():
