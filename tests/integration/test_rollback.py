@@ -129,7 +129,7 @@ def test_the_previous_release_reads_what_this_release_stored(
         assert old["state"] == record.state.value
         assert set(old["dropped"]) <= DROPPED_ON_REWRITE, f"{path}: the previous release would drop {old['dropped']}"
         ours = decision.decide(record, decision.Facts(now=now, handler="watch"))
-        assert old["step"] == [ours.action.value, ours.state and ours.state.value], (path, record.state)
+        assert old["step"] == [ours.action.value, ours.move and ours.move.state.value], (path, record.state)
     assert read[f"runs/{claimed}.json"]["dropped"] == ["claim_released", "estimate"]
     [alloc] = [v for k, v in read.items() if k.startswith("clusters/")]
     assert alloc["queue"] == [] or alloc["holders"], alloc
