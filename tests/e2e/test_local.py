@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import select
 import signal
 import socket
 import subprocess
@@ -397,9 +398,18 @@ def test_the_operator_commands_on_a_live_local_run(tmp_path):
         text=True,
         env={**os.environ, "HOME": str(home)},
     )
-    time.sleep(8)
+    # Ctrl-C once it is following and has told a step (imports done, its handler set), however loaded the machine.
+    first, deadline = "", time.monotonic() + 180
+    while "  step " not in first and time.monotonic() < deadline:
+        ready, _, _ = select.select([following.stdout], [], [], deadline - time.monotonic())
+        line = following.stdout.readline() if ready else ""
+        if not line:
+            break
+        first += line
+    assert "  step " in first, f"raytune logs -f told no step in 180 s: {first[-2000:]}"
     following.send_signal(signal.SIGINT)
-    told, said = following.communicate(timeout=60)
+    told, said = following.communicate(timeout=120)
+    told = first + told
     assert following.returncode == 130 and "  step " in told, told[-2000:] + said[-2000:]
     assert "Traceback" not in said and f"stopped following {run_id}; the run goes on (RUNNING)" in said, said
     assert f"`raytune cancel {run_id} --workdir {workdir.resolve()}` cancels it" in said
