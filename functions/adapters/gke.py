@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from functions.adapters.google_api import translate
-from functions.adapters.kube import Kube, RayClusterSeen, api_client, seen
+from functions.adapters.kube import Kube, RayClusterSeen, api_client
 from functions.adapters.retry import with_retries
 from functions.core import computeclass, disruption, errors, manifests, stuck
 from functions.core.allocation import group_name
@@ -288,16 +288,21 @@ class GkePlatform:
     def code_sha256(self) -> str:
         return self.code[1]
 
-    def _assembled(self, cfg: RunConfig, run_id: str, **parts: Any) -> manifests.RunObjects:
-        files, code_hash = self.code
-        return manifests.assemble(cfg, run_id, files, code_hash, owner=self.owner, **parts)
-
     def size(self, cfg: RunConfig, run_id: str, workers: Workers | None, groups: dict[str, int], stamp: int) -> bool:
         kube = self._kube(cfg.cluster)
         seen = workers.handle if workers is not None else None
         assert seen is None or isinstance(seen, RayClusterSeen)
-        objects = self._assembled(
-            cfg, run_id, groups=groups, seen=seen.groups if seen else (), stamp=stamp, hf_token=self.hf_token
+        files, code_hash = self.code
+        objects = manifests.assemble(
+            cfg,
+            run_id,
+            files,
+            code_hash,
+            groups=groups,
+            seen=seen.groups if seen else (),
+            stamp=stamp,
+            owner=self.owner,
+            hf_token=self.hf_token,
         )
         for part in objects.before_cluster():
             kube.apply(part)
@@ -324,7 +329,8 @@ class GkePlatform:
         return self._kube(spec).delete_raycluster(spec.namespace, spec.ray_cluster, workers.handle.resource_version)
 
     def submit(self, cfg: RunConfig, run_id: str, job: str, env: dict[str, str]) -> None:
-        self._kube(cfg.cluster).apply(self._assembled(cfg, run_id, env=env, job=job).job)
+        # The assembly's RayJob part alone: the rest was applied when the cluster was sized.
+        self._kube(cfg.cluster).apply(manifests.ray_job(cfg, run_id, self.code[1], env, owner=self.owner, job=job))
 
     def job_status(self, cfg: RunConfig, job: str) -> dict | None:
         """The RayJob's status; ClusterGone when its GKE cluster was deleted (its API server unreachable)."""
@@ -389,7 +395,7 @@ class GkePlatform:
             for job in kube.owned(spec.namespace, "RayJob", labels)
         ]
         for cluster in kube.owned(spec.namespace, "RayCluster", labels):
-            listed = seen(cluster)
+            listed = RayClusterSeen.of(cluster)
             active = any(g.get("replicas") for g in listed.groups)
             found.append(RayObject("RayCluster", cluster["metadata"]["name"], active, _created(cluster), handle=listed))
         return found

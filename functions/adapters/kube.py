@@ -46,26 +46,26 @@ class RayClusterSeen:
     base: str | None = None  # its manifests.BASE_ANNOTATION: what it was last applied with, groups left out
     stamped: bool = False  # it carries the allocation stamp (what the controller's writes are conditional on)
 
+    @classmethod
+    def of(cls, found: dict[str, Any]) -> RayClusterSeen:
+        """A RayCluster as read or listed: its worker groups and what every write to them is conditional on."""
+        labels = found["metadata"].get("labels") or {}
+        annotations = found["metadata"].get("annotations") or {}
+        return cls(
+            list(found["spec"].get("workerGroupSpecs") or []),
+            found["metadata"]["resourceVersion"],
+            stamp_of(found),
+            "annotations" in found["metadata"],
+            MANAGED_BY.items() <= labels.items(),
+            labels.get(OWNER_LABEL),
+            annotations.get(BASE_ANNOTATION),
+            STAMP in annotations,
+        )
+
 
 def stamp_of(obj: dict[str, Any]) -> int:
     value = (obj["metadata"].get("annotations") or {}).get(STAMP, "0")
     return int(value) if str(value).isdigit() else 0
-
-
-def seen(found: dict[str, Any]) -> RayClusterSeen:
-    """A RayCluster as read or listed: its worker groups and what every write to them is conditional on."""
-    labels = found["metadata"].get("labels") or {}
-    annotations = found["metadata"].get("annotations") or {}
-    return RayClusterSeen(
-        list(found["spec"].get("workerGroupSpecs") or []),
-        found["metadata"]["resourceVersion"],
-        stamp_of(found),
-        "annotations" in found["metadata"],
-        MANAGED_BY.items() <= labels.items(),
-        labels.get(OWNER_LABEL),
-        annotations.get(BASE_ANNOTATION),
-        STAMP in annotations,
-    )
 
 
 def api_client(host: str, token: Callable[[], str] | None = None, ca_file: str | None = None) -> Any:
@@ -446,7 +446,7 @@ class Kube:
         """The RayCluster's worker groups as read, with what every write to them is conditional on; None when
         there is no RayCluster."""
         found = self._get("RayCluster", namespace, cluster)
-        return None if found is None else seen(found)
+        return None if found is None else RayClusterSeen.of(found)
 
     def set_worker_groups(
         self,
