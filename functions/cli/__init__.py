@@ -67,9 +67,10 @@ def cmd_validate(args: argparse.Namespace) -> int:
         print(f"warning: {left} (submit refuses it until it is edited)", file=sys.stderr)
     scaling = cfg.scaling
     hardware = f"{scaling.gpus_per_node} {scaling.accelerator}" if scaling.use_gpu else "CPU"
+    trials = f" a trial; a sweep of {cfg.sweep.trials} trials, {cfg.sweep.concurrent} at once" if cfg.sweep else ""
     print(
         f"ok: {named}: {cfg.model.id} on {scaling.nodes} x {hardware}"
-        f" ({scaling.num_workers} Ray Train workers), {cfg.training.epochs:g} epochs"
+        f" ({scaling.num_workers} Ray Train workers), {cfg.training.epochs:g} epochs{trials}"
     )
     for warning in right_sizing(cfg):
         print(f"warning: {named}: {warning}", file=sys.stderr)

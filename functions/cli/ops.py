@@ -387,6 +387,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
         table.add_row(
             key, *(f"{m[key]:.4g}" if isinstance(m.get(key), float) else str(m.get(key, "-")) for m in metrics)
         )
+    if any(r.result and r.result.sweep for r in runs):  # a sweep's metrics above are its best trial's
+        table.add_row("sweep: best trial", *(_best_trial(r) for r in runs))
     table.add_row("GPU node-h", *(f"{r.gpu_node_seconds / 3600:.2f}" if r.gpu_node_seconds else "-" for r in runs))
     table.add_row("estimated cost", *(_money(_estimated_cost(r)) for r in runs))
     table.add_row("cost", *(_money(r.cost) for r in runs))
@@ -394,6 +396,15 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if not differing:
         console().print("the configs are the same")
     return 0
+
+
+def _best_trial(record: RunRecord) -> str:
+    sweep = record.result.sweep if record.result else None
+    best = next((t for t in sweep.trials if t.trial_id == sweep.best_trial), None) if sweep else None
+    if sweep is None or best is None:
+        return "-"
+    values = ", ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in best.params.items())
+    return f"{best.trial_id} of {len(sweep.trials)}: {values}"
 
 
 def cmd_submit(args: argparse.Namespace) -> int:

@@ -24,8 +24,8 @@ def _kind(node: dict[str, Any], defs: dict[str, Any]) -> tuple[str, list[str]]:
     """A readable type and its constraints."""
     if "$ref" in node:
         return node["$ref"].rsplit("/", 1)[-1], []
-    if "anyOf" in node:
-        options = [_kind(option, defs) for option in node["anyOf"]]
+    if "anyOf" in node or "oneOf" in node:
+        options = [_kind(option, defs) for option in node.get("anyOf") or node.get("oneOf") or []]
         return " or ".join(kind for kind, _ in options), [limit for _, group in options for limit in group]
     if "enum" in node:
         return " \\| ".join(f"`{value}`" for value in node["enum"]), []
@@ -63,6 +63,14 @@ def _rows(properties: dict, defs: dict, prefix: str = "", defaults: dict | None 
         yield f"| `{path}` | {about} | {kind} | `{default}` | {'; '.join(limits)} |"
         if item := _item_model(node):  # a list of sections (scaling.capacity): each element's fields
             yield from _rows(defs[item]["properties"], defs, f"{path}[].")
+        if section := _optional_section(node):  # a section that may be left out (sweep): its fields
+            yield from _rows(defs[section]["properties"], defs, f"{path}.")
+
+
+def _optional_section(node: dict[str, Any]) -> str | None:
+    """The model of a field that is a section or null."""
+    refs = [option["$ref"] for option in node.get("anyOf", []) if "$ref" in option]
+    return str(refs[0].rsplit("/", 1)[-1]) if len(refs) == 1 else None
 
 
 def _item_model(node: dict[str, Any]) -> str | None:

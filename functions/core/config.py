@@ -22,6 +22,7 @@ from pydantic import (
 )
 
 from functions.core.gpu_shapes import shape_problem
+from functions.core.sweep import SweepSpec, problems
 
 DNS_LABEL = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
 BUCKET = r"[a-z0-9][a-z0-9._-]{1,61}[a-z0-9]"  # a GCS bucket name
@@ -597,6 +598,9 @@ class RunConfig(Strict):
     """The held-out comparison with the champion after training."""
     export: ExportSpec = ExportSpec()
     """What is made of the adapter after training."""
+    sweep: SweepSpec | None = None
+    """A hyperparameter search: trials of this config over the fields it names, run by Ray Tune on the run's
+    worker group; the best trial's adapter is the run's (functions/core/sweep.py)."""
     storage_path: Annotated[str, StringConstraints(pattern=STORAGE, max_length=256)] | None = None
     """Where checkpoints, the adapter and the result go (gs:// or a path); None: the controller's bucket
     (gs://<bucket>/checkpoints).
@@ -611,16 +615,30 @@ class RunConfig(Strict):
             raise ConfigError(["storage_path: not set and no bucket given (pass --bucket or set storage_path)"])
         return self.model_copy(update={"storage_path": default})
 
+    @property
+    def group_nodes(self) -> int:
+        """The worker nodes the run holds: scaling.nodes, for each trial a sweep runs at once."""
+        return self.scaling.nodes * (self.sweep.concurrent if self.sweep else 1)
+
     @model_validator(mode="after")
     def fits_the_cluster(self, info: ValidationInfo) -> RunConfig:
         if stored(info):
             return self
-        if self.scaling.nodes > self.cluster.max_worker_nodes:
+        if self.group_nodes > self.cluster.max_worker_nodes:
+            held = f"scaling.nodes ({self.scaling.nodes})"
+            if self.sweep:
+                held = f"{held} x sweep.concurrent ({self.sweep.concurrent})"
             raise ValueError(
-                f"scaling.nodes ({self.scaling.nodes}) is more than cluster.max_worker_nodes "
-                f"({self.cluster.max_worker_nodes}): the run could never be admitted"
+                f"{held} is more than cluster.max_worker_nodes ({self.cluster.max_worker_nodes}): "
+                "the run could never be admitted"
             )
         return self
+
+    @model_validator(mode="after")
+    def sweep_is_runnable(self, info: ValidationInfo) -> RunConfig:
+        if stored(info) or not (found := problems(self)):
+            return self
+        raise ValueError("; ".join(found))
 
     @model_validator(mode="after")
     def evaluation_needs_held_out_samples(self, info: ValidationInfo) -> RunConfig:

@@ -219,7 +219,7 @@ def _before_submission(record: RunRecord, facts: Facts) -> Step:
     if facts.admission is None:
         return Step(Action.ADMIT)
     if not facts.admission.admitted:
-        reason = facts.admission.describe(record.run_config().scaling.nodes)
+        reason = facts.admission.describe(record.run_config().group_nodes)
         if record.state == State.QUEUED and record.reason == reason:
             return NOTHING
         return move(State.QUEUED, reason, queue_position=facts.admission.position)
@@ -412,13 +412,13 @@ def held(record: RunRecord, now: dt.datetime) -> float:
 
 def _held_now(record: RunRecord, now: dt.datetime) -> float:
     """GPU node-seconds of the current attempt so far."""
-    scaling = record.run_config().scaling
-    if not scaling.use_gpu:
+    cfg = record.run_config()
+    if not cfg.scaling.use_gpu:
         return 0.0
     since = record.current.held_since or record.submitted_at
     if since is None:
         return 0.0
-    return round(max(0.0, (now - since).total_seconds()) * scaling.nodes, 1)
+    return round(max(0.0, (now - since).total_seconds()) * cfg.group_nodes, 1)
 
 
 def job_outcome(

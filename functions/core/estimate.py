@@ -11,13 +11,15 @@ measured rate for the tiny model (bench/local_e2e.py) is used, and nothing else 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
-from typing import get_args
+from typing import Any, get_args
 
 from pydantic import BaseModel
 
 from functions.core.advice import KNOWN_ROWS
 from functions.core.config import CapacityKind, RunConfig
+from functions.core.sweep import candidates, trial_config
 
 # Dense bf16 peak per GPU, TFLOP/s (vendor datasheets: B200 2.25 PF, H100/H200 989 TF, A100 312 TF, L4 121 TF).
 PEAK_TFLOPS = {"B200": 2250.0, "H200": 989.0, "H100": 989.0, "A100": 312.0, "L4": 121.0}
@@ -44,6 +46,8 @@ class Estimate(BaseModel):
     node_hours: Span | None = None
     costs: dict[str, Span] = {}  # capacity kind -> cost range at the deployment's prices
     basis: str  # how the throughput was had
+    trials: int | None = None  # a sweep's: every figure above is for all of them, each run to its end
+    concurrent: int | None = None
 
     @property
     def upper_cost(self) -> float | None:
@@ -51,6 +55,11 @@ class Estimate(BaseModel):
 
     def lines(self) -> list[str]:
         said = [f"estimate: {self.nodes} x {self.hardware} from {' or '.join(self.capacity)}"]
+        if self.trials:
+            said.append(
+                f"  sweep     {self.trials} trials, {self.concurrent} at once, each run to its end "
+                "(ASHA's early stops only lower it)"
+            )
         if self.samples is None or self.train_s is None:
             said.append("  training  unknown: the dataset's size is not known here (set dataset.max_samples)")
         else:
@@ -80,7 +89,63 @@ def rows_of(cfg: RunConfig, counted: int | None = None) -> int | None:
 
 def estimate(cfg: RunConfig, prices: Mapping[str, float], rows: int | None = None) -> Estimate:
     """`prices`: node-hour price by capacity kind (a kind not there has no cost figure); `rows`: the dataset's
-    rows where they were counted (validate reads a local dataset), else what the config says."""
+    rows where they were counted (validate reads a local dataset), else what the config says. A sweep's is its
+    trials' together: each trial estimated at the draws that train least and most, all of them run to the end."""
+    if cfg.sweep is None:
+        return _one_run(cfg, prices, rows)
+    sweep = cfg.sweep
+    low, high = (_one_run(trial_config(cfg, _extreme(cfg, most)), prices, rows) for most in (False, True))
+    waves = math.ceil(sweep.trials / sweep.concurrent)
+
+    def spans(a: Span | None, b: Span | None, times: int) -> Span | None:
+        return None if a is None or b is None else (a[0] * times, b[1] * times)
+
+    return high.model_copy(
+        update={
+            "nodes": cfg.group_nodes,
+            "train_s": spans(low.train_s, high.train_s, waves),
+            "startup_s": (high.startup_s[0], high.startup_s[1] * waves),
+            "node_hours": spans(low.node_hours, high.node_hours, sweep.trials),
+            "costs": {
+                kind: (low.costs[kind][0] * sweep.trials, span[1] * sweep.trials) for kind, span in high.costs.items()
+            },
+            "samples": None if high.samples is None else high.samples * sweep.trials,
+            "trials": sweep.trials,
+            "concurrent": sweep.concurrent,
+        }
+    )
+
+
+def over_budget(cfg: RunConfig, expected: Estimate) -> str | None:
+    """Why a sweep is refused by its own sweep.max_cost (None: it has none, or is within it)."""
+    if cfg.sweep is None or cfg.sweep.max_cost is None:
+        return None
+    upper = expected.upper_cost
+    if upper is not None and upper <= cfg.sweep.max_cost:
+        return None
+    why = (
+        "no estimate of its cost (no node-hour price for its capacity)"
+        if upper is None
+        else f"its upper estimate is {upper:.2f}"
+    )
+    return f"sweep.max_cost: {why}, above {cfg.sweep.max_cost:g}"
+
+
+def _extreme(cfg: RunConfig, most: bool) -> dict[str, Any]:
+    """The draw of each swept field whose trial trains most (or least) by the estimate."""
+    assert cfg.sweep is not None
+    chosen: dict[str, Any] = {}
+    for path, dimension in cfg.sweep.space.items():
+
+        def longest(value: Any, path: str = path) -> float:
+            span = _one_run(trial_config(cfg, {path: value}), {}).train_s
+            return span[1] if span else 0.0
+
+        chosen[path] = (max if most else min)(candidates(dimension), key=longest)
+    return chosen
+
+
+def _one_run(cfg: RunConfig, prices: Mapping[str, float], rows: int | None = None) -> Estimate:
     s, t = cfg.scaling, cfg.training
     kinds = [o.kind for o in s.capacity] if s.capacity else ["reservation" if s.reservation else "on-demand"]
     rows = rows_of(cfg, rows)

@@ -21,7 +21,7 @@ import yaml
 from functions.core import computeclass
 from functions.core.allocation import group_name
 from functions.core.config import RunConfig
-from functions.core.result import WORKER_RESOURCE_ENV
+from functions.core.result import TRIAL_DRIVER_RESOURCE, TRIAL_DRIVERS, WORKER_RESOURCE_ENV
 
 MANAGED_BY = {"app.kubernetes.io/managed-by": "raytune"}
 RUN_LABEL = "raytune.dev/run-id"
@@ -146,6 +146,12 @@ def _worker_resources(cfg: RunConfig) -> dict[str, Any]:
     return {"requests": dict(amounts), "limits": dict(amounts)}
 
 
+def _start_resources(resources: dict[str, int]) -> str:
+    """rayStartParams values reach `ray start --resources=...` through a shell: a quoted JSON string, as in
+    KubeRay's docs ('"{\"Custom1\": 1}"'); the group-level `resources` field is newer than KubeRay 1.3."""
+    return '"' + json.dumps(resources).replace('"', '\\"') + '"'
+
+
 def worker_group(cfg: RunConfig, run_id: str, replicas: int, code_paths: list[str], code_hash: str) -> dict[str, Any]:
     """One run's worker group: its nodes, each advertising the run's own Ray resource (one unit per training
     worker it hosts), so Ray Train places the run's workers on its nodes only and the group can go with the run."""
@@ -159,13 +165,10 @@ def worker_group(cfg: RunConfig, run_id: str, replicas: int, code_paths: list[st
         worker_spec["nodeSelector"] = selector
     if tolerations := computeclass.tolerations(cfg.scaling):
         worker_spec["tolerations"] = tolerations
-    # rayStartParams values reach `ray start --resources=...` through a shell: a quoted JSON string, as in
-    # KubeRay's docs ('"{\"Custom1\": 1}"'); the group-level `resources` field is newer than KubeRay 1.3.
-    resources = json.dumps({group: cfg.scaling.gpus_per_node or 1})
     return {
         "groupName": group,
         **_sized(replicas),
-        "rayStartParams": {"resources": '"' + resources.replace('"', '\\"') + '"'},
+        "rayStartParams": {"resources": _start_resources({group: cfg.scaling.gpus_per_node or 1})},
         "template": {
             "metadata": {"labels": {RUN_LABEL: run_id}, "annotations": {CODE_HASH_ANNOTATION: code_hash}},
             "spec": worker_spec,
@@ -206,7 +209,11 @@ def ray_cluster(
         "spec": {
             "rayVersion": cluster.ray_version,
             "headGroupSpec": {
-                "rayStartParams": {"dashboard-host": "0.0.0.0"},
+                # The head hosts a sweep's trial drivers (trainer/sweep.py): each asks for one of these.
+                "rayStartParams": {
+                    "dashboard-host": "0.0.0.0",
+                    "resources": _start_resources({TRIAL_DRIVER_RESOURCE: TRIAL_DRIVERS}),
+                },
                 "template": {
                     "metadata": {"annotations": {CODE_HASH_ANNOTATION: code_hash}},
                     "spec": {
@@ -353,10 +360,10 @@ def assemble(
     job: str | None = None,
 ) -> RunObjects:
     """Every object of a run's launch: `groups` the RayCluster's groups and sizes (default: the run's own alone,
-    at scaling.nodes), the others as `seen` on the cluster; `owner` the deployment (None: rendered for none);
+    at group_nodes), the others as `seen` on the cluster; `owner` the deployment (None: rendered for none);
     `hf_token` None leaves the Secret out (`raytune render` never prints it); `job` the attempt's RayJob name."""
     own_name = group_name(run_id)
-    groups = {own_name: cfg.scaling.nodes} if groups is None else groups
+    groups = {own_name: cfg.group_nodes} if groups is None else groups
     own = worker_group(cfg, run_id, groups.get(own_name, 0), list(files), code_hash)
     return RunObjects(
         code=code_configmap(cfg, files, code_hash),

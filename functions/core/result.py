@@ -4,12 +4,18 @@ imports nothing but pydantic."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import BaseModel, ConfigDict
 
 # The champion at submission, given to the trainer (JSON {"run_id", "adapter_path"}): the baseline it
 # evaluates against and, with training.init_adapter "champion", its warm start.
 CHAMPION_ENV = "RAYTUNE_CHAMPION"
 WORKER_RESOURCE_ENV = "RAYTUNE_WORKER_RESOURCE"  # the run's own Ray resource (its worker group's): workers ask for 1
+# The Ray head's resource for a sweep's trial drivers (Ray Tune's trial processes, each driving one Ray Train
+# run): one each, so they run beside the job's driver, never on a worker group's CPUs.
+TRIAL_DRIVER_RESOURCE = "raytune-trial-driver"
+TRIAL_DRIVERS = 64  # sweep.concurrent's limit
 
 
 class Lenient(BaseModel):
@@ -64,6 +70,31 @@ class Evaluation(Lenient):
         return float(old - new if metric in LOWER_WINS else new - old)
 
 
+class TrialResult(Lenient):
+    """One trial of a sweep: its values, how it ended, and its sweep metric at each evaluation."""
+
+    trial_id: str
+    params: dict[str, Any]  # dotted field -> the value this trial trained with
+    state: str  # finished | stopped (early, by the scheduler) | failed | unfinished
+    metric: float | None = None  # the sweep's metric: a finished trial's final adapter's, else its last reported
+    history: list[dict[str, float]] = []  # at each evaluation: step, and the losses reported there
+    stopped_at_step: int | None = None  # the step of its last evaluation, where the scheduler stopped it
+    wall_seconds: float | None = None
+    node_seconds: float | None = None  # the nodes it held (scaling.nodes) x its time: what a trial is charged on
+    gpu_seconds: float | None = None  # its GPUs (scaling.nodes x gpus_per_node) x its time; 0 on CPU
+    adapter_path: str | None = None
+    error: str | None = None
+
+
+class SweepResult(Lenient):
+    metric: str  # what ranked the trials
+    mode: str  # min | max
+    stopped_on: str | None = None  # the metric the scheduler compared trials on at each evaluation (None: none)
+    best_trial: str | None = None  # its adapter is the run's adapter_path
+    trials: list[TrialResult] = []
+    report_path: str | None = None  # sweep.html: the trials as a table and plots
+
+
 class RunResult(Lenient):
     run_id: str | None = None
     name: str | None = None
@@ -85,6 +116,7 @@ class RunResult(Lenient):
     # Where the job's own time went, phase by phase in order (seconds): the driver's (preflight, starting the
     # workers) and rank 0's (loading the model, preparing the samples, training, the final report).
     timings: dict[str, float] = {}
+    sweep: SweepResult | None = None  # a sweep's trials; the fields above are then its best trial's
 
 
 # Progress lines: rank 0 of the trainer prints `RAYTUNE_PROGRESS {...}` at every log and evaluation.
@@ -100,6 +132,7 @@ class Phase(Lenient):
 
 
 class Progress(Lenient):
+    trial: str | None = None  # a sweep's trial it is of
     step: int
     max_steps: int
     epoch: float | None = None

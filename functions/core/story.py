@@ -9,6 +9,7 @@ from __future__ import annotations
 from functions.core import joblog
 from functions.core.result import Phase, Progress
 from functions.core.runs import RunRecord, State
+from functions.core.sweep import trial_lines
 
 # What a command that follows a run to its end exits with (README, "Exit codes").
 EXIT_CODES = {State.SUCCEEDED: 0, State.SKIPPED: 0, State.FAILED: 1, State.REJECTED: 2, State.CANCELLED: 3}
@@ -22,7 +23,8 @@ def exit_code(state: State) -> int:
 
 
 def progress_line(event: Progress) -> str:
-    parts = [f"step {event.step}/{event.max_steps}"]
+    parts = [event.trial] if event.trial else []
+    parts.append(f"step {event.step}/{event.max_steps}")
     if event.epoch is not None:
         parts.append(f"epoch {event.epoch:.2f}")
     if event.loss is not None:
@@ -42,7 +44,7 @@ class Story:
 
     def _new_job(self) -> None:
         self.log_seen = 0
-        self.steps: set[tuple[int, bool]] = set()  # a restarted worker retrains steps after its checkpoint
+        self.steps: set[tuple[str | None, int, bool]] = set()  # a restarted worker retrains steps after its checkpoint
         self.opened: set[str] = set()
         self.closed: set[str] = set()
         self.failures = 0
@@ -76,7 +78,7 @@ class Story:
         lines = []
         for event in events:
             if isinstance(event, Progress):
-                key = (event.step, event.eval_loss is not None)
+                key = (event.trial, event.step, event.eval_loss is not None)
                 if key not in self.steps:
                     self.steps.add(key)
                     lines.append("  " + progress_line(event))
@@ -121,6 +123,8 @@ def summary(record: RunRecord, wall_s: float | None = None, record_path: str | N
                 )
             )
             lines.append(f"  report           {e.report_path}")
+        if result.sweep is not None:
+            lines += trial_lines(result.sweep)
         if metrics.tokens_per_second:
             lines.append(
                 f"  throughput       {metrics.tokens_per_second:.0f} tokens/s, "

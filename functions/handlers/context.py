@@ -62,7 +62,7 @@ class Context:
                 continue
             full = cfg.cluster  # every field of the spec, as the runs gave it (the object's name has four)
             admitted = record.state in (State.PROVISIONING, State.SUBMITTED, State.RUNNING)
-            live.append(allocation.LiveRun(record.run_id, cfg.scaling.nodes, record.created_at, admitted))
+            live.append(allocation.LiveRun(record.run_id, cfg.group_nodes, record.created_at, admitted))
         workers = self.platform.workers(full)
         rebuilt = allocation.rebuilt(full, live, workers.stamp if workers else 0, self.clock())
         what = (

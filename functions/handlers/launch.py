@@ -25,7 +25,7 @@ from functions.core.config import ConfigError, RunConfig
 from functions.core.config_file import MAX_CONFIG_BYTES, parse_config
 from functions.core.decide import Facts
 from functions.core.errors import Conflict, NotFound, PermanentError, TooLarge, Unreadable, describe
-from functions.core.estimate import estimate
+from functions.core.estimate import estimate, over_budget
 from functions.core.runs import RunRecord, State, Transition
 from functions.core.secrets import redact
 from functions.handlers import steps
@@ -150,6 +150,7 @@ def receive(ctx: Context, request: events.LaunchRequest) -> tuple[RunRecord, boo
         errors.append(why)
     raw: bytes | dict[str, Any] | None = None
     cfg: RunConfig | None = None
+    expected = None
     if not errors:
         try:
             if request.config is not None:
@@ -159,6 +160,9 @@ def receive(ctx: Context, request: events.LaunchRequest) -> tuple[RunRecord, boo
                 raw = ctx.read_uri(request.config_uri, limit=MAX_CONFIG_BYTES)
             cfg = policy.fixed(parse_config(raw, request.config_format).with_storage(ctx.settings.default_storage))
             errors.extend(ctx.settings.violations(cfg))
+            expected = estimate(cfg, ctx.settings.prices)
+            if why := over_budget(cfg, expected):
+                errors.append(why)
         except NotFound:
             errors.append(f"{request.config_uri} does not exist")
         except TooLarge:
@@ -180,7 +184,7 @@ def receive(ctx: Context, request: events.LaunchRequest) -> tuple[RunRecord, boo
         reason=reason,
         errors=errors,
         warnings=advice.right_sizing(cfg) if cfg and not errors else [],
-        estimate=estimate(cfg, ctx.settings.prices) if cfg and not errors else None,
+        estimate=expected if not errors else None,
         history=[Transition(state=state, at=now, reason=reason)],
     )
     # Marked before the record exists: a crash in between leaves the watcher a trail, never a lost run. A marker

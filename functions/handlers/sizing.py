@@ -53,7 +53,7 @@ def admit(ctx: Context, record: RunRecord, cfg: RunConfig) -> Admission:
         return allocation.admit(
             alloc,
             record.run_id,
-            cfg.scaling.nodes,
+            cfg.group_nodes,
             record.arrived,
             cfg.cluster,
             cfg.cluster.idle_delete_seconds,

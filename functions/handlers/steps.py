@@ -11,7 +11,7 @@ from functions.core import decide as decisions
 from functions.core.config import RunConfig
 from functions.core.decide import Action, Facts, JobSeen, Move
 from functions.core.errors import ClusterGone, NotFound, PermanentError, TransientError, describe, is_transient
-from functions.core.result import RunResult
+from functions.core.result import RunResult, SweepResult
 from functions.core.runs import Attempt, RunRecord, State
 from functions.core.secrets import redact, redact_json
 from functions.handlers import lineage, sizing
@@ -104,7 +104,7 @@ def submit(ctx: Context, cfg: RunConfig, record: RunRecord) -> str:
     job = record.job_name
     ctx.platform.submit(cfg, record.run_id, job, {**trainer_env(ctx), **lineage.trainer_env(ctx, cfg)})
     attempt = f", attempt {record.attempt}" if record.attempt > 1 else ""
-    nodes = cfg.scaling.nodes
+    nodes = cfg.group_nodes
     # The run's own nodes (its worker group), not the RayCluster's: other runs' groups share it.
     return f"RayJob {job} on RayCluster {cfg.cluster.ray_cluster} ({nodes} worker node{'s' * (nodes != 1)} of its own{attempt})"
 
@@ -112,7 +112,7 @@ def submit(ctx: Context, cfg: RunConfig, record: RunRecord) -> str:
 def nodes(ctx: Context, cfg: RunConfig, record: RunRecord, job: dict[str, Any] | None) -> dict[str, str] | None:
     """A running job's nodes and where they came from, read until all of them are known (then not again: a tick
     stays one status read per run)."""
-    if job is None or job.get("jobStatus") != "RUNNING" or len(record.nodes) >= cfg.scaling.nodes:
+    if job is None or job.get("jobStatus") != "RUNNING" or len(record.nodes) >= cfg.group_nodes:
         return None
     return best_effort(record.run_id, "its nodes", lambda: ctx.platform.worker_nodes(cfg, record.run_id), None)
 
@@ -293,7 +293,18 @@ def finished_event(record: RunRecord) -> dict[str, Any]:
         "attempts": [a.model_dump(mode="json") for a in record.attempts] or None,
         "nodes": record.nodes or None,
         "queue_position": record.queue_position,
+        "sweep": sweep_of(result.sweep, record.cost) if result.sweep else None,
     }
+
+
+def sweep_of(sweep: SweepResult, cost: float | None) -> dict[str, Any]:
+    """A sweep's trials for the event, each with its share of the run's cost (by the node-seconds it held)."""
+    said = sweep.model_dump(mode="json", exclude_none=True)
+    held = sum(t.node_seconds or 0.0 for t in sweep.trials)
+    if cost is not None and held:
+        for trial, told in zip(sweep.trials, said["trials"], strict=True):
+            told["cost"] = round(cost * (trial.node_seconds or 0.0) / held, 2)
+    return said
 
 
 def settle(ctx: Context, record: RunRecord) -> RunRecord:

@@ -40,7 +40,7 @@ from functions.core.allocation import group_name
 from functions.core.config import ClusterSpec, RunConfig
 from functions.core.errors import NotFound, PermanentError, TransientError, from_status
 from functions.core.platform import ClusterReadiness, RayObject, Workers
-from functions.core.result import WORKER_RESOURCE_ENV
+from functions.core.result import TRIAL_DRIVER_RESOURCE, TRIAL_DRIVERS, WORKER_RESOURCE_ENV
 from functions.local import emulators, session
 from trainer.codehash import ROOT, code_files, code_sha256
 
@@ -102,10 +102,10 @@ def machine_gpus() -> int:
 def check_fits(cfg: RunConfig, gpus: int) -> None:
     """A GPU config must fit this machine's GPUs; say what would."""
     scaling = cfg.scaling
-    wanted = scaling.nodes * scaling.gpus_per_node
+    wanted = cfg.group_nodes * scaling.gpus_per_node
     if wanted > gpus:
         raise PermanentError(
-            f"scaling asks for {scaling.nodes} x {scaling.gpus_per_node} GPUs; this machine has {gpus}: "
+            f"the run asks for {cfg.group_nodes} x {scaling.gpus_per_node} GPUs; this machine has {gpus}: "
             + (
                 "set scaling.gpus_per_node to 0 for a CPU run"
                 if gpus == 0
@@ -278,6 +278,7 @@ class LocalRay:
                 "--head",
                 f"--port={port}",
                 "--num-cpus=0",
+                f"--resources={json.dumps({TRIAL_DRIVER_RESOURCE: TRIAL_DRIVERS})}",
                 f"--dashboard-port={self.dashboard_port}",
                 f"--ray-client-server-port={client_port}",
                 f"--temp-dir={self.ray_tmp}",

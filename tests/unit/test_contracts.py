@@ -52,4 +52,5 @@ def test_the_trainer_ships_only_the_shared_contracts_and_what_they_import():
         "functions/core/config.py",
         "functions/core/result.py",
         "functions/core/gpu_shapes.py",  # config.py: which machine types carry each accelerator
+        "functions/core/sweep.py",  # config.py's sweep section; the trainer draws each trial's config with it
     }

@@ -6,7 +6,15 @@ from __future__ import annotations
 import pytest
 
 from functions.core.config import RunConfig
-from functions.core.estimate import CPU_TINY_SAMPLES_S, MFU, PEAK_TFLOPS, SAMPLE_TFLOP, estimate, price_list
+from functions.core.estimate import (
+    CPU_TINY_SAMPLES_S,
+    MFU,
+    PEAK_TFLOPS,
+    SAMPLE_TFLOP,
+    estimate,
+    over_budget,
+    price_list,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -54,3 +62,28 @@ def test_a_cpu_run_costs_nothing_and_its_time_is_the_measured_rate():
     found = estimate(cfg, {"on-demand": 80.0})
     assert found.samples == 48 and found.costs == {} and found.node_hours is None
     assert found.train_s == pytest.approx((48 / (2 * CPU_TINY_SAMPLES_S[1]), 48 / (2 * CPU_TINY_SAMPLES_S[0])))
+
+
+def test_a_sweep_is_all_its_trials_run_to_their_end_at_the_draws_that_train_most():
+    sweep = {"space": {"training.epochs": {"kind": "choice", "values": [1, 3]}}, "trials": 6, "concurrent": 2}
+    cfg = config(scaling={"nodes": 1}, dataset={"max_samples": 1000, "eval_fraction": 0.1}, sweep=sweep)
+    found = estimate(cfg, {"on-demand": 100.0})
+    longest = estimate(
+        config(scaling={"nodes": 1}, dataset={"max_samples": 1000, "eval_fraction": 0.1}, training={"epochs": 3}),
+        {"on-demand": 100.0},
+    )
+    shortest = estimate(
+        config(scaling={"nodes": 1}, dataset={"max_samples": 1000, "eval_fraction": 0.1}, training={"epochs": 1}),
+        {"on-demand": 100.0},
+    )
+    assert found.nodes == 2 and (found.trials, found.concurrent) == (6, 2)  # a node a trial, 2 at once
+    assert found.node_hours == pytest.approx((shortest.node_hours[0] * 6, longest.node_hours[1] * 6))
+    assert found.upper_cost == pytest.approx(longest.upper_cost * 6)
+    assert found.train_s == pytest.approx((shortest.train_s[0] * 3, longest.train_s[1] * 3))  # 3 waves of 2
+    assert "sweep     6 trials, 2 at once" in "\n".join(found.lines())
+    assert over_budget(cfg, found) is None  # no cap
+    capped = cfg.model_copy(update={"sweep": cfg.sweep.model_copy(update={"max_cost": found.upper_cost - 1})})
+    assert (
+        over_budget(capped, found)
+        == f"sweep.max_cost: its upper estimate is {found.upper_cost:.2f}, above {found.upper_cost - 1:g}"
+    )

@@ -47,7 +47,8 @@ def test_reference_cluster_follows_the_recipe():
     _, cluster, job = render_reference()
     head = cluster["spec"]["headGroupSpec"]
     container = head["template"]["spec"]["containers"][0]
-    assert head["rayStartParams"] == {"dashboard-host": "0.0.0.0"}
+    # The head also hosts a sweep's trial drivers: a resource of its own for them, quoted for KubeRay's shell.
+    assert head["rayStartParams"] == {"dashboard-host": "0.0.0.0", "resources": '"{\\"raytune-trial-driver\\": 64}"'}
     assert {p["containerPort"] for p in container["ports"]} == {6379, 8265, 10001}
     assert (
         container["resources"]["requests"]
