@@ -15,19 +15,23 @@ from functions.core.result import PHASE_MARKER, PROGRESS_MARKER
 KEPT = ("loss", "eval_loss", "learning_rate", "grad_norm", "mean_token_accuracy")
 
 
-def progress_line(step: int, max_steps: int, epoch: float | None, logs: dict[str, Any], elapsed_s: float) -> str:
+def progress_line(
+    step: int, max_steps: int, epoch: float | None, logs: dict[str, Any], elapsed_s: float, trial: str | None = None
+) -> str:
     event: dict[str, Any] = {"step": step, "max_steps": max_steps, "epoch": epoch, "elapsed_s": round(elapsed_s, 1)}
+    if trial:
+        event["trial"] = trial
     event.update({key: logs[key] for key in KEPT if isinstance(logs.get(key), (int, float))})
     if 0 < step < max_steps:
         event["eta_s"] = round(elapsed_s / step * (max_steps - step), 1)
     return PROGRESS_MARKER + json.dumps(event, sort_keys=True)
 
 
-def callback() -> Any:
+def callback(trial: str | None = None) -> Any:
     from transformers import TrainerCallback
 
     class ProgressCallback(TrainerCallback):
-        """Prints a progress line on the main process at every log and evaluation."""
+        """Prints a progress line on the main process at every log and evaluation (naming a sweep's trial)."""
 
         def __init__(self) -> None:
             self.started = time.monotonic()
@@ -38,7 +42,7 @@ def callback() -> Any:
         def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kwargs: Any) -> None:
             if state.is_world_process_zero and logs and any(key in logs for key in ("loss", "eval_loss")):
                 line = progress_line(
-                    state.global_step, state.max_steps, state.epoch, logs, time.monotonic() - self.started
+                    state.global_step, state.max_steps, state.epoch, logs, time.monotonic() - self.started, trial
                 )
                 print(line, flush=True)
 

@@ -43,6 +43,7 @@ NOTICE_TIMEOUT_S = 30
 # twice, once from the worker's stdout and once from its stderr. Off, a print is one line; Ray Train passes the
 # setting from the driver to its controller and workers.
 PRINT_PATCH_ENV = "RAY_TRAIN_ENABLE_PRINT_PATCH"
+DEDUP_LOGS_ENV = "RAY_DEDUP_LOGS"
 
 
 def check_code(expected: str | None, root: Path = ROOT, wait_s: float = CODE_WAIT_S) -> None:
@@ -240,7 +241,7 @@ def _train(loop_config: dict, cfg: RunConfig, context: Any, timeline: Any, sourc
         peft_config=None if init else models.lora_config(cfg.lora),
     )
     trainer.add_callback(_report_callback())
-    trainer.add_callback(progress.callback())
+    trainer.add_callback(progress.callback(loop_config.get("trial")))
     if (checkpoints := _preemption_checkpoints(cfg, model)) is not None:
         trainer.add_callback(checkpoints)
     trainer = prepare_trainer(trainer)
@@ -340,7 +341,7 @@ class FinalAdapter:
 # --- driver -------------------------------------------------------------------------------------
 
 
-def ray_train_configs(cfg: RunConfig, run_id: str):
+def ray_train_configs(cfg: RunConfig, run_id: str, callbacks: list | None = None):
     import ray.train
 
     from trainer.storage import filesystem
@@ -365,6 +366,7 @@ def ray_train_configs(cfg: RunConfig, run_id: str):
         storage_filesystem=storage,
         failure_config=ray.train.FailureConfig(max_failures=scaling.max_failures),
         checkpoint_config=ray.train.CheckpointConfig(num_to_keep=None),
+        callbacks=callbacks,
     )
     return scaling_config, run_config
 
@@ -478,8 +480,6 @@ def run(cfg: RunConfig, run_id: str) -> RunResult:
     import ray
 
     from trainer import preflight, progress
-    from trainer.ray_trainer import DataParallelTrainerWithoutHelpers
-    from trainer.torch_backend import TorchBackendConfig
 
     started = time.monotonic()
     timeline = progress.Timeline()
@@ -487,20 +487,48 @@ def run(cfg: RunConfig, run_id: str) -> RunResult:
         preflight.check(cfg.model, cfg.dataset)
     with timeline.phase("connecting to Ray"):
         ray.init(ignore_reinit_error=True, log_to_driver=True)
-    scaling_config, run_config = ray_train_configs(cfg, run_id)
+    os.environ.setdefault(PRINT_PATCH_ENV, "0")
+    # The champion to warm-start from and evaluate against: the driver's environment, not every worker's.
+    champion = json.loads(os.environ[CHAMPION_ENV]) if os.environ.get(CHAMPION_ENV) else None
+    if cfg.sweep is not None:
+        from trainer import sweep
+
+        summary = sweep.run(cfg, run_id, champion, timeline)
+    else:
+        summary = fit(cfg, run_id, champion, timeline)
+    summary.wall_seconds = time.monotonic() - started
+    write_result(summary, cfg, run_id)
+    return summary
+
+
+def fit(
+    cfg: RunConfig,
+    run_id: str,
+    champion: dict | None,
+    timeline: Any,
+    callbacks: list | None = None,
+    trial: bool = False,
+) -> RunResult:
+    """One Ray Train run of `cfg` as `run_id` under its storage_path, to its summary (result.json's contents):
+    a run's, or a sweep's `trial` (`callbacks` then hand its reports to Ray Tune; its progress lines name it)."""
+    from trainer import progress
+    from trainer.ray_trainer import DataParallelTrainerWithoutHelpers
+    from trainer.torch_backend import TorchBackendConfig
+
+    started = time.monotonic()
+    scaling_config, run_config = ray_train_configs(cfg, run_id, callbacks)
     starting = f"starting {cfg.scaling.num_workers} workers"
     timeline.begun(starting)
     loop_config = {
         "config": cfg.model_dump(mode="json"),
         "run_id": run_id,
-        # The champion to warm-start from and evaluate against: the driver's environment, not every worker's.
-        "champion": json.loads(os.environ[CHAMPION_ENV]) if os.environ.get(CHAMPION_ENV) else None,
+        "champion": champion,
+        "trial": run_id if trial else None,
         # Where each node's workers build tiny://gemma3 (a hub model loads from its id).
         "tiny_folder": os.path.join(tempfile.gettempdir(), f"tiny-gemma3-{run_id}-{uuid.uuid4().hex[:8]}"),
         "starting": starting,  # rank 0 ends this phase: its loop has begun
         "fit_started": time.time(),
     }
-    os.environ.setdefault(PRINT_PATCH_ENV, "0")
     # TorchTrainer with its torch backend configured here without torch (trainer/torch_backend.py), and without
     # the two helper actors it would start for nothing here (trainer/ray_trainer.py)
     trainer = DataParallelTrainerWithoutHelpers(
@@ -511,7 +539,7 @@ def run(cfg: RunConfig, run_id: str) -> RunResult:
         run_config=run_config,
     )
     result = trainer.fit()
-    before, after = dict(timeline.seconds), progress.Timeline()
+    before, after = dict(timeline.seconds), progress.Timeline(shown=timeline.shown)
     if reported_at := result.metrics.get("final", {}).get("reported_at"):
         after.ended("storing the adapter and stopping the workers", time.time() - reported_at)
     with after.phase("pruning the checkpoints"):
@@ -520,7 +548,6 @@ def run(cfg: RunConfig, run_id: str) -> RunResult:
     summary = summarize(result, cfg, run_id, time.monotonic() - started, checkpoints, score)
     # In the order they ran: the driver's start, the workers' phases (rank 0's), the driver's end.
     summary.timings = {**before, **summary.timings, **after.seconds}
-    write_result(summary, cfg, run_id)
     return summary
 
 
@@ -536,6 +563,10 @@ def main(argv: list[str] | None = None) -> int:
     if not cfg.storage_path:
         parser.error("the config has no storage_path (the controller fills it in)")
     check_code(os.environ.get("RAYTUNE_CODE_SHA256"))
+    if cfg.sweep is not None:
+        # Ray folds lines that differ only in their numbers into one, so the trials' progress lines would be lost;
+        # read when Ray is imported.
+        os.environ.setdefault(DEDUP_LOGS_ENV, "0")
     try:
         summary = run(cfg, args.run_id)
     except BaseException:

@@ -1,0 +1,285 @@
+"""A sweep's driver: Ray Tune's Tuner runs the config's trials on the run's worker group, each trial the
+trainer's own Ray Train run (train.fit) whose reports reach Tune through Ray's TuneReportCallback.
+
+- Draws: Tune's BasicVariantGenerator over the config's space, seeded by sweep.seed.
+- Early stopping: Tune's ASHA on the loss reported at each evaluation (a trial stopped early has no adapter).
+- Storage, under the run's: the Tune experiment at <storage>/<run_id>/ (its state, every trial's reports), each
+  trial's Ray Train run at <storage>/<run_id>/trials/<trial_id>/ with its own result.json, and the run's
+  result.json (the best finished trial's, with every trial's summary) at <storage>/<run_id>/result.json.
+- Failures: a trial that fails past its Ray Train restarts (scaling.max_failures: a lost node) starts again, up
+  to scaling.max_attempts in all, and resumes from its last checkpoint (its Ray Train run, named by the trial's
+  number, restores it); the others go on. A trial failed past those fails the job once the rest have ended;
+  the controller's next attempt (lost nodes) or `raytune retry` restores the experiment: finished and stopped
+  trials are not run again, a failed or interrupted one resumes from its last checkpoint.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import Any
+
+from functions.core.config import RunConfig
+from functions.core.result import TRIAL_DRIVER_RESOURCE, RunResult, SweepResult, TrialResult
+from functions.core.sweep import Choice, LogUniform, RandInt, SweepSpec, Uniform, trial_config
+from trainer import train
+
+TRIALS_DIR = "trials"
+TRIAL_KEY = "trial"  # each trial's number in the search space
+HISTORY_KEYS = ("eval_loss", "loss")
+# A trial's last report (its adapter, with no loss in it) would otherwise fail Tune's check that every report
+# carries the scheduler's metric.
+STRICT_METRICS_ENV = "TUNE_DISABLE_STRICT_METRIC_CHECKING"
+# How often Tune saves the experiment's state (its default: every 10 s at least), all a later attempt resumes from.
+STATE_PERIOD_ENV, STATE_PERIOD_S = "TUNE_GLOBAL_CHECKPOINT_S", "2"
+
+
+class TrialFailed(RuntimeError):
+    """A trial failed past its restarts: the sweep's job fails with its cause once the others have ended, and
+    the next attempt resumes the sweep (the failed trial from its last checkpoint)."""
+
+
+def search_space(sweep: SweepSpec) -> dict[str, Any]:
+    """The swept fields' distributions, and each trial's number (a grid of them, one trial each): the name its
+    Ray Train run, checkpoints and result keep across attempts, whatever id Tune gives a restarted trial."""
+    from ray import tune
+
+    def domain(dimension: Any) -> Any:
+        if isinstance(dimension, LogUniform):
+            return tune.loguniform(dimension.low, dimension.high)
+        if isinstance(dimension, Uniform):
+            return tune.uniform(dimension.low, dimension.high)
+        if isinstance(dimension, RandInt):
+            return tune.randint(dimension.low, dimension.high + 1)  # Tune's upper end is exclusive
+        assert isinstance(dimension, Choice)
+        return tune.choice(dimension.values)
+
+    space = {path: domain(dimension) for path, dimension in sweep.space.items()}
+    return {**space, TRIAL_KEY: tune.grid_search(list(range(sweep.trials)))}
+
+
+def trial_name(params: dict[str, Any]) -> str:
+    return f"trial-{int(params[TRIAL_KEY]):03d}"
+
+
+def drawn(params: dict[str, Any]) -> dict[str, Any]:
+    """A trial's values of the swept fields (JSON's types: Tune's draws are numpy's)."""
+    return {key: value.item() if hasattr(value, "item") else value for key, value in params.items() if key != TRIAL_KEY}
+
+
+def variants(sweep: SweepSpec) -> Any:
+    """Ray Tune's generator of the trials, seeded, at most sweep.concurrent live, and resumable: restored, it
+    forgets the trials live in the earlier attempt (none is; Tune itself requeues those it restores) and that it
+    was told to stop, which it would otherwise wait for forever and so begin none of the trials left."""
+    from ray.tune.search.basic_variant import BasicVariantGenerator
+
+    class ResumableVariants(BasicVariantGenerator):
+        def set_state(self, state: dict) -> None:
+            super().set_state(state)
+            self._live_trials: set[str] = set()
+            self._finished = False  # its trials' iterator says when they are all begun
+
+    return ResumableVariants(max_concurrent=sweep.concurrent, random_state=sweep.seed)
+
+
+def trials_config(cfg: RunConfig, run_id: str, params: dict[str, Any]) -> RunConfig:
+    """A trial's config: the run's with the trial's values, training under the run's trials folder."""
+    storage = f"{train.storage_of(cfg).rstrip('/')}/{run_id}/{TRIALS_DIR}"
+    return trial_config(cfg, params).model_copy(update={"storage_path": storage})
+
+
+def trainable(cfg: RunConfig, run_id: str, champion: dict | None) -> Any:
+    def trial(params: dict[str, Any]) -> None:
+        from ray.tune.integration.ray_train import TuneReportCallback
+
+        from trainer import progress
+
+        # Ray Train takes it from the process that starts the run: here the trial's, not the job's driver.
+        os.environ.setdefault(train.PRINT_PATCH_ENV, "0")
+        trial_id = trial_name(params)
+        trained = trials_config(cfg, run_id, drawn(params))
+        if finished(trained, trial_id) is not None:  # ended after Tune last saved its state, before a lost node
+            print(f"{trial_id}: finished in an earlier attempt, not trained again", flush=True)
+            return
+        print(f"{trial_id}: {describe(drawn(params))}", flush=True)
+        summary = train.fit(
+            trained, trial_id, champion, progress.Timeline(shown=False), [TuneReportCallback()], trial=True
+        )
+        train.write_result(summary, trained, trial_id)
+
+    # The trial's process only drives its Ray Train run, on the head: the workers hold the group's CPUs and GPUs.
+    from ray import tune
+
+    return tune.with_resources(trial, {"CPU": 0, TRIAL_DRIVER_RESOURCE: 1})
+
+
+def run(cfg: RunConfig, run_id: str, champion: dict | None, timeline: Any) -> RunResult:
+    from ray import tune
+    from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
+
+    from trainer.storage import filesystem
+
+    sweep = cfg.sweep
+    assert sweep is not None
+    os.environ[STRICT_METRICS_ENV] = "1"
+    os.environ.setdefault(STATE_PERIOD_ENV, STATE_PERIOD_S)
+    fs, path = filesystem(train.storage_of(cfg))
+    experiment = f"{path.rstrip('/')}/{run_id}"
+    stops_on = sweep.stops_on(cfg.evaluation) if sweep.scheduler == "asha" else None
+    work = trainable(cfg, run_id, champion)
+    if tune.Tuner.can_restore(experiment, storage_filesystem=fs):
+        print(f"resuming the sweep from {experiment}", flush=True)
+        # A failed trial starts again under a new Tune id; its number names the Ray Train run, which restores
+        # its last checkpoint. (Tune's own resume of an errored function trial ends it at once.)
+        tuner = tune.Tuner.restore(experiment, work, restart_errored=True, storage_filesystem=fs)
+    else:
+        scheduler = (
+            ASHAScheduler(
+                time_attr="training_iteration",
+                metric=stops_on,
+                mode="min",
+                grace_period=sweep.grace_evaluations,
+                reduction_factor=sweep.reduction_factor,
+                max_t=10_000,
+            )
+            if stops_on
+            else FIFOScheduler()
+        )
+        tuner = tune.Tuner(
+            work,
+            param_space=search_space(sweep),
+            tune_config=tune.TuneConfig(
+                num_samples=1,  # each trial number of the grid once
+                # Tune's own max_concurrent_trials is ignored with a generator; the generator holds to it itself.
+                search_alg=variants(sweep),
+                scheduler=scheduler,
+            ),
+            run_config=tune.RunConfig(
+                name=run_id,
+                storage_path=path,
+                storage_filesystem=fs,
+                verbose=1,
+                # A trial that fails past its Ray Train restarts (a lost node) starts again, as a run's next
+                # attempt does: its Ray Train run (named by its number) restores its last checkpoint. Not
+                # fail_fast: Tune restores its "has errored" flag with the experiment and would stop a restored
+                # sweep at once.
+                failure_config=tune.FailureConfig(max_failures=cfg.scaling.max_attempts - 1),
+            ),
+        )
+    with timeline.phase(f"sweeping {sweep.trials} trials, {sweep.concurrent} at once"):
+        grid = tuner.fit()
+    trials = [trial_of(result, cfg, run_id) for result in grid]
+    if failed := [t for t in trials if t.state == "failed"]:
+        raise TrialFailed(f"trial {failed[0].trial_id} failed: {failed[0].error}")
+    summary = best_of(trials, cfg, run_id, stops_on)
+    assert summary.sweep is not None
+    summary.sweep.report_path = write_report(cfg, run_id, summary)
+    return summary
+
+
+def write_report(cfg: RunConfig, run_id: str, summary: RunResult) -> str:
+    """sweep.html in the run's folder, linking the best trial's own report; its path."""
+    from trainer.storage import filesystem
+    from trainer.sweep_report import SWEEP_REPORT_FILE, render
+
+    assert summary.sweep is not None and summary.storage_path is not None
+    folder = summary.storage_path.rstrip("/")
+    best_report = summary.evaluation.report_path if summary.evaluation else None
+    relative = best_report.removeprefix(f"{folder}/") if best_report and best_report.startswith(f"{folder}/") else None
+    page = render(run_id, cfg, summary.sweep, relative)
+    fs, path = filesystem(f"{train.storage_of(cfg).rstrip('/')}/{run_id}/{SWEEP_REPORT_FILE}")
+    with fs.open_output_stream(path) as out:
+        out.write(page.encode())
+    return f"{folder}/{SWEEP_REPORT_FILE}"
+
+
+def describe(params: dict[str, Any]) -> str:
+    return ", ".join(
+        f"{key}={value:.3g}" if isinstance(value, float) else f"{key}={value}" for key, value in params.items()
+    )
+
+
+def trial_of(result: Any, cfg: RunConfig, run_id: str) -> TrialResult:
+    """One trial's summary from Tune's result and, for a finished trial, its own result.json."""
+    params, trial_id = drawn(result.config), trial_name(result.config)
+    history = history_of(result)
+    wall = result.metrics.get("time_total_s")
+    summary = finished(trials_config(cfg, run_id, params), trial_id)
+    if summary is not None:
+        state = "finished"
+    elif result.error is not None:
+        state = "failed"
+    elif result.metrics.get("done"):
+        state = "stopped"
+    else:
+        state = "unfinished"
+    metric = cfg.sweep.ranked_by(cfg.evaluation) if cfg.sweep else "eval_loss"
+    return TrialResult(
+        trial_id=trial_id,
+        params=params,
+        state=state,
+        metric=metric_of(summary, history, metric),
+        history=history,
+        stopped_at_step=int(history[-1]["step"]) if state == "stopped" and history else None,
+        wall_seconds=round(wall, 1) if wall is not None else None,
+        node_seconds=round(wall * cfg.scaling.nodes, 1) if wall is not None else None,
+        gpu_seconds=round(wall * cfg.scaling.nodes * cfg.scaling.gpus_per_node, 1) if wall is not None else None,
+        adapter_path=summary.adapter_path if summary else None,
+        error=str(result.error).splitlines()[0][:500] if result.error is not None else None,
+    )
+
+
+def finished(trained: RunConfig, trial_id: str) -> RunResult | None:
+    """A trial's own result.json, which it writes when it has finished (None: it has not)."""
+    from trainer.storage import filesystem
+
+    fs, path = filesystem(f"{train.storage_of(trained).rstrip('/')}/{trial_id}/result.json")
+    if fs.get_file_info(path).type.name != "File":
+        return None
+    with fs.open_input_stream(path) as stream:
+        return RunResult.model_validate_json(stream.read())
+
+
+def history_of(result: Any) -> list[dict[str, float]]:
+    """The trial's reports at its evaluations: the step and the losses reported there."""
+    frame = result.metrics_dataframe
+    if frame is None or "step" not in frame:
+        return []
+    rows = []
+    for _, row in frame.iterrows():
+        kept = {key: float(row[key]) for key in HISTORY_KEYS if key in row and _number(row[key])}
+        if kept and _number(row["step"]):
+            rows.append({"step": float(row["step"]), **kept})
+    return rows
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not math.isnan(value)
+
+
+def metric_of(summary: RunResult | None, history: list[dict[str, float]], metric: str) -> float | None:
+    """A trial's sweep metric: its final adapter's evaluation where it has one, else its last report's."""
+    if summary is not None and summary.evaluation is not None:
+        scored = getattr(summary.evaluation.challenger, metric, None)
+        if scored is not None:
+            return float(scored)
+    reported = [row[metric] for row in history if metric in row]
+    return reported[-1] if reported else None
+
+
+def best_of(trials: list[TrialResult], cfg: RunConfig, run_id: str, stops_on: str | None) -> RunResult:
+    """The run's result: its best finished trial's, with every trial beside it."""
+    sweep = cfg.sweep
+    assert sweep is not None
+    metric, mode = sweep.ranked_by(cfg.evaluation), sweep.direction(cfg.evaluation)
+    ranked = [t for t in trials if t.state == "finished" and t.metric is not None]
+    if not ranked:
+        said = "; ".join(f"{t.trial_id} {t.state}" + (f": {t.error}" if t.error else "") for t in trials)
+        raise RuntimeError(f"no trial of the sweep finished with a {metric}: {said}")
+    best = (min if mode == "min" else max)(ranked, key=lambda t: t.metric if t.metric is not None else math.nan)
+    summary = finished(trials_config(cfg, run_id, best.params), best.trial_id)
+    assert summary is not None  # ranked: finished
+    summary.run_id, summary.name = run_id, cfg.name
+    summary.storage_path = f"{train.storage_of(cfg).rstrip('/')}/{run_id}"
+    summary.sweep = SweepResult(metric=metric, mode=mode, stopped_on=stops_on, best_trial=best.trial_id, trials=trials)
+    return summary
