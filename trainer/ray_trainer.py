@@ -1,4 +1,5 @@
-"""Ray Train's DataParallelTrainer, less two helper actors this product's runs do not use.
+"""Ray Train's DataParallelTrainer, less two helper actors this product's runs do not use, and with its
+placement-group cleaner told which cluster it is on.
 
 Ray 2.60's trainer starts both for every run, each a process of its own on the driver's node that imports Ray
 Train and Ray Data (pandas, pyarrow): 1.2-1.9 s of CPU each an attempt here, taken from the training workers on
@@ -11,17 +12,30 @@ a small machine, and on a local run (a new cluster each time) paid on every run.
   autoscaler, the local head starts with --no-monitor), so the requests go nowhere. Left out for a fixed-size
   run, the only kind the trainer asks for.
 
+The PlacementGroupCleaner (a detached actor that removes the run's placement group when Ray Train's controller
+dies without doing so, as when Ray Tune stops a sweep's trial) asks Ray's State API whether the controller lives;
+with no RAY_ADDRESS that API finds its cluster by looking for GCS processes on the machine, and on a machine with
+another Ray it fails ("Found multiple active Ray instances") on every look: the dead trial's placement group kept
+its CPUs and the next trial waited for them forever. It is started with its own cluster's address.
+
 The rest is Ray's own; tests/trainer/test_ray_trainer.py holds the pinned Ray to what is left out.
 """
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
+import ray
+from ray._common.constants import HEAD_NODE_RESOURCE_NAME
 from ray.train.v2._internal.callbacks.datasets import DatasetsCallback
+from ray.train.v2._internal.callbacks.placement_group_callback import PlacementGroupCleanerCallback
 from ray.train.v2._internal.execution.context import TrainRunContext
+from ray.train.v2._internal.execution.controller.placement_group_cleaner import PlacementGroupCleaner
 from ray.train.v2._internal.execution.scaling_policy.fixed import FixedScalingPolicy
 from ray.train.v2.api.data_parallel_trainer import DataParallelTrainer
+
+log = logging.getLogger(__name__)
 
 
 class FixedScalingWithoutAutoscaler(FixedScalingPolicy):
@@ -37,9 +51,43 @@ class FixedScalingWithoutAutoscaler(FixedScalingPolicy):
         pass
 
 
+class CleanerOnItsCluster(PlacementGroupCleanerCallback):
+    """Ray's callback as Ray starts it (placement_group_callback.py), its cleaner given RAY_ADDRESS, the GCS of
+    the cluster it runs on."""
+
+    def after_controller_start(self, train_run_context: TrainRunContext) -> None:
+        context = ray.get_runtime_context()
+        self._controller_actor_id = context.get_actor_id()
+        try:
+            self._cleaner = (
+                ray.remote(num_cpus=0)(PlacementGroupCleaner)
+                .options(
+                    lifetime="detached",  # outlives the controller it watches
+                    get_if_exists=False,
+                    resources={HEAD_NODE_RESOURCE_NAME: 0.001},
+                    scheduling_strategy="DEFAULT",
+                    runtime_env={"env_vars": {"RAY_ADDRESS": context.gcs_address}},
+                )
+                .remote(
+                    controller_actor_id=self._controller_actor_id,
+                    check_interval_s=self._check_interval_s,
+                    get_actor_timeout_s=self._get_actor_timeout_s,
+                    stop_timeout=self._stop_timeout,
+                )
+            )
+        except Exception as err:  # Ray's own: a run goes on without its cleaner
+            log.warning("PlacementGroupCleaner not started (%s): a dead controller's placement group may stay", err)
+            self._cleaner = None
+            return
+        self._cleaner.start_monitoring.remote()
+
+
 class DataParallelTrainerWithoutHelpers(DataParallelTrainer):
     def _create_default_callbacks(self) -> list[Any]:
-        callbacks = super()._create_default_callbacks()
+        callbacks = [
+            CleanerOnItsCluster() if type(callback) is PlacementGroupCleanerCallback else callback
+            for callback in super()._create_default_callbacks()
+        ]
         if self.datasets:
             return callbacks
         return [callback for callback in callbacks if not isinstance(callback, DatasetsCallback)]

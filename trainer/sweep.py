@@ -82,6 +82,19 @@ def variants(sweep: SweepSpec) -> Any:
     return ResumableVariants(max_concurrent=sweep.concurrent, random_state=sweep.seed)
 
 
+def check_head() -> None:
+    """A head started before sweeps existed lacks the trial drivers' resource, and KubeRay does not restart a
+    running head for a new spec: the trials would wait for it forever. Said at once, with the way out."""
+    import ray
+
+    if not ray.cluster_resources().get(TRIAL_DRIVER_RESOURCE):
+        raise RuntimeError(
+            f"the Ray head has no {TRIAL_DRIVER_RESOURCE} resource, which a sweep's trials run on: its RayCluster "
+            "was made by an earlier release. Delete it once no run uses it (`kubectl delete raycluster NAME -n "
+            "NAMESPACE`, or wait for its idle teardown, cluster.idle_delete_seconds); the next launch makes it anew"
+        )
+
+
 def trials_config(cfg: RunConfig, run_id: str, params: dict[str, Any]) -> RunConfig:
     """A trial's config: the run's with the trial's values, training under the run's trials folder."""
     storage = f"{train.storage_of(cfg).rstrip('/')}/{run_id}/{TRIALS_DIR}"
@@ -121,6 +134,7 @@ def run(cfg: RunConfig, run_id: str, champion: dict | None, timeline: Any) -> Ru
 
     sweep = cfg.sweep
     assert sweep is not None
+    check_head()
     os.environ[STRICT_METRICS_ENV] = "1"
     os.environ.setdefault(STATE_PERIOD_ENV, STATE_PERIOD_S)
     fs, path = filesystem(train.storage_of(cfg))
@@ -178,7 +192,7 @@ def run(cfg: RunConfig, run_id: str, champion: dict | None, timeline: Any) -> Ru
 
 
 def write_report(cfg: RunConfig, run_id: str, summary: RunResult) -> str:
-    """sweep.html in the run's folder, linking the best trial's own report; its path."""
+    """report.html in the run's folder (the trials), linking the best trial's own report; its path."""
     from trainer.storage import filesystem
     from trainer.sweep_report import SWEEP_REPORT_FILE, render
 

@@ -1,4 +1,4 @@
-"""sweep.html beside a sweep's trials: every trial as a table row, and plots a person reads at a glance: the
+"""A sweep's report.html, in the run's folder beside its trials (each finished trial has its own evaluation's): every trial as a table row, and plots a person reads at a glance: the
 sweep's metric against each swept field (early-stopped trials hollow, the best ringed) and each trial's loss
 at every evaluation (where ASHA stopped a trial, its curve ends in a cross). One page that opens anywhere:
 inline SVG and styles, no script, nothing fetched."""
@@ -12,9 +12,9 @@ from collections.abc import Callable
 from functions.core.config import RunConfig
 from functions.core.result import SweepResult, TrialResult
 from functions.core.sweep import LogUniform
-from trainer.report import STYLE
+from trainer.report import REPORT_FILE, STYLE
 
-SWEEP_REPORT_FILE = "sweep.html"
+SWEEP_REPORT_FILE = REPORT_FILE  # <storage>/<run_id>/report.html; a trial's is under its adapter's checkpoint
 WIDTH, HEIGHT, PAD = 420, 260, 46
 COLOURS = {"finished": "#1f5fa8", "stopped": "#c0641b", "failed": "#a32020", "unfinished": "#777"}
 EXTRA_STYLE = "svg{margin:.5em 1em .5em 0;border:1px solid #ddd;background:#fff}tr.best td{background:#eef6ee}"

@@ -25,7 +25,15 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from functions.core.config import TINY_MODEL, RunConfig
-from functions.core.result import CHAMPION_ENV, WORKER_RESOURCE_ENV, Evaluation, RunMetrics, RunResult
+from functions.core.result import (
+    CHAMPION_ENV,
+    TRIAL_DRIVER_RESOURCE,
+    TRIAL_DRIVERS,
+    WORKER_RESOURCE_ENV,
+    Evaluation,
+    RunMetrics,
+    RunResult,
+)
 from trainer.codehash import ROOT, code_files, code_sha256
 from trainer.export import MERGED_DIR
 from trainer.generate import PROMPTS_FILE
@@ -486,7 +494,10 @@ def run(cfg: RunConfig, run_id: str) -> RunResult:
     with timeline.phase("preflight"):
         preflight.check(cfg.model, cfg.dataset)
     with timeline.phase("connecting to Ray"):
-        ray.init(ignore_reinit_error=True, log_to_driver=True)
+        # A cluster of this product's has its head advertise the trial drivers' resource; one Ray starts here for
+        # this job alone (no RAY_ADDRESS: `python -m trainer.train` by hand) is given it too.
+        own = {} if os.environ.get("RAY_ADDRESS") else {"resources": {TRIAL_DRIVER_RESOURCE: TRIAL_DRIVERS}}
+        ray.init(ignore_reinit_error=True, log_to_driver=True, **own)
     os.environ.setdefault(PRINT_PATCH_ENV, "0")
     # The champion to warm-start from and evaluate against: the driver's environment, not every worker's.
     champion = json.loads(os.environ[CHAMPION_ENV]) if os.environ.get(CHAMPION_ENV) else None

@@ -92,7 +92,7 @@ class SweepResult(Lenient):
     stopped_on: str | None = None  # the metric the scheduler compared trials on at each evaluation (None: none)
     best_trial: str | None = None  # its adapter is the run's adapter_path
     trials: list[TrialResult] = []
-    report_path: str | None = None  # sweep.html: the trials as a table and plots
+    report_path: str | None = None  # report.html in the run's folder: the trials as a table and plots
 
 
 class RunResult(Lenient):

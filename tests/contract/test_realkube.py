@@ -612,3 +612,25 @@ def test_ten_launches_at_once_and_two_overlapping_ticks_on_a_new_raycluster(real
     eventually(lambda: not real.pods("ray.io/node-type=worker"), "every worker gone", 90)
     real.tick()  # drained groups leave the spec
     assert real.raycluster()["spec"]["workerGroupSpecs"] == [] and real.rayjobs() == []
+
+
+def test_a_sweep_holds_a_node_per_trial_at_once_and_releases_them_all_on_the_real_operator(real):
+    """A sweep's group: scaling.nodes for each trial at once (2 here), made by the real KubeRay, whose head starts
+    with the trial drivers' resource; the group goes when the sweep ends."""
+    sweep = {
+        "dataset": {"eval_fraction": 0.1},
+        "sweep": {
+            "space": {"lora.r": {"kind": "choice", "values": [8, 16]}},
+            "trials": 4,
+            "concurrent": 2,
+        },
+    }
+    run_id = real.launch("sweep", real.config("sweep", nodes=1, **sweep))
+    assert real.state(run_id) == State.SUBMITTED and real.replicas() == 2
+    running_workers(real, 2)
+    [head] = real.pods("ray.io/node-type=head")
+    started = " ".join(head.spec.containers[0].command or []) + " ".join(head.spec.containers[0].args or [])
+    assert "raytune-trial-driver" in started, started  # KubeRay passed rayStartParams' resources to `ray start`
+    real.succeed([run_id])
+    assert real.replicas() == 0
+    eventually(lambda: not real.pods("ray.io/node-type=worker"), "the sweep's workers gone", 60)

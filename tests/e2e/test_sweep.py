@@ -53,6 +53,10 @@ def test_a_local_sweep_stops_poor_trials_early_and_keeps_the_best_trials_adapter
     # Two at once: the trials' draws were run two by two (never more than two trial drivers at a time).
     starts = [line for line in err.splitlines() if re.search(r"trial-00\d · step 2/", line)]
     assert len(starts) == 4, starts
+    # The sweep's report.html in the run's folder: every trial, and a link to the best one's evaluation report.
+    page = Path(sweep["report_path"])
+    assert page == Path(workdir, "checkpoints", record["run_id"], "report.html") and page.exists()
+    assert all(t["trial_id"] in page.read_text() for t in trials) and f"sweep report     {page}" in err
     # The console's summary has the trials' table; each trial's progress lines name it.
     assert f"best {best['trial_id']} by eval_loss (min)" in err and " *  finished" in err
 

@@ -8,12 +8,13 @@ from __future__ import annotations
 import inspect
 
 from ray.train.v2._internal.callbacks.datasets import DatasetsCallback
+from ray.train.v2._internal.callbacks.placement_group_callback import PlacementGroupCleanerCallback
 from ray.train.v2._internal.execution.scaling_policy import NoopDecision, ResizeDecision, ScalingPolicy
 from ray.train.v2._internal.execution.scaling_policy.fixed import FixedScalingPolicy
 from ray.train.v2.api.data_parallel_trainer import DataParallelTrainer
 
 from functions.core.config import RunConfig
-from trainer.ray_trainer import DataParallelTrainerWithoutHelpers, FixedScalingWithoutAutoscaler
+from trainer.ray_trainer import CleanerOnItsCluster, DataParallelTrainerWithoutHelpers, FixedScalingWithoutAutoscaler
 from trainer.torch_backend import TorchBackendConfig
 from trainer.train import ray_train_configs
 
@@ -31,7 +32,28 @@ def trainer(cls: type[DataParallelTrainer], tmp_path, **datasets) -> DataParalle
 
 
 def default_callbacks(cls: type[DataParallelTrainer], tmp_path, **datasets) -> list[type]:
-    return [type(callback) for callback in trainer(cls, tmp_path, **datasets)._create_default_callbacks()]
+    """The default callbacks' types, ours counted as the Ray callback they stand for."""
+    made = trainer(cls, tmp_path, **datasets)._create_default_callbacks()
+    return [PlacementGroupCleanerCallback if type(c) is CleanerOnItsCluster else type(c) for c in made]
+
+
+def test_the_placement_group_cleaner_is_rays_started_with_its_clusters_address(tmp_path):
+    made = trainer(DataParallelTrainerWithoutHelpers, tmp_path)._create_default_callbacks()
+    assert [type(c) for c in made].count(CleanerOnItsCluster) == 1
+    assert PlacementGroupCleanerCallback not in [type(c) for c in made]
+    # Ours starts the cleaner as Ray's does, plus the address: an upgrade that changes Ray's fails here.
+    rays = inspect.getsource(PlacementGroupCleanerCallback.after_controller_start)
+    ours = inspect.getsource(CleanerOnItsCluster.after_controller_start)
+    for option in (
+        'lifetime="detached"',
+        "get_if_exists=False",
+        "HEAD_NODE_RESOURCE_NAME: 0.001",
+        'scheduling_strategy="DEFAULT"',
+        "start_monitoring.remote()",
+        "ray.remote(num_cpus=0)",
+    ):
+        assert option in rays and option in ours, option
+    assert "runtime_env" not in rays and '"RAY_ADDRESS": context.gcs_address' in ours
 
 
 def test_without_ray_datasets_only_the_datasets_callback_is_left_out(tmp_path):

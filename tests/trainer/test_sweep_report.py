@@ -1,0 +1,127 @@
+"""A sweep's report.html: every trial a row, the metric plotted against each swept field and each trial's loss at every
+evaluation, early stops marked; opened as a person opens it, in a real browser where the machine has one."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from html.parser import HTMLParser
+
+from PIL import Image
+
+from functions.core.config import RunConfig
+from functions.core.result import SweepResult, TrialResult
+from trainer.sweep_report import render
+
+CONFIG = RunConfig.model_validate(
+    {
+        "name": "lr-sweep",
+        "dataset": {"eval_fraction": 0.1},
+        "sweep": {
+            "space": {
+                "training.learning_rate": {"kind": "loguniform", "low": 1e-6, "high": 1e-2},
+                "lora.r": {"kind": "choice", "values": [8, 16]},
+            },
+            "trials": 4,
+        },
+    }
+)
+
+
+def curve(*losses: float) -> list[dict[str, float]]:
+    return [{"step": 4.0 * (i + 1), "eval_loss": loss, "loss": loss + 0.05} for i, loss in enumerate(losses)]
+
+
+SWEEP = SweepResult(
+    metric="eval_loss",
+    mode="min",
+    stopped_on="eval_loss",
+    best_trial="trial-002",
+    trials=[
+        TrialResult(
+            trial_id="trial-000",
+            params={"training.learning_rate": 2e-6, "lora.r": 8},
+            state="stopped",
+            metric=6.41,
+            history=curve(6.41),
+            stopped_at_step=4,
+            wall_seconds=26,
+            node_seconds=26,
+        ),
+        TrialResult(
+            trial_id="trial-001",
+            params={"training.learning_rate": 9e-6, "lora.r": 16},
+            state="finished",
+            metric=6.40,
+            history=curve(6.41, 6.405, 6.40),
+            wall_seconds=32,
+            node_seconds=32,
+        ),
+        TrialResult(
+            trial_id="trial-002",
+            params={"training.learning_rate": 1.6e-3, "lora.r": 8},
+            state="finished",
+            metric=5.62,
+            history=curve(6.19, 5.9, 5.62),
+            wall_seconds=20,
+            node_seconds=20,
+        ),
+        TrialResult(
+            trial_id="trial-003",
+            params={"training.learning_rate": 2.1e-4, "lora.r": 16},
+            state="stopped",
+            metric=6.24,
+            history=curve(6.36, 6.24),
+            stopped_at_step=8,
+            wall_seconds=16,
+            node_seconds=16,
+        ),
+    ],
+)
+
+
+class Page(HTMLParser):
+    def __init__(self, text: str) -> None:
+        super().__init__()
+        self.tags: list[tuple[str, dict]] = []
+        self.feed(text)
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append((tag, dict(attrs)))
+
+    def count(self, tag: str, **attrs: str) -> int:
+        return sum(t == tag and all(a.get(k) == v for k, v in attrs.items()) for t, a in self.tags)
+
+
+def test_the_page_has_every_trial_and_plots_the_metric_against_each_swept_field(tmp_path):
+    text = render("lr-sweep-1", CONFIG, SWEEP, "trials/trial-002/checkpoint_x/report.html")
+    page = Page(text)
+    assert page.count("tr") == 5 and page.count("tr", **{"class": "best"}) == 1  # a header and a row a trial
+    # one plot a swept field, and the curves: a point a trial in each field's plot, a line a trial in the curves
+    assert page.count("svg", **{"class": "against"}) == 2 and page.count("svg", **{"class": "curves"}) == 1
+    assert page.count("polyline") == 4 and text.count("stroke-dasharray") == 2  # the two stopped trials dashed
+    assert page.count("a", href="trials/trial-002/checkpoint_x/report.html") == 1
+    assert "stopped early at step 4" in text and "stopped early at step 8" in text
+    assert "Best: trial trial-002 (training.learning_rate=0.0016, lora.r=8), eval_loss 5.6200" in text
+    assert "<script" not in text and "http" not in text.replace("http://www.w3.org", "")  # nothing fetched
+
+    path = tmp_path / "sweep.html"
+    path.write_text(text)
+    browser = shutil.which("chromium") or shutil.which("chromium-browser")
+    if browser is None:
+        return  # checked as HTML only; CI installs chromium
+    shot = tmp_path / "sweep.png"
+    flags = [browser, "--headless", "--no-sandbox", "--disable-gpu"]
+    subprocess.run(
+        [*flags, "--window-size=1100,900", f"--screenshot={shot}", path.as_uri()],
+        capture_output=True,
+        timeout=120,
+        check=True,
+    )
+    with Image.open(shot) as rendered:
+        colours = rendered.convert("RGB").getcolors(maxcolors=1 << 16)
+    assert colours is None or len(colours) > 50, "the page rendered blank"
+    dom = subprocess.run(
+        [*flags, "--dump-dom", path.as_uri()], capture_output=True, text=True, timeout=120, check=True
+    ).stdout
+    assert dom.count("<circle") >= 8 and dom.count("<polyline") == 4

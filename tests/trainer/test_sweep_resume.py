@@ -1,0 +1,93 @@
+"""A sweep whose job dies (its driver and its Ray gone, as when the controller's next attempt or `raytune retry`
+submits it again) is restored from the run's storage by Ray Tune: the finished trial is not trained again, the
+interrupted one resumes from its checkpoint, the one not yet begun runs; the RayJob entrypoint as KubeRay runs it."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import time
+
+import pytest
+
+from functions.core.config import RunConfig
+from tests.trainer.jobs import finish, start_job
+
+pytestmark = pytest.mark.slow
+
+
+def sweep_config(storage) -> RunConfig:
+    return RunConfig.model_validate(
+        {
+            "name": "sweep-resume",
+            "model": {"id": "tiny://gemma3", "dtype": "float32", "quantization": "none"},
+            "dataset": {"id": "tiny://products", "max_samples": 40, "eval_fraction": 0.2},
+            "training": {
+                "max_steps": 40,
+                "per_device_batch_size": 1,
+                "optim": "adamw_torch",
+                "max_length": 256,
+                "logging_steps": 4,
+                "save_strategy": "steps",
+                "save_steps": 4,
+            },
+            "scaling": {"nodes": 1, "gpus_per_node": 0, "max_failures": 0},
+            "sweep": {
+                "space": {"training.learning_rate": {"kind": "loguniform", "low": 1e-4, "high": 1e-3}},
+                "trials": 3,
+                "concurrent": 1,
+                "scheduler": "none",
+            },
+            "storage_path": str(storage),
+        }
+    )
+
+
+def registered(snapshot) -> int:
+    try:
+        return len(json.loads(snapshot.read_text())["checkpoint_results"])
+    except (OSError, ValueError, KeyError):
+        return 0
+
+
+def test_a_sweep_whose_job_died_is_restored_without_training_a_finished_trial_again(tmp_path):
+    store = tmp_path / "store"
+    cfg = sweep_config(store)
+    trials = store / "sweep-resume" / "trials"
+    first_log = tmp_path / "first.log"
+    proc = start_job(cfg, "sweep-resume", first_log)
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and not (
+        (trials / "trial-000" / "result.json").exists()
+        and registered(trials / "trial-001" / "checkpoint_manager_snapshot.json") >= 1
+    ):
+        assert proc.poll() is None, first_log.read_text()[-4000:]
+        time.sleep(0.2)
+    written = (trials / "trial-000" / "result.json").stat().st_mtime_ns
+    time.sleep(2.5)  # Tune saves its experiment's state every 2 s (trainer/sweep.py): what the restore reads
+    with contextlib.suppress(ProcessLookupError):  # the job and its private Ray, all at once
+        os.killpg(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(AssertionError):
+        finish(proc, first_log, timeout=30)
+    assert not (trials / "trial-001" / "result.json").exists(), "trial-001 finished before the job was killed"
+
+    second_log = tmp_path / "second.log"
+    finish(start_job(cfg, "sweep-resume", second_log), second_log)
+    log = second_log.read_text()
+    assert "resuming the sweep from" in log
+    assert "trial-000: training.learning_rate=" not in log  # neither drawn again nor trained
+    assert (trials / "trial-000" / "result.json").stat().st_mtime_ns == written
+    result = json.loads((store / "sweep-resume" / "result.json").read_text())
+    swept = {t["trial_id"]: t for t in result["sweep"]["trials"]}
+    assert sorted(swept) == ["trial-000", "trial-001", "trial-002"]
+    assert all(t["state"] == "finished" for t in swept.values()), swept
+    resumed = json.loads((trials / "trial-001" / "result.json").read_text())["metrics"]
+    assert resumed["resumed"] is True and resumed["resumed_from_step"] in range(4, 40, 4)
+    assert resumed["global_step"] == 40
+    # The draws are the experiment's: the restored trials kept the values the first job drew.
+    first = first_log.read_text()
+    for trial in ("trial-000", "trial-001"):
+        value = swept[trial]["params"]["training.learning_rate"]
+        assert f"{trial}: training.learning_rate={value:.3g}" in first
