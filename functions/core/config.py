@@ -598,7 +598,8 @@ class RunConfig(Strict):
     """The held-out comparison with the champion after training."""
     export: ExportSpec = ExportSpec()
     """What is made of the adapter after training."""
-    sweep: SweepSpec | None = None
+    # Left out of a config without one, as it is written into run records: a release before sweeps reads them.
+    sweep: SweepSpec | None = Field(None, exclude_if=lambda sweep: sweep is None)
     """A hyperparameter search: trials of this config over the fields it names, run by Ray Tune on the run's
     worker group; the best trial's adapter is the run's (functions/core/sweep.py)."""
     storage_path: Annotated[str, StringConstraints(pattern=STORAGE, max_length=256)] | None = None

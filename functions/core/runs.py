@@ -109,11 +109,20 @@ class Transition(BaseModel):
     reason: str | None = None
 
 
-# The record format this release writes. 1: the releases before formats were versioned (no `format` field);
-# 2: adds `format` (and sources may carry a cancel digest). Older formats are read as they are (their configs by
-# the rules they were accepted under: config.stored_config); a newer one belongs to a newer release, and this
-# one leaves it alone rather than rewrite it without the fields it does not know.
-RECORD_FORMAT = 2
+# The newest record format this release writes and acts on. 1: the releases before formats were versioned (no
+# `format` field); 2: adds `format` (and sources may carry a cancel digest); 3: a run with a sweep (its config's
+# `sweep` section), which a release before sweeps could neither run nor rewrite: it reads it as a newer release's
+# and leaves it alone. Every other run is still written as 2, so that release goes on acting on it. Older formats
+# are read as they are (their configs by the rules they were accepted under: config.stored_config); a newer one
+# belongs to a newer release, and this one leaves it alone rather than rewrite it without the fields it does not
+# know.
+RECORD_FORMAT = 3
+PLAIN_FORMAT = 2  # a record without a sweep, as the release before sweeps wrote it
+
+
+def format_of(config: dict[str, Any] | None) -> int:
+    """The format a record is written in: the oldest that knows everything in it."""
+    return RECORD_FORMAT if config and config.get("sweep") else PLAIN_FORMAT
 
 
 class RunRecord(BaseModel):
@@ -160,7 +169,7 @@ class RunRecord(BaseModel):
 
     @field_serializer("format")
     def written_as_current(self, _: int) -> int:
-        return RECORD_FORMAT  # what this release writes is its own format (newer records are never written)
+        return format_of(self.config)  # what this release writes is its own format (newer records are never written)
 
     @property
     def from_newer_release(self) -> bool:
