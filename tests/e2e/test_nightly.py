@@ -8,15 +8,13 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from PIL import Image
 
-from tests.reports import ReportPage
+from tests.reports import ReportPage, in_browser
 from trainer import tiny
 
 RAYTUNE = str(Path(sys.executable).parent / "raytune")
@@ -40,33 +38,8 @@ def check_report(path: Path, samples: int, tmp_path: Path) -> None:
     page = ReportPage(path.read_text())
     assert {"summary", "metrics", "samples"} <= set(page.ids)
     assert len(page.images) == samples  # each decoded
-    browser = shutil.which("chromium") or shutil.which("chromium-browser")
-    if browser:  # as a person opens it
-        shot = tmp_path / "report.png"
-        subprocess.run(
-            [
-                browser,
-                "--headless",
-                "--no-sandbox",
-                "--disable-gpu",
-                "--window-size=1100,900",
-                f"--screenshot={shot}",
-                path.as_uri(),
-            ],
-            capture_output=True,
-            timeout=120,
-            check=True,
-        )
-        with Image.open(shot) as rendered:
-            colours = rendered.convert("RGB").getcolors(maxcolors=1 << 16)
-        assert colours is None or len(colours) > 50, "the page rendered blank"
-        dom = subprocess.run(
-            [browser, "--headless", "--no-sandbox", "--disable-gpu", "--dump-dom", path.as_uri()],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=True,
-        ).stdout
+    dom = in_browser(path, tmp_path)
+    if dom is not None:  # as a person opens it
         assert dom.count("<img") == samples and "rougeL (decides)" in dom
 
 

@@ -3,14 +3,11 @@ evaluation, early stops marked; opened as a person opens it, in a real browser w
 
 from __future__ import annotations
 
-import shutil
-import subprocess
 from html.parser import HTMLParser
-
-from PIL import Image
 
 from functions.core.config import RunConfig
 from functions.core.result import SweepResult, TrialResult
+from tests.reports import in_browser
 from trainer.sweep_report import render
 
 CONFIG = RunConfig.model_validate(
@@ -28,8 +25,19 @@ CONFIG = RunConfig.model_validate(
 )
 
 
-def curve(*losses: float) -> list[dict[str, float]]:
-    return [{"step": 4.0 * (i + 1), "eval_loss": loss, "loss": loss + 0.05} for i, loss in enumerate(losses)]
+def trial(number: int, lr: float, rank: int, *losses: float, stopped: bool = False) -> TrialResult:
+    """A trial evaluated every 4 steps with `losses`; stopped early at its last evaluation, or finished."""
+    history = [{"step": 4.0 * (i + 1), "eval_loss": loss, "loss": loss + 0.05} for i, loss in enumerate(losses)]
+    return TrialResult(
+        trial_id=f"trial-{number:03d}",
+        params={"training.learning_rate": lr, "lora.r": rank},
+        state="stopped" if stopped else "finished",
+        metric=losses[-1],
+        history=history,
+        stopped_at_step=4 * len(losses) if stopped else None,
+        wall_seconds=10.0 * len(losses),
+        node_seconds=10.0 * len(losses),
+    )
 
 
 SWEEP = SweepResult(
@@ -38,44 +46,10 @@ SWEEP = SweepResult(
     stopped_on="eval_loss",
     best_trial="trial-002",
     trials=[
-        TrialResult(
-            trial_id="trial-000",
-            params={"training.learning_rate": 2e-6, "lora.r": 8},
-            state="stopped",
-            metric=6.41,
-            history=curve(6.41),
-            stopped_at_step=4,
-            wall_seconds=26,
-            node_seconds=26,
-        ),
-        TrialResult(
-            trial_id="trial-001",
-            params={"training.learning_rate": 9e-6, "lora.r": 16},
-            state="finished",
-            metric=6.40,
-            history=curve(6.41, 6.405, 6.40),
-            wall_seconds=32,
-            node_seconds=32,
-        ),
-        TrialResult(
-            trial_id="trial-002",
-            params={"training.learning_rate": 1.6e-3, "lora.r": 8},
-            state="finished",
-            metric=5.62,
-            history=curve(6.19, 5.9, 5.62),
-            wall_seconds=20,
-            node_seconds=20,
-        ),
-        TrialResult(
-            trial_id="trial-003",
-            params={"training.learning_rate": 2.1e-4, "lora.r": 16},
-            state="stopped",
-            metric=6.24,
-            history=curve(6.36, 6.24),
-            stopped_at_step=8,
-            wall_seconds=16,
-            node_seconds=16,
-        ),
+        trial(0, 2e-6, 8, 6.41, stopped=True),
+        trial(1, 9e-6, 16, 6.41, 6.405, 6.40),
+        trial(2, 1.6e-3, 8, 6.19, 5.9, 5.62),
+        trial(3, 2.1e-4, 16, 6.36, 6.24, stopped=True),
     ],
 )
 
@@ -107,21 +81,6 @@ def test_the_page_has_every_trial_and_plots_the_metric_against_each_swept_field(
 
     path = tmp_path / "sweep.html"
     path.write_text(text)
-    browser = shutil.which("chromium") or shutil.which("chromium-browser")
-    if browser is None:
-        return  # checked as HTML only; CI installs chromium
-    shot = tmp_path / "sweep.png"
-    flags = [browser, "--headless", "--no-sandbox", "--disable-gpu"]
-    subprocess.run(
-        [*flags, "--window-size=1100,900", f"--screenshot={shot}", path.as_uri()],
-        capture_output=True,
-        timeout=120,
-        check=True,
-    )
-    with Image.open(shot) as rendered:
-        colours = rendered.convert("RGB").getcolors(maxcolors=1 << 16)
-    assert colours is None or len(colours) > 50, "the page rendered blank"
-    dom = subprocess.run(
-        [*flags, "--dump-dom", path.as_uri()], capture_output=True, text=True, timeout=120, check=True
-    ).stdout
-    assert dom.count("<circle") >= 8 and dom.count("<polyline") == 4
+    dom = in_browser(path, tmp_path)
+    if dom is not None:  # as a person opens it (CI installs chromium)
+        assert dom.count("<circle") >= 8 and dom.count("<polyline") == 4
