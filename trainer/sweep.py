@@ -21,7 +21,7 @@ from typing import Any
 
 from functions.core.config import RunConfig
 from functions.core.result import TRIAL_DRIVER_RESOURCE, RunResult, SweepResult, TrialResult
-from functions.core.sweep import Choice, LogUniform, RandInt, SweepSpec, Uniform, trial_config
+from functions.core.sweep import Choice, LogUniform, RandInt, SweepSpec, Uniform, shown_values, trial_config
 from trainer import train
 
 TRIALS_DIR = "trials"
@@ -97,7 +97,7 @@ def check_head() -> None:
 
 def trials_config(cfg: RunConfig, run_id: str, params: dict[str, Any]) -> RunConfig:
     """A trial's config: the run's with the trial's values, training under the run's trials folder."""
-    storage = f"{train.storage_of(cfg).rstrip('/')}/{run_id}/{TRIALS_DIR}"
+    storage = f"{train.run_folder(cfg, run_id)}/{TRIALS_DIR}"
     return trial_config(cfg, params).model_copy(update={"storage_path": storage})
 
 
@@ -114,7 +114,7 @@ def trainable(cfg: RunConfig, run_id: str, champion: dict | None) -> Any:
         if finished(trained, trial_id) is not None:  # ended after Tune last saved its state, before a lost node
             print(f"{trial_id}: finished in an earlier attempt, not trained again", flush=True)
             return
-        print(f"{trial_id}: {describe(drawn(params))}", flush=True)
+        print(f"{trial_id}: {shown_values(drawn(params))}", flush=True)
         summary = train.fit(
             trained, trial_id, champion, progress.Timeline(shown=False), [TuneReportCallback()], trial=True
         )
@@ -182,7 +182,7 @@ def run(cfg: RunConfig, run_id: str, champion: dict | None, timeline: Any) -> Ru
         )
     with timeline.phase(f"sweeping {sweep.trials} trials, {sweep.concurrent} at once"):
         grid = tuner.fit()
-    trials = [trial_of(result, cfg, run_id) for result in grid]
+    trials = [trial_of(result, cfg, run_id, sweep.ranked_by(cfg.evaluation)) for result in grid]
     if failed := [t for t in trials if t.state == "failed"]:
         raise TrialFailed(f"trial {failed[0].trial_id} failed: {failed[0].error}")
     summary = best_of(trials, cfg, run_id, stops_on)
@@ -193,28 +193,24 @@ def run(cfg: RunConfig, run_id: str, champion: dict | None, timeline: Any) -> Ru
 
 def write_report(cfg: RunConfig, run_id: str, summary: RunResult) -> str:
     """report.html in the run's folder (the trials), linking the best trial's own report; its path."""
+    from trainer.report import REPORT_FILE
     from trainer.storage import filesystem
-    from trainer.sweep_report import SWEEP_REPORT_FILE, render
+    from trainer.sweep_report import render
 
-    assert summary.sweep is not None and summary.storage_path is not None
-    folder = summary.storage_path.rstrip("/")
+    assert summary.sweep is not None
+    folder = train.run_folder(cfg, run_id)
     best_report = summary.evaluation.report_path if summary.evaluation else None
     relative = best_report.removeprefix(f"{folder}/") if best_report and best_report.startswith(f"{folder}/") else None
     page = render(run_id, cfg, summary.sweep, relative)
-    fs, path = filesystem(f"{train.storage_of(cfg).rstrip('/')}/{run_id}/{SWEEP_REPORT_FILE}")
+    fs, path = filesystem(f"{folder}/{REPORT_FILE}")
     with fs.open_output_stream(path) as out:
         out.write(page.encode())
-    return f"{folder}/{SWEEP_REPORT_FILE}"
+    return f"{folder}/{REPORT_FILE}"
 
 
-def describe(params: dict[str, Any]) -> str:
-    return ", ".join(
-        f"{key}={value:.3g}" if isinstance(value, float) else f"{key}={value}" for key, value in params.items()
-    )
-
-
-def trial_of(result: Any, cfg: RunConfig, run_id: str) -> TrialResult:
-    """One trial's summary from Tune's result and, for a finished trial, its own result.json."""
+def trial_of(result: Any, cfg: RunConfig, run_id: str, metric: str) -> TrialResult:
+    """One trial's summary from Tune's result and, for a finished trial, its own result.json; `metric` the
+    sweep's."""
     params, trial_id = drawn(result.config), trial_name(result.config)
     history = history_of(result)
     wall = result.metrics.get("time_total_s")
@@ -227,7 +223,6 @@ def trial_of(result: Any, cfg: RunConfig, run_id: str) -> TrialResult:
         state = "stopped"
     else:
         state = "unfinished"
-    metric = cfg.sweep.ranked_by(cfg.evaluation) if cfg.sweep else "eval_loss"
     return TrialResult(
         trial_id=trial_id,
         params=params,
@@ -247,7 +242,7 @@ def finished(trained: RunConfig, trial_id: str) -> RunResult | None:
     """A trial's own result.json, which it writes when it has finished (None: it has not)."""
     from trainer.storage import filesystem
 
-    fs, path = filesystem(f"{train.storage_of(trained).rstrip('/')}/{trial_id}/result.json")
+    fs, path = filesystem(f"{train.run_folder(trained, trial_id)}/{train.RESULT_FILE}")
     if fs.get_file_info(path).type.name != "File":
         return None
     with fs.open_input_stream(path) as stream:
@@ -294,6 +289,6 @@ def best_of(trials: list[TrialResult], cfg: RunConfig, run_id: str, stops_on: st
     summary = finished(trials_config(cfg, run_id, best.params), best.trial_id)
     assert summary is not None  # ranked: finished
     summary.run_id, summary.name = run_id, cfg.name
-    summary.storage_path = f"{train.storage_of(cfg).rstrip('/')}/{run_id}"
+    summary.storage_path = train.run_folder(cfg, run_id)
     summary.sweep = SweepResult(metric=metric, mode=mode, stopped_on=stops_on, best_trial=best.trial_id, trials=trials)
     return summary

@@ -1,7 +1,8 @@
-"""A sweep's report.html, in the run's folder beside its trials (each finished trial has its own evaluation's): every trial as a table row, and plots a person reads at a glance: the
-sweep's metric against each swept field (early-stopped trials hollow, the best ringed) and each trial's loss
-at every evaluation (where ASHA stopped a trial, its curve ends in a cross). One page that opens anywhere:
-inline SVG and styles, no script, nothing fetched."""
+"""A sweep's report.html, in the run's folder beside its trials (each finished trial keeps its evaluation's own):
+every trial as a table row, and plots a person reads at a glance: the sweep's metric against each swept field
+(early-stopped trials hollow, the best ringed) and each trial's loss at every evaluation (where ASHA stopped a
+trial, its curve ends in a cross). One page that opens anywhere: inline SVG and styles, no script, nothing
+fetched."""
 
 from __future__ import annotations
 
@@ -11,10 +12,9 @@ from collections.abc import Callable
 
 from functions.core.config import RunConfig
 from functions.core.result import SweepResult, TrialResult
-from functions.core.sweep import LogUniform
-from trainer.report import REPORT_FILE, STYLE
+from functions.core.sweep import LogUniform, shown, shown_values
+from trainer.report import STYLE
 
-SWEEP_REPORT_FILE = REPORT_FILE  # <storage>/<run_id>/report.html; a trial's is under its adapter's checkpoint
 WIDTH, HEIGHT, PAD = 420, 260, 46
 COLOURS = {"finished": "#1f5fa8", "stopped": "#c0641b", "failed": "#a32020", "unfinished": "#777"}
 EXTRA_STYLE = "svg{margin:.5em 1em .5em 0;border:1px solid #ddd;background:#fff}tr.best td{background:#eef6ee}"
@@ -123,7 +123,7 @@ def _table(sweep: SweepResult, fields: list[str]) -> str:
     rows = []
     for t in sweep.trials:
         state = f"stopped early at step {t.stopped_at_step}" if t.state == "stopped" else t.state
-        values = [_cell(t.params.get(f)) for f in fields]
+        values = [shown(t.params.get(f)) for f in fields]
         cells = [
             f"<td>{html.escape(t.trial_id)}{' (best)' if t.trial_id == sweep.best_trial else ''}</td>",
             f"<td>{html.escape(state)}</td>",
@@ -135,12 +135,6 @@ def _table(sweep: SweepResult, fields: list[str]) -> str:
         best = " class='best'" if t.trial_id == sweep.best_trial else ""
         rows.append(f"<tr{best}>{''.join(cells)}</tr>")
     return f"<table id='trials'><tr>{head}</tr>{''.join(rows)}</table>"
-
-
-def _cell(value: object) -> str:
-    if value is None:
-        return "-"
-    return f"{value:.3g}" if isinstance(value, float) else str(value)
 
 
 def render(run_id: str, cfg: RunConfig, sweep: SweepResult, best_report: str | None = None) -> str:
@@ -156,7 +150,7 @@ def render(run_id: str, cfg: RunConfig, sweep: SweepResult, best_report: str | N
     )
     best = next((t for t in sweep.trials if t.trial_id == sweep.best_trial), None)
     best_said = (
-        f"Best: trial {html.escape(best.trial_id)} ({', '.join(f'{html.escape(k)}={html.escape(_cell(v))}' for k, v in best.params.items())}), "
+        f"Best: trial {html.escape(best.trial_id)} ({html.escape(shown_values(best.params))}), "
         f"{html.escape(sweep.metric)} {best.metric:.4f}: its adapter is the run's."
         if best is not None and best.metric is not None
         else "No trial finished."

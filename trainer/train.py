@@ -43,6 +43,7 @@ log = logging.getLogger("raytune.trainer")
 CODE_WAIT_S = 180  # kubelet refreshes ConfigMap volumes within about a minute
 ADAPTER_DIR = "adapter"
 BASE_DIR = "base-model"  # the tiny model's weights, kept with its adapter
+RESULT_FILE = "result.json"
 
 TENSORBOARD_DIR = "tensorboard"
 NOTICE_TIMEOUT_S = 30
@@ -418,7 +419,7 @@ def summarize(result, cfg: RunConfig, run_id: str, wall_seconds: float, checkpoi
         name=cfg.name,
         model=cfg.model.id,
         workers=cfg.scaling.num_workers,
-        storage_path=f"{storage_of(cfg).rstrip('/')}/{run_id}",
+        storage_path=run_folder(cfg, run_id),
         adapter_path=uri(result.checkpoint, ADAPTER_DIR),
         tensorboard_path=uri(result.checkpoint, TENSORBOARD_DIR),
         final_checkpoint=uri(final, "checkpoint"),
@@ -459,11 +460,16 @@ def storage_of(cfg: RunConfig) -> str:
     return cfg.storage_path
 
 
+def run_folder(cfg: RunConfig, run_id: str) -> str:
+    """<storage_path>/<run_id>: where a run (or a sweep's trial) keeps its checkpoints, adapter and result."""
+    return f"{storage_of(cfg).rstrip('/')}/{run_id}"
+
+
 def write_result(summary: RunResult, cfg: RunConfig, run_id: str) -> None:
     """<storage>/<run_id>/result.json, which the watcher copies into the run record."""
     from trainer.storage import filesystem
 
-    uri = f"{storage_of(cfg).rstrip('/')}/{run_id}/result.json"
+    uri = f"{run_folder(cfg, run_id)}/{RESULT_FILE}"
     fs, path = filesystem(uri)
     fs.create_dir(path.rsplit("/", 1)[0], recursive=True)  # a local folder; on GCS only a marker object
     with fs.open_output_stream(path) as out:

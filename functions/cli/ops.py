@@ -20,6 +20,7 @@ from functions.core import joblog
 from functions.core.errors import RetryRefused
 from functions.core.runs import RunRecord, State
 from functions.core.story import ORPHANED, STOPPED_FOLLOWING, Story, exit_code, summary
+from functions.core.sweep import shown_values
 
 WAIT_LIMIT_S = 120  # cancel waits this long for the record to say CANCELLED
 DURATION = re.compile(r"^(\d+)([smhd])$")
@@ -403,8 +404,7 @@ def _best_trial(record: RunRecord) -> str:
     best = next((t for t in sweep.trials if t.trial_id == sweep.best_trial), None) if sweep else None
     if sweep is None or best is None:
         return "-"
-    values = ", ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in best.params.items())
-    return f"{best.trial_id} of {len(sweep.trials)}: {values}"
+    return f"{best.trial_id} of {len(sweep.trials)}: {shown_values(best.params)}"
 
 
 def cmd_submit(args: argparse.Namespace) -> int:

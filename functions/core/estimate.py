@@ -94,7 +94,7 @@ def estimate(cfg: RunConfig, prices: Mapping[str, float], rows: int | None = Non
     if cfg.sweep is None:
         return _one_run(cfg, prices, rows)
     sweep = cfg.sweep
-    low, high = (_one_run(trial_config(cfg, _extreme(cfg, most)), prices, rows) for most in (False, True))
+    low, high = (_one_run(trial_config(cfg, draws), prices, rows) for draws in _extremes(cfg))
     waves = math.ceil(sweep.trials / sweep.concurrent)
 
     def spans(a: Span | None, b: Span | None, times: int) -> Span | None:
@@ -131,18 +131,18 @@ def over_budget(cfg: RunConfig, expected: Estimate) -> str | None:
     return f"sweep.max_cost: {why}, above {cfg.sweep.max_cost:g}"
 
 
-def _extreme(cfg: RunConfig, most: bool) -> dict[str, Any]:
-    """The draw of each swept field whose trial trains most (or least) by the estimate."""
+def _extremes(cfg: RunConfig) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The draws of the swept fields whose trial trains least, and most, by the estimate (each bound or choice
+    estimated once)."""
     assert cfg.sweep is not None
-    chosen: dict[str, Any] = {}
+    least: dict[str, Any] = {}
+    most: dict[str, Any] = {}
     for path, dimension in cfg.sweep.space.items():
-
-        def longest(value: Any, path: str = path) -> float:
-            span = _one_run(trial_config(cfg, {path: value}), {}).train_s
-            return span[1] if span else 0.0
-
-        chosen[path] = (max if most else min)(candidates(dimension), key=longest)
-    return chosen
+        spans = [(_one_run(trial_config(cfg, {path: value}), {}).train_s, value) for value in candidates(dimension)]
+        timed = [(span[1] if span else 0.0, value) for span, value in spans]
+        least[path] = min(timed, key=lambda pair: pair[0])[1]
+        most[path] = max(timed, key=lambda pair: pair[0])[1]
+    return least, most
 
 
 def _one_run(cfg: RunConfig, prices: Mapping[str, float], rows: int | None = None) -> Estimate:

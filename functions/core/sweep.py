@@ -210,7 +210,7 @@ def trial_lines(result: SweepResult) -> list[str]:
                 trial.trial_id + (" *" if trial.trial_id == result.best_trial else ""),
                 state,
                 "-" if trial.metric is None else f"{trial.metric:.4f}",
-                *(_value(trial.params.get(path)) for path in fields),
+                *(shown(trial.params.get(path)) for path in fields),
                 "-" if trial.wall_seconds is None else f"{trial.wall_seconds:.0f}s",
             ]
         )
@@ -221,7 +221,13 @@ def trial_lines(result: SweepResult) -> list[str]:
     return lines
 
 
-def _value(value: Any) -> str:
+def shown(value: Any) -> str:
+    """A swept value for people: floats to 3 significant digits ("-" for none)."""
     if value is None:
         return "-"
     return f"{value:.3g}" if isinstance(value, float) else str(value)
+
+
+def shown_values(params: dict[str, Any]) -> str:
+    """A trial's values for people: `lora.r=16, training.learning_rate=0.0002`."""
+    return ", ".join(f"{path}={shown(value)}" for path, value in params.items())
