@@ -117,9 +117,14 @@ class Bucket:
 
         return self._retried(call, f"read {path} in")
 
-    def write(self, path: str, data: bytes, if_generation_match: int) -> int:
+    def write(self, path: str, data: bytes, if_generation_match: int, metadata: dict[str, str] | None = None) -> int:
+        """A new generation of the object (`if_generation_match` 0: only if absent), with `metadata` as its custom
+        metadata (a new generation keeps none of the one it replaces)."""
+
         def call() -> int:
             blob = self._bucket.blob(path)
+            if metadata:
+                blob.metadata = metadata
             blob.upload_from_string(
                 data, content_type="application/json", if_generation_match=if_generation_match, timeout=TIMEOUT_S
             )

@@ -14,6 +14,7 @@ from typing import Generic, NamedTuple, Protocol, TypeVar
 from pydantic import BaseModel
 
 from functions.adapters.gcs import Listed
+from functions.core import quiet
 from functions.core.allocation import ALLOCATIONS, Allocation, key_path, spec_of
 from functions.core.config import ClusterSpec
 from functions.core.errors import Conflict, Contended, NewerRelease, Unreadable
@@ -27,7 +28,9 @@ class Blobs(Protocol):
     """The bucket operations the store needs (functions/adapters/gcs.py)."""
 
     def read(self, path: str, *, limit: int | None = None) -> tuple[bytes, int] | None: ...
-    def write(self, path: str, data: bytes, if_generation_match: int) -> int: ...
+    def write(
+        self, path: str, data: bytes, if_generation_match: int, metadata: dict[str, str] | None = None
+    ) -> int: ...
     def copy(self, source: str, destination: str) -> None: ...
     def delete(self, path: str) -> None: ...
     def set_metadata(self, path: str, metadata: dict[str, str]) -> bool: ...
@@ -50,9 +53,11 @@ MAX_LOG_BYTES = 8 * 1024 * 1024
 MAX_STORED_BYTES = 4 * 1024 * 1024
 # An active run's marker carries its record's generation as last written (custom metadata), so the tick's one
 # listing of the markers tells which records changed since this process read them: only those are read again.
+# A quiet run's marker carries more: its note (functions/core/quiet.py), which spares every process the read.
 RECORD_GENERATION = "record-generation"
 RECHECK_S = 300.0  # a record served from memory is read again after this long (a writer that died between
-# writing a record and noting it on the marker leaves the marker behind: at most this long)
+# writing a record and noting it on the marker leaves the marker behind: at most this long); a note needs no recheck
+WRITE_OUTLIVES = dt.timedelta(minutes=5)  # longer than any record write (its retries included) takes
 PARALLEL_READS = 16  # records read at once: a hung read holds one thread, not the tick
 
 
@@ -75,9 +80,11 @@ class Stored(Generic[M]):
         path: Callable[[str], str],
         attempts: int = 8,
         written: Callable[[str, M], None] | None = None,
+        replacing: Callable[[str, M], None] | None = None,
     ):
         self.blobs, self.model, self.path, self.attempts = blobs, model, path, attempts
         self.written = written  # told of every object this store wrote, with its new generation
+        self.replacing = replacing  # told of the object a swap is about to replace, before its write
 
     def get(self, key: str) -> M | None:
         """The object with the generation it was read at; None when absent, Unreadable when unreadable or
@@ -116,6 +123,8 @@ class Stored(Generic[M]):
             current = self.get(key) if guess is None else guess
             new = change(current)
             if new is not None:
+                if current is not None and self.replacing is not None:
+                    self.replacing(key, current)
                 try:
                     return self.write(key, new, if_generation_match=_generation(current))
                 except Conflict:
@@ -143,11 +152,24 @@ class Remembered(NamedTuple):
 
 
 class RunStore:
+    """Run records and their markers. A marker's quiet note (functions/core/quiet.py) is kept true by two rules:
+    a writer takes the note off (a rewrite of the marker on the generation it saw) before it replaces a record
+    that has one, and a note is only ever put on the marker generation its writer saw before it wrote or read the
+    record it describes. So a note that is on a marker describes the record as stored, even when a writer dies
+    between its two writes or two writers race."""
+
     def __init__(self, blobs: Blobs):
         self.blobs = blobs
-        self.records = Stored(blobs, RunRecord, lambda run_id: f"{RECORDS}{run_id}.json", written=self._written)
+        self.records = Stored(
+            blobs,
+            RunRecord,
+            lambda run_id: f"{RECORDS}{run_id}.json",
+            written=self._written,
+            replacing=self._replacing,
+        )
         # The active records as this process last read or wrote them: a quiet tick reads none (active()).
         self.remembered: dict[str, Remembered] = {}
+        self.markers: dict[str, Listed] = {}  # each active run's marker as this process last listed or wrote it
 
     def get(self, run_id: str) -> RunRecord | None:
         """The record stored as runs/<run_id>.json; Unreadable when it is not one, or names another run (read by
@@ -171,8 +193,10 @@ class RunStore:
 
     def put(self, record: RunRecord) -> RunRecord:
         """Replace the record if nobody wrote it since it was read, else raise Conflict (NewerRelease for one of a
-        newer release: no path of this one downgrades it)."""
+        newer release: no path of this one downgrades it). `record`: the record as read with details changed, not
+        its state (a change of state goes through update, which sees the record it replaces)."""
         _ours(record)
+        self._replacing(record.run_id, record)
         return self.records.write(record.run_id, record, if_generation_match=record.generation)
 
     def update(
@@ -189,29 +213,72 @@ class RunStore:
         )
 
     def _written(self, run_id: str, record: RunRecord) -> None:
-        """Note the record's new generation on its marker (absent for settled runs: nothing is noted). A failed
-        note leaves readers reading the record itself until the marker is noted again (active())."""
+        """Note the record's new generation, and its quiet note where it has one, on its marker (absent for
+        settled runs: nothing is noted). A failed note leaves readers reading the record itself until the marker
+        is noted again (active())."""
         if run_id in self.remembered:  # only the active runs this process watches are remembered
             self.remembered[run_id] = Remembered(record, time.monotonic())
-        self._note(run_id, record.generation)
+        self._note(run_id, record)
 
-    def _note(self, run_id: str, generation: int) -> None:
+    def _note(self, run_id: str, record: RunRecord) -> None:
+        note = quiet.noted(record)
         try:
-            self.blobs.set_metadata(f"{ACTIVE}{run_id}", {RECORD_GENERATION: str(generation)})
+            if note is None:
+                self.blobs.set_metadata(f"{ACTIVE}{run_id}", {RECORD_GENERATION: str(record.generation)})
+                return
+            marker = self.markers.get(run_id) or self._look(run_id)
+            if marker is not None:
+                self._rewrite(marker, {RECORD_GENERATION: str(record.generation), quiet.NOTE: note.encoded()})
+        except Conflict:
+            self.markers.pop(run_id, None)  # another writer moved the marker since: its note or its taking-off stands
         except Exception as exc:
             log.warning("%s: cannot note its record's generation on its marker: %s", run_id, exc)
+
+    def _replacing(self, run_id: str, current: RunRecord) -> None:
+        """Before `current` is replaced: take its quiet note off its marker, if it may have one (a writer that dies
+        after its write must not leave the marker describing the record it replaced). On the marker generation last
+        seen, looked up again when another writer moved it; Contended when it keeps moving."""
+        if quiet.noted(current) is None:
+            return
+        for _ in range(4):
+            marker = self.markers.get(run_id) or self._look(run_id)
+            if marker is None:
+                return  # not watched: no note to take off
+            # no generation either: a process that remembers the record it replaces reads it again
+            taken_off = {RECORD_GENERATION: "", quiet.WRITING: dt.datetime.now(dt.UTC).isoformat()}
+            try:
+                self._rewrite(marker, taken_off)
+                return
+            except Conflict:
+                self.markers.pop(run_id, None)
+        raise Contended(f"{ACTIVE}{run_id}: its marker kept changing; its record is not written")
+
+    def _rewrite(self, marker: Listed, metadata: dict[str, str]) -> None:
+        """A new generation of the marker with `metadata`, only on the generation seen (Conflict otherwise, and
+        when it is gone: nothing brings back a marker its run's settling deleted)."""
+        generation = self.blobs.write(marker.name, b"", if_generation_match=marker.generation, metadata=metadata)
+        self.markers[marker.name.removeprefix(ACTIVE)] = marker._replace(generation=generation, metadata=metadata)
+
+    def _look(self, run_id: str) -> Listed | None:
+        """The run's marker as stored now (for a writer that did not list it)."""
+        found = [m for m in self.blobs.listing(f"{ACTIVE}{run_id}") if m.name == f"{ACTIVE}{run_id}"]
+        if found:
+            self.markers[run_id] = found[0]
+        return found[0] if found else None
 
     def mark_active(self, run_id: str) -> bool:
         """Mark the run for the watcher; whether this call made the marker (False: it was marked already)."""
         try:
-            self.blobs.write(f"{ACTIVE}{run_id}", b"", if_generation_match=0)
+            generation = self.blobs.write(f"{ACTIVE}{run_id}", b"", if_generation_match=0)
         except Conflict:
             return False
+        self.markers[run_id] = Listed(f"{ACTIVE}{run_id}", dt.datetime.now(dt.UTC), generation, {})
         return True
 
     def unmark_active(self, run_id: str) -> None:
         self.blobs.delete(f"{ACTIVE}{run_id}")
         self.remembered.pop(run_id, None)
+        self.markers.pop(run_id, None)
 
     def keep_log(self, run_id: str, job: str, text: str) -> None:
         """An ended attempt's driver log, kept after its RayJob (and the submitter pod with its log) is gone: its
@@ -229,24 +296,56 @@ class RunStore:
     def active(
         self, now: dt.datetime | None = None, quarantined: builtins.list[tuple[str, str]] | None = None
     ) -> builtins.list[RunRecord]:
-        """Records the watcher still has to look at, oldest first: one listing of the markers, and a read of each
-        record whose marker notes a generation other than the one this process has (all of them the first time),
-        at most PARALLEL_READS at once. Given `now`, a marker whose record never came (its launch died between
-        the two writes and was not redelivered) is dropped once it is old: a redelivery marks the run again
-        before it writes the record. A record that cannot be read as one is moved aside (`quarantined` gets its
-        run id and why) so it cannot stall every other run."""
+        """Records the watcher still has to look at, oldest first (watched(), the noted ones read too)."""
+        records, notes = self.watched(now, quarantined)
+        return sorted(records + self.records_of(notes, now, quarantined), key=lambda r: r.created_at)
+
+    def watched(
+        self, now: dt.datetime | None = None, quarantined: builtins.list[tuple[str, str]] | None = None
+    ) -> tuple[builtins.list[RunRecord], builtins.list[quiet.Quiet]]:
+        """One listing of the markers: the quiet notes they carry (functions/core/quiet.py), unread, and the records
+        of the other runs, oldest first, each read only where its marker notes a generation other than the one this
+        process has (all of them the first time), at most PARALLEL_READS at once. Given `now`, a marker whose record
+        never came (its launch died between the two writes and was not redelivered) is dropped once it is old: a
+        redelivery marks the run again before it writes the record. A record that cannot be read as one is moved
+        aside (`quarantined` gets its run id and why) so it cannot stall every other run."""
         markers = self.blobs.listing(ACTIVE)
-        live = {marker.name.removeprefix(ACTIVE) for marker in markers}
-        for gone in set(self.remembered) - live:
+        self.markers = {marker.name.removeprefix(ACTIVE): marker for marker in markers}
+        for gone in set(self.remembered) - set(self.markers):
             self.remembered.pop(gone, None)
+        notes, unnoted = [], []
+        for run_id, marker in self.markers.items():
+            note = quiet.read(run_id, marker.metadata, marker.metadata.get(RECORD_GENERATION))
+            if note is None:
+                unnoted.append(marker)
+            else:
+                notes.append(note)
+        return self._records(unnoted, now, quarantined), notes
+
+    def records_of(
+        self,
+        notes: builtins.list[quiet.Quiet],
+        now: dt.datetime | None = None,
+        quarantined: builtins.list[tuple[str, str]] | None = None,
+    ) -> builtins.list[RunRecord]:
+        """The records of noted runs (watched()), oldest first."""
+        return self._records([self.markers[n.run_id] for n in notes if n.run_id in self.markers], now, quarantined)
+
+    def _records(
+        self,
+        markers: builtins.list[Listed],
+        now: dt.datetime | None,
+        quarantined: builtins.list[tuple[str, str]] | None,
+    ) -> builtins.list[RunRecord]:
         fresh, stale = {}, []
         for marker in markers:
             run_id = marker.name.removeprefix(ACTIVE)
             known = self.remembered.get(run_id)
+            noted = marker.metadata.get(RECORD_GENERATION)
             if (
                 known is not None
-                and marker.metadata.get(RECORD_GENERATION) == str(known.record.generation)
-                and time.monotonic() - known.read_at < RECHECK_S
+                and noted == str(known.record.generation)
+                and (quiet.NOTE in marker.metadata or time.monotonic() - known.read_at < RECHECK_S)
             ):
                 fresh[run_id] = known.record.model_copy()
             else:
@@ -264,11 +363,24 @@ class RunStore:
             elif record is not None:
                 fresh[run_id] = record
                 self.remembered[run_id] = Remembered(record.model_copy(), time.monotonic())
-                if marker.metadata.get(RECORD_GENERATION) != str(record.generation):
-                    self._note(run_id, record.generation)  # a marker an older release or a failed note left
+                self._noted_again(marker, record)
             elif now is not None and now - marker.created > ORPHAN_AFTER:
                 self.blobs.delete(marker.name)
         return sorted(fresh.values(), key=lambda r: r.created_at)
+
+    def _noted_again(self, marker: Listed, record: RunRecord) -> None:
+        """A record read because its marker did not describe it (an older release's marker, a failed note): noted on
+        the marker as listed, unless a writer is replacing it now (it notes its own record, or its marker stays
+        unnoted until the write has surely ended)."""
+        run_id = marker.name.removeprefix(ACTIVE)
+        note = quiet.noted(record)
+        if note is None and marker.metadata.get(RECORD_GENERATION) == str(record.generation):
+            return
+        writing = quiet.writing_since(marker.metadata)
+        if writing is not None and dt.datetime.now(dt.UTC) - writing < WRITE_OUTLIVES:
+            return
+        self.markers[run_id] = marker  # the note goes on this generation of it, or on none
+        self._note(run_id, record)
 
     def _read_active(self, marker: Listed) -> tuple[RunRecord | None, str | None]:
         """The record and None, or None and why it is unreadable (even by the rules it was accepted under)."""

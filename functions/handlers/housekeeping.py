@@ -7,12 +7,14 @@ removed by hand, an older controller). Leaks are stopped, logged and reported on
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 
 from functions.core import allocation
 from functions.core.allocation import Allocation
 from functions.core.config import ClusterSpec
 from functions.core.errors import ClusterGone, Unreadable, describe
 from functions.core.platform import RayObject, Workers
+from functions.core.quiet import Quiet
 from functions.core.runs import RunRecord
 from functions.handlers import sizing
 from functions.handlers.context import Context
@@ -26,11 +28,13 @@ def tidy(
     surveyed: dict[tuple[str, str, str], list[RayObject]] | None = None,
     ended: set[str] | frozenset[str] = frozenset(),
     synced: set[str] | frozenset[str] = frozenset(),
+    passing: Sequence[Quiet] = (),
 ) -> list[Exception]:
     """Idle teardown and leak sweep; each cluster's trouble is returned so one cannot stall the others. `surveyed`:
     the Ray objects the tick listed at its start, by namespace (the others are listed here); `ended`: the RayJobs
     of runs that ended in this tick, which that listing may show still running; `synced`: the RayClusters (their
-    allocation's key_path) this tick sized already, as their runs ended."""
+    allocation's key_path) this tick sized already, as their runs ended; `passing`: the live runs the tick passed by
+    on their markers' notes (functions/core/quiet.py), unread."""
     troubles: list[Exception] = []
     allocs = ctx.allocations.all()
     listed = {
@@ -57,10 +61,13 @@ def tidy(
     specs = [a.cluster for a in allocs] + [r.run_config().cluster for r in live if r.config]
     for spec in specs:
         namespaces.setdefault((spec.region, spec.gke_cluster, spec.namespace), spec)
+    for note in passing:
+        if note.where[:3] not in namespaces:
+            namespaces[note.where[:3]] = note.cluster
     # A RayCluster is ours to keep when it has an allocation or a live run names it (runs of an older
     # controller have no allocation yet: their next release creates one).
-    known = {(s.region, s.gke_cluster, s.namespace, s.ray_cluster) for s in specs}
-    live_jobs = {r.job_name for r in live}
+    known = {(s.region, s.gke_cluster, s.namespace, s.ray_cluster) for s in specs} | {n.where for n in passing}
+    live_jobs = {r.job_name for r in live} | {n.job for n in passing}
     for (region, gke, namespace), spec in namespaces.items():
         try:
             found = (surveyed or {}).get((region, gke, namespace))

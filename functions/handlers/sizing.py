@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
 from functions.core import allocation
@@ -98,13 +98,17 @@ def _listed(groups: dict[str, int]) -> str:
     return ", ".join(f"{group}: {replicas} worker nodes" for group, replicas in sorted(groups.items())[:5])
 
 
-def release(ctx: Context, spec: ClusterSpec, sync: bool = True) -> None:
+def release(ctx: Context, spec: ClusterSpec, sync: bool = True, live: Collection[str] = ()) -> None:
     """Drop the ended runs from the RayCluster's allocation, then (unless the caller does it later) size its
-    workers to what is left."""
+    workers to what is left. `live`: runs the caller saw live (kept without a read: keeping a run that ended since
+    only delays its release to the next tick); every other holder's record is read fresh."""
     if ctx.allocations.get(spec) is None:
         return  # never sized by this controller
     ctx.allocations.update(
-        spec, lambda alloc: allocation.release(alloc, lambda run_id: standing(ctx, run_id).live, ctx.clock())
+        spec,
+        lambda alloc: allocation.release(
+            alloc, lambda run_id: run_id in live or standing(ctx, run_id).live, ctx.clock()
+        ),
     )
     if sync:
         sync_workers(ctx, spec)

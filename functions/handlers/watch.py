@@ -9,10 +9,11 @@ down to what its live runs still need, then publish their run-finished event.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from functions.core import events
+from functions.core import events, quiet
 from functions.core.allocation import key_path
 from functions.core.config import ClusterSpec
 from functions.core.decide import Facts, cluster_key
@@ -141,20 +142,28 @@ def reconcile_all(ctx: Context) -> list[RunRecord]:
     second pass its ended runs settle and its queued runs get their turn; then every RayCluster is sized to its
     allocation, idle ones deleted and leaked Ray objects cleaned up (housekeeping.tidy)."""
     moved_aside: list[tuple[str, str]] = []
-    records = ctx.store.active(now=ctx.clock(), quarantined=moved_aside)
-    for run_id, why in moved_aside:
-        quarantined(ctx, run_id, why)
-    surveyed = survey(ctx, records)
+    records, notes = ctx.store.watched(now=ctx.clock(), quarantined=moved_aside)
+    surveyed = survey(ctx, records, notes)
     listed = {
         o.name: o.status for found in surveyed.values() for o in found if o.kind == "RayJob" and o.status is not None
     }
+    # A run whose marker notes it quiet, and whose job the listing shows as noted, has nothing to do: not read.
+    passing = [n for n in notes if n.where[:3] in surveyed and quiet.still(n, listed.get(n.job))]
+    if len(passing) < len(notes):
+        ids = {n.run_id for n in passing}
+        changed = ctx.store.records_of([n for n in notes if n.run_id not in ids], ctx.clock(), moved_aside)
+        records = sorted(records + changed, key=lambda r: r.created_at)
+    for run_id, why in moved_aside:
+        quarantined(ctx, run_id, why)
     outcomes = _each(ctx, records, listed)
-    reconciled, synced = _release_then_settle(ctx, [o for o in outcomes if isinstance(o, RunRecord)], outcomes)
+    reconciled, synced = _release_then_settle(
+        ctx, [o for o in outcomes if isinstance(o, RunRecord)], outcomes, {n.run_id for n in passing}
+    )
     # tidy sizes the other RayClusters' groups to their allocations and sweeps what no live run owns; the jobs of
     # runs that ended in this tick were listed before they ended: removed there without a leak report.
     live = [r for r in reconciled if not r.state.terminal]
     ended_jobs = {r.job_name for r in reconciled if r.state.terminal}
-    outcomes += housekeeping.tidy(ctx, live, surveyed, ended_jobs, synced)
+    outcomes += housekeeping.tidy(ctx, live, surveyed, ended_jobs, synced, passing)
     # A transient failure asks Pub/Sub for the tick again soon; contention (writers of the same record or RayCluster
     # kept changing it) does not: the writers that won did the work, and the next tick finds what is left.
     retry = [o for o in outcomes if isinstance(o, Exception) and is_transient(o) and not isinstance(o, Contended)]
@@ -164,18 +173,20 @@ def reconcile_all(ctx: Context) -> list[RunRecord]:
 
 
 def _release_then_settle(
-    ctx: Context, reconciled: list[RunRecord], outcomes: list[RunRecord | Exception]
+    ctx: Context, reconciled: list[RunRecord], outcomes: list[RunRecord | Exception], passing: set[str]
 ) -> tuple[list[RunRecord], set[str]]:
     """Each RayCluster the tick's ended runs were on is released and sized once, then those runs settle and its
     queued runs get their turn (a second pass). Returns the runs as they are now and the RayClusters sized (their
-    allocations' key_path); a release's trouble goes into `outcomes` and leaves its runs unsettled for the next tick."""
+    allocations' key_path); a release's trouble goes into `outcomes` and leaves its runs unsettled for the next tick.
+    The runs this tick saw live (`passing`, and those it left unended) keep their nodes without a read."""
     ended = {
         cluster_key(cfg): cfg for cfg in (r.run_config() for r in reconciled if r.state.terminal and r.may_hold_nodes)
     }
     released = set()
+    live = passing | {r.run_id for r in reconciled if not r.state.terminal}
     for key, cfg in ended.items():
         try:
-            sizing.release(ctx, cfg.cluster)
+            sizing.release(ctx, cfg.cluster, live=live)
             released.add(key)
         except Exception as exc:
             outcomes.append(exc)
@@ -209,15 +220,21 @@ def _readable(ctx: Context, run_id: str) -> RunRecord | None:
 Namespace = tuple[str, str, str]  # region, GKE cluster, namespace
 
 
-def survey(ctx: Context, records: list[RunRecord]) -> dict[Namespace, list[RayObject]]:
-    """This deployment's RayJobs and RayClusters in every namespace the tick's runs use, one listing of each kind
-    per namespace, all at once (a hung one holds its thread): the runs read their job statuses from it, and the
-    leak sweep judges it. A namespace whose listing fails is left out: its runs read their jobs one by one."""
+def survey(
+    ctx: Context, records: list[RunRecord], notes: Sequence[quiet.Quiet] = ()
+) -> dict[Namespace, list[RayObject]]:
+    """This deployment's RayJobs and RayClusters in every namespace the tick's runs use (read, or noted quiet),
+    one listing of each kind per namespace, all at once (a hung one holds its thread): the runs read their job
+    statuses from it, and the leak sweep judges it. A namespace whose listing fails is left out: its runs read their
+    jobs one by one."""
     namespaces: dict[Namespace, ClusterSpec] = {}
     for record in records:
         if record.config is not None:
             spec = record.run_config().cluster
             namespaces.setdefault((spec.region, spec.gke_cluster, spec.namespace), spec)
+    for note in notes:
+        if note.where[:3] not in namespaces:
+            namespaces[note.where[:3]] = note.cluster
 
     def listing(spec: ClusterSpec) -> list[RayObject] | None:
         try:

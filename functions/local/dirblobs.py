@@ -24,7 +24,7 @@ class DirBlobs:
         except (FileNotFoundError, IsADirectoryError):
             return None
 
-    def write(self, path: str, data: bytes, if_generation_match: int) -> int:
+    def write(self, path: str, data: bytes, if_generation_match: int, metadata: dict[str, str] | None = None) -> int:
         raise PermanentError("the local bucket is read-only outside `raytune local`")
 
     def copy(self, source: str, destination: str) -> None:

@@ -9,9 +9,9 @@ from collections import Counter
 
 import pytest
 
-from functions.adapters import store as store_module
 from functions.adapters.gcs import Bucket
 from functions.adapters.store import ACTIVE, RECORD_GENERATION, RunStore
+from functions.core import quiet
 from functions.core.allocation import group_name
 from functions.core.runs import State
 from functions.local.cloudevents import object_finalized
@@ -26,10 +26,12 @@ ROOMY = {**QUICK, "scaling": {"nodes": 1}, "cluster": {"max_worker_nodes": 64}} 
 def reads(monkeypatch):
     """Every GCS object read of the controller, by path prefix."""
     counted: Counter = Counter()
+    counted.paths = []  # every path read, in order
     original = Bucket.read
 
     def read(self, path, *args, **kwargs):
         counted[path.split("/")[0]] += 1
+        counted.paths.append(path)
         return original(self, path, *args, **kwargs)
 
     monkeypatch.setattr(Bucket, "read", read)
@@ -93,21 +95,84 @@ def test_a_record_another_process_writes_is_read_on_the_next_tick(controller, bu
     assert h.kube.get("rayjobs", run.run_id) is None, "the cancel was acted on: the job is stopped"
 
 
-def test_a_write_whose_note_was_lost_is_read_within_the_recheck(controller, bucket, reads, monkeypatch):
+def test_a_cold_tick_reads_no_record_of_a_quiet_run(controller, bucket, reads):
+    """A fresh instance (no memory) passes quiet runs by on their markers' notes; a run whose job changed is read."""
+    h = controller
+    runs = [launch(h, bucket, f"cold-{i}", ROOMY) for i in range(4)]
+    running(h, runs)
+    h.ctx.store = RunStore(Bucket(bucket))  # a fresh function instance
+    assert quiet_tick(h, reads)[0] == 0, "no record read"
+    h.kube.set_status("rayjobs", runs[0].run_id, {"jobStatus": "SUCCEEDED", "jobDeploymentStatus": "Complete"})
+    h.ctx.store = RunStore(Bucket(bucket))
+    reads.paths.clear()
+    tick(h)
+    records_read = {path for path in reads.paths if path.startswith("runs/")}
+    assert records_read == {f"runs/{runs[0].run_id}.json"}, (reads.paths, [r.run_id for r in runs])
+    assert h.ctx.store.get(runs[0].run_id).state == State.SUCCEEDED
+    assert all(h.ctx.store.get(r.run_id).state == State.RUNNING for r in runs[1:])
+
+
+def test_a_writer_that_dies_after_its_record_write_leaves_no_note_behind(controller, bucket):
     h = controller
     run = launch(h, bucket, "unnoted", ROOMY)
     running(h, [run])
+    assert quiet.NOTE in marker_of(bucket, run.run_id).metadata
+    # Another instance asks for the cancel and dies between writing the record and noting it on the marker.
+    other = RunStore(Bucket(bucket))
+    other._written = lambda run_id, record: None
+    other.update(run.run_id, lambda r: r.model_copy(update={"cancel_requested": True}))
+    assert quiet.NOTE not in marker_of(bucket, run.run_id).metadata, "taken off before the record was replaced"
+    h.ctx.store = RunStore(Bucket(bucket))  # even a fresh instance, which remembers nothing
+    tick(h)
+    assert h.kube.get("rayjobs", run.run_id) is None, "the cancel was acted on: the job is stopped"
+
+
+def test_a_note_that_lands_after_another_writer_took_it_off_is_refused(controller, bucket):
+    """Two writers race: the tick notes the RUNNING record late, after another instance took the note off for its
+    cancel and died. The late note is on a marker generation that is gone: refused, the cancel is seen."""
+    h = controller
+    run = launch(h, bucket, "late", ROOMY)
+    h.kube.set_status("rayjobs", run.run_id, RUNNING)
+    node = f"node-{run.run_id}"
+    h.kube.put("nodes", {"metadata": {"name": node, "labels": {"cloud.google.com/gke-spot": "true"}}}, "")
+    pod = {"metadata": {"name": f"{run.run_id}-w", "labels": {"raytune.dev/run-id": run.run_id}}}
+    h.kube.put("pods", {**pod, "spec": {"nodeName": node}, "status": {"phase": "Running"}})
+    late = []
+    store = h.ctx.store
+    store._note, note = (lambda run_id, record: late.append((run_id, record))), store._note
+    tick(h)  # moves the run to RUNNING with its node; its note is held back
+    [(run_id, record)] = [(i, r) for i, r in late if r.state == State.RUNNING and r.nodes]
+    other = RunStore(Bucket(bucket))
+    other._written = lambda run_id, record: None
+    other.update(run_id, lambda r: r.model_copy(update={"cancel_requested": True}))
+    note(run_id, record)  # the late note: refused
+    assert quiet.NOTE not in marker_of(bucket, run_id).metadata
+    store._note = note
+    tick(h)
+    assert h.kube.get("rayjobs", run.run_id) is None, "the cancel was acted on"
+
+
+def test_a_note_an_older_release_left_behind_is_not_trusted(controller, bucket):
+    """An older release writes the record and notes only its generation: the note of the record before no longer
+    matches the marker's generation, so the record is read."""
+    h = controller
+    run = launch(h, bucket, "older", ROOMY)
+    running(h, [run])
     blobs = Bucket(bucket)
     record = h.ctx.store.get(run.run_id)
-    # A writer that died between writing the record and noting it on the marker.
     changed = record.model_copy(update={"cancel_requested": True})
-    blobs.write(f"runs/{run.run_id}.json", changed.model_dump_json().encode(), if_generation_match=record.generation)
-    monkeypatch.setattr(store_module, "RECHECK_S", 0.0)
+    path = f"runs/{run.run_id}.json"
+    generation = blobs.write(path, changed.model_dump_json().encode(), if_generation_match=record.generation)
+    blobs.set_metadata(f"{ACTIVE}{run.run_id}", {RECORD_GENERATION: str(generation)})
+    assert quiet.NOTE in marker_of(bucket, run.run_id).metadata, "the older release leaves the note of before"
+    h.ctx.store = RunStore(Bucket(bucket))
     tick(h)
     assert h.kube.get("rayjobs", run.run_id) is None
-    # ... and the marker is noted again, for the other readers.
-    noted = h.ctx.store.blobs.listing(f"{ACTIVE}{run.run_id}")
-    assert not noted or noted[0].metadata[RECORD_GENERATION] != str(record.generation)
+
+
+def marker_of(bucket, run_id):
+    [marker] = [m for m in Bucket(bucket).listing(f"{ACTIVE}{run_id}") if m.name == f"{ACTIVE}{run_id}"]
+    return marker
 
 
 def test_a_launch_that_fits_reads_no_other_runs_record(controller, bucket, reads):
