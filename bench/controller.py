@@ -2,9 +2,9 @@
 (`--against DIR`: a checkout, e.g. `git worktree add /tmp/before <commit>`), interleaved in one run.
 
 Each version runs in a process of its own (`--serve ROOT`) with its own fake-gcs-server and Kubernetes API fake
-(the stand-ins of the tests): the parent asks each in turn to launch the next run or to time a tick, so load on
-the machine falls on both alike. Reported per version: wall and CPU time (the controller's process, the fake
-Kubernetes API in it included; fake-gcs-server is a process of its own) and the API calls each makes.
+(the stand-ins of the tests), each of those in a process of its own as the real services are: the parent asks each
+version in turn to launch the next run or to time a tick, so load on the machine falls on both alike. Reported per
+version: wall and CPU time of the controller's process and the API calls it makes.
 
     .venv/bin/python bench/controller.py --against /tmp/before [--sizes 1,10,100,1000] [--repeats 5]
 """
@@ -21,6 +21,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from multiprocessing.managers import BaseManager
 from pathlib import Path
 
 HERE = Path(__file__).resolve()
@@ -53,13 +54,57 @@ class CountingBlobs:
         return counted
 
 
+class KubeHost:
+    """The Kubernetes API fake, kept in a process of its own (multiprocessing's manager): its serving is not the
+    controller's CPU, as an API server's is not. Methods return plain data, which is what crosses the processes."""
+
+    def __init__(self, root: str):
+        sys.path.insert(0, root)
+        from tests.fakes.kube import FakeKube
+
+        self.kube = FakeKube().start()
+
+    def url(self) -> str:
+        return self.kube.url
+
+    def requests(self) -> int:
+        return len(self.kube.requests)
+
+    def names(self, plural: str) -> list[str]:
+        return list(self.kube.names(plural))
+
+    def get(self, plural: str, name: str) -> dict | None:
+        return self.kube.get(plural, name)
+
+    def set_status(self, plural: str, name: str, status: dict) -> None:
+        self.kube.set_status(plural, name, status)
+
+    def put(self, plural: str, obj: dict, namespace: str = "default") -> None:
+        self.kube.put(plural, obj, namespace)
+
+    def stop(self) -> None:
+        self.kube.stop()
+
+
 def config_for(i: int) -> bytes:
     """1-node runs, 50 per RayCluster (max_worker_nodes 64): every run is admitted, none queues."""
     cluster = {"ray_cluster": f"bench-{i // RUNS_PER_RAYCLUSTER}", "max_worker_nodes": 64}
     return json.dumps({"name": "bench", "scaling": {"nodes": 1}, "cluster": cluster}).encode()
 
 
+class Host(BaseManager):
+    pass
+
+
+Host.register("KubeHost", KubeHost)
+
+
 def serve(root: Path) -> None:
+    # The same fake (this checkout's) for every version, its process forked before a version's code is imported.
+    host = Host()
+    host.start()
+    kube = host.KubeHost(str(ROOT))  # type: ignore[attr-defined]
+    kube_url = kube.url()
     sys.path.insert(0, str(root))
     from functions.adapters.gcs import Bucket, storage_client
     from functions.adapters.gke import GkeClusters, GkePlatform
@@ -78,13 +123,11 @@ def serve(root: Path) -> None:
     except ImportError:  # a version from before tests/harness.py
         from tests.conftest import CLUSTER_PATH, PROJECT
     from tests.fakes.gke import FakeClusterManager
-    from tests.fakes.kube import FakeKube
 
     assert Path(sys.modules["functions"].__file__ or "").is_relative_to(root), "the other version's code"
     scratch = Path(tempfile.mkdtemp(prefix="bench-controller-"))
     gcs = emulators.fake_gcs(scratch / "fake-gcs.log")
     os.environ["STORAGE_EMULATOR_HOST"] = gcs.url
-    kube = FakeKube().start()
     client = storage_client()
     client.create_bucket("bench-runs")
     counts: Counter = Counter()
@@ -102,7 +145,7 @@ def serve(root: Path) -> None:
             PROJECT,
             "hf_benchtoken000000000000000000",
             clusters=GkeClusters(PROJECT, client=manager),
-            kube_factory=lambda cluster: Kube(api_client(kube.url)),
+            kube_factory=lambda cluster: Kube(api_client(kube_url)),
             owner=owner_id("bench-runs"),
         )
         return Context(
@@ -117,12 +160,12 @@ def serve(root: Path) -> None:
     launched = 0
 
     def measured(call) -> dict:
-        before_kube, before = len(kube.requests), Counter(counts)
+        before_kube, before = kube.requests(), Counter(counts)
         wall, cpu = time.perf_counter(), time.process_time()
         call()
         result = {"wall_ms": (time.perf_counter() - wall) * 1000, "cpu_ms": (time.process_time() - cpu) * 1000}
         calls = counts - before
-        calls["kube"] = len(kube.requests) - before_kube
+        calls["kube"] = kube.requests() - before_kube
         return {**result, "calls": dict(calls)}
 
     profilers: dict = {}
@@ -187,6 +230,7 @@ def serve(root: Path) -> None:
             print(json.dumps(actions[line.strip()]()), flush=True)
     finally:
         kube.stop()
+        host.shutdown()
         gcs.stop()
         shutil.rmtree(scratch, ignore_errors=True)
 

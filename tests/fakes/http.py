@@ -22,7 +22,8 @@ class JsonHandler(BaseHTTPRequestHandler):
         pass
 
     def reply(self, status: int, body: object) -> None:
-        data = json.dumps(body).encode()
+        """`body` as JSON (bytes: JSON already encoded)."""
+        data = body if isinstance(body, bytes) else json.dumps(body).encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))

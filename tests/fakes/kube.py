@@ -275,9 +275,12 @@ class FakeKube:
                 continue
             if any(_field(obj, path) != v for path, v in fields.items()):
                 continue
-            items.append(copy.deepcopy(obj))
+            items.append(obj)
         api_version, kind = KINDS[(match["group"], match["plural"])]
-        return 200, {"apiVersion": api_version, "kind": f"{kind}List", "metadata": {}, "items": items}
+        # encoded here, under the lock, rather than copied for the reply to encode (a list of a thousand RayJobs)
+        return 200, json.dumps(
+            {"apiVersion": api_version, "kind": f"{kind}List", "metadata": {}, "items": items}
+        ).encode()
 
     def _post(self, key, match, query, content_type, body):
         obj = json.loads(body)
