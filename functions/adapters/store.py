@@ -228,7 +228,8 @@ class RunStore:
                 return
             marker = self.markers.get(run_id) or self._look(run_id)
             if marker is not None:
-                self._rewrite(marker, {RECORD_GENERATION: str(record.generation), quiet.NOTE: note.encoded()})
+                noted = {RECORD_GENERATION: str(record.generation), quiet.NOTE: note.encoded(time.time())}
+                self._rewrite(marker, noted)
         except Conflict:
             self.markers.pop(run_id, None)  # another writer moved the marker since: its note or its taking-off stands
         except Exception as exc:
@@ -315,7 +316,7 @@ class RunStore:
             self.remembered.pop(gone, None)
         notes, unnoted = [], []
         for run_id, marker in self.markers.items():
-            note = quiet.read(run_id, marker.metadata, marker.metadata.get(RECORD_GENERATION))
+            note = quiet.read(run_id, marker.metadata, marker.metadata.get(RECORD_GENERATION), time.time())
             if note is None:
                 unnoted.append(marker)
             else:
@@ -345,7 +346,10 @@ class RunStore:
             if (
                 known is not None
                 and noted == str(known.record.generation)
-                and (quiet.NOTE in marker.metadata or time.monotonic() - known.read_at < RECHECK_S)
+                and (
+                    quiet.read(run_id, marker.metadata, noted, time.time()) is not None
+                    or time.monotonic() - known.read_at < RECHECK_S
+                )
             ):
                 fresh[run_id] = known.record.model_copy()
             else:
@@ -373,9 +377,11 @@ class RunStore:
         the marker as listed, unless a writer is replacing it now (it notes its own record, or its marker stays
         unnoted until the write has surely ended)."""
         run_id = marker.name.removeprefix(ACTIVE)
-        note = quiet.noted(record)
-        if note is None and marker.metadata.get(RECORD_GENERATION) == str(record.generation):
-            return
+        noted_as = marker.metadata.get(RECORD_GENERATION)
+        if noted_as == str(record.generation) and (
+            quiet.noted(record) is None or quiet.read(run_id, marker.metadata, noted_as, time.time())
+        ):
+            return  # as it should be
         writing = quiet.writing_since(marker.metadata)
         if writing is not None and dt.datetime.now(dt.UTC) - writing < WRITE_OUTLIVES:
             return

@@ -25,6 +25,9 @@ from functions.core.runs import RunRecord, State
 NOTE = "raytune-quiet"  # the marker's metadata key of the note
 WRITING = "raytune-writing"  # set, with the time, by a writer that took the note off before its write
 VERSION = 1  # a note of another version is not this release's to trust: the record is read
+# A note is trusted this long after it was put on, then its record is read and noted again: a record changed behind
+# the store's back (edited or deleted by hand) is seen within this, at one read of each quiet run an hour.
+TRUSTED_S = 3600
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,14 +37,17 @@ class Quiet:
     where: tuple[str, str, str, str]  # region, GKE cluster, namespace, RayCluster
     job: str  # the RayJob's name
     seen: str  # digest of the RayJob status summary the record holds
+    at: float = 0.0  # when it was put on the marker (seconds since the epoch)
 
     @property
     def cluster(self) -> ClusterSpec:
         region, gke_cluster, namespace, ray_cluster = self.where
         return ClusterSpec(region=region, gke_cluster=gke_cluster, namespace=namespace, ray_cluster=ray_cluster)
 
-    def encoded(self) -> str:
-        return json.dumps({"v": VERSION, "g": self.generation, "at": self.where, "job": self.job, "seen": self.seen})
+    def encoded(self, now: float) -> str:
+        """As put on the marker at `now` (seconds since the epoch)."""
+        fields = {"v": VERSION, "g": self.generation, "where": self.where, "job": self.job, "seen": self.seen}
+        return json.dumps({**fields, "at": int(now)})
 
 
 def digest(summary: dict[str, Any] | None) -> str:
@@ -63,17 +69,18 @@ def noted(record: RunRecord) -> Quiet | None:
     return Quiet(record.run_id, record.generation, where, record.job_name, digest(record.job))
 
 
-def read(run_id: str, metadata: dict[str, str], generation: str | None) -> Quiet | None:
-    """The note a marker carries, if it is this release's and describes the record generation the marker names
-    (`generation`: its record-generation; an older release notes that alone, leaving an older note behind)."""
+def read(run_id: str, metadata: dict[str, str], generation: str | None, now: float) -> Quiet | None:
+    """The note a marker carries, if it is this release's, describes the record generation the marker names
+    (`generation`: its record-generation; an older release notes that alone, leaving an older note behind) and was
+    put on within TRUSTED_S of `now`."""
     try:
         found = json.loads(metadata.get(NOTE) or "null")
         if not isinstance(found, dict) or found.get("v") != VERSION or str(found.get("g")) != generation:
             return None
-        where = tuple(str(part) for part in found["at"])
-        if len(where) != 4:
+        where = tuple(str(part) for part in found["where"])
+        if len(where) != 4 or abs(now - float(found["at"])) >= TRUSTED_S:  # either way: clocks differ a little
             return None
-        return Quiet(run_id, int(found["g"]), where, str(found["job"]), str(found["seen"]))
+        return Quiet(run_id, int(found["g"]), where, str(found["job"]), str(found["seen"]), float(found["at"]))
     except (ValueError, KeyError, TypeError):
         return None
 

@@ -170,6 +170,23 @@ def test_a_note_an_older_release_left_behind_is_not_trusted(controller, bucket):
     assert h.kube.get("rayjobs", run.run_id) is None
 
 
+def test_a_record_changed_behind_the_stores_back_is_seen_once_its_note_is_old(controller, bucket, monkeypatch):
+    """A record edited by hand (its marker untouched) is read once its note is older than quiet.TRUSTED_S."""
+    h = controller
+    run = launch(h, bucket, "by-hand", ROOMY)
+    running(h, [run])
+    blobs = Bucket(bucket)
+    record = h.ctx.store.get(run.run_id)
+    changed = record.model_copy(update={"cancel_requested": True})
+    blobs.write(f"runs/{run.run_id}.json", changed.model_dump_json().encode(), if_generation_match=record.generation)
+    tick(h)
+    assert h.kube.get("rayjobs", run.run_id) is not None, "within the hour the note stands"
+    monkeypatch.setattr(quiet, "TRUSTED_S", 0)
+    h.ctx.store = RunStore(Bucket(bucket))  # (an instance that read the record before also waits out RECHECK_S)
+    tick(h)
+    assert h.kube.get("rayjobs", run.run_id) is None, "then the record is read and the cancel acted on"
+
+
 def marker_of(bucket, run_id):
     [marker] = [m for m in Bucket(bucket).listing(f"{ACTIVE}{run_id}") if m.name == f"{ACTIVE}{run_id}"]
     return marker

@@ -3,6 +3,8 @@ leave alone, whatever its record and whatever the listing shows."""
 
 from __future__ import annotations
 
+import dataclasses
+
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -54,10 +56,11 @@ def test_a_note_is_read_back_only_for_the_generation_it_describes():
     )
     note = quiet.noted(run)
     assert note is not None and note.job == run.job_name and note.where[2] == "default"
-    metadata = {quiet.NOTE: note.encoded()}
-    assert quiet.read(run.run_id, metadata, "42") == note
-    assert quiet.read(run.run_id, metadata, "43") is None, "an older release noted a newer record: not trusted"
-    assert quiet.read(run.run_id, metadata, None) is None
+    metadata = {quiet.NOTE: note.encoded(1000.0)}
+    assert quiet.read(run.run_id, metadata, "42", 1000.0) == dataclasses.replace(note, at=1000.0)
+    assert quiet.read(run.run_id, metadata, "43", 1000.0) is None, "an older release noted a newer record"
+    assert quiet.read(run.run_id, metadata, None, 1000.0) is None
+    assert quiet.read(run.run_id, metadata, "42", 1000.0 + quiet.TRUSTED_S) is None, "read again once an hour"
     assert quiet.noted(run.model_copy(update={"cancel_requested": True})) is None
     assert quiet.noted(run.model_copy(update={"nodes": {"a": "spot"}})) is None, "a node not yet known"
     assert quiet.still(note, dict(STATUSES[1]))
@@ -67,5 +70,5 @@ def test_a_note_is_read_back_only_for_the_generation_it_describes():
 
 @given(text=st.text(max_size=200))
 def test_any_metadata_reads_as_a_note_or_none(text):
-    assert quiet.read("run-1", {quiet.NOTE: text}, "1") is None or text.startswith("{")
+    assert quiet.read("run-1", {quiet.NOTE: text}, "1", 0.0) is None or text.startswith("{")
     assert quiet.writing_since({quiet.WRITING: text}) is None or text
