@@ -60,30 +60,26 @@ class NoEvents:
 
 
 def control_plane(repeats: int) -> None:
+    import logging
+
     from kubernetes import client
 
     from functions.adapters.gcs import storage_client
     from functions.adapters.kube import Kube, api_client
     from functions.core.allocation import group_name
     from functions.core.policy import Policy
-    from functions.local import emulators
     from tests.fakes.http_events import post, storage_event
     from tests.harness import build_controller, serve_functions
     from tests.realkube.control_plane import ControlPlane, binaries
     from tests.realkube.session import KUBELET_ARGS
 
-    import logging
-
     logging.getLogger("werkzeug").setLevel(logging.WARNING)  # the functions' access log
     folder = binaries()
     if folder is None:
         sys.exit("RAYTUNE_REALKUBE does not name the unpacked real Kubernetes binaries")
-    scratch = Path(tempfile.mkdtemp(prefix="bench-job-start-"))
     started = time.monotonic()
     plane = ControlPlane(folder).start(kubelet_args=KUBELET_ARGS)
     print(f"control plane started in {time.monotonic() - started:.1f} s")
-    gcs = emulators.fake_gcs(scratch / "fake-gcs.log")
-    os.environ["STORAGE_EMULATOR_HOST"] = gcs.url
     bucket = f"bench-job-start-{uuid.uuid4().hex[:6]}"
     storage_client().create_bucket(bucket)
     api = api_client(plane.api, token=lambda: plane.token, ca_file=plane.ca)
@@ -118,7 +114,6 @@ def control_plane(repeats: int) -> None:
                     print(f"round {round_ + 1}, {case}: " + ", ".join(f"{k} {v:.2f}" for k, v in times.items()))
                 plane.kubectl("delete", "namespace", namespace, "--wait=false")
     finally:
-        gcs.stop()
         plane.stop()
     for case, measured in seen.items():
         table(
@@ -164,18 +159,14 @@ def _running(pods) -> int:
 
 
 def trainer(repeats: int) -> None:
+    from functions.adapters.gcs import storage_client
     from functions.core.config import RunConfig
     from functions.core.result import PHASE_MARKER, PROGRESS_MARKER
-    from functions.local import emulators
     from tests.fakes.hub_models import FakeModelHub
     from tests.trainer.jobs import finish, start_job
     from trainer import tiny
 
     scratch = Path(tempfile.mkdtemp(prefix="bench-job-start-"))
-    gcs = emulators.fake_gcs(scratch / "fake-gcs.log")
-    os.environ["STORAGE_EMULATOR_HOST"] = gcs.url
-    from functions.adapters.gcs import storage_client
-
     bucket = f"bench-job-start-{uuid.uuid4().hex[:6]}"
     storage_client().create_bucket(bucket)
     folder = tiny.save(scratch / "tiny")
@@ -224,7 +215,6 @@ def trainer(repeats: int) -> None:
                     phases.setdefault(what, []).append(value)
     finally:
         hub.shutdown()
-        gcs.stop()
     durations = [(k.removeprefix("phase: "), v) for k, v in phases.items() if k.startswith("phase: ")]
     print(
         f"\nthe RayJob's entrypoint, the tiny Gemma 3 from the staged copy, 2 worker nodes, {repeats} rounds: "
@@ -264,10 +254,17 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()
     print(f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f} at the start")
-    if args.part in ("control-plane", "both"):
-        control_plane(args.repeats)
-    if args.part in ("trainer", "both"):
-        trainer(args.repeats)
+    from functions.local import emulators
+
+    gcs = emulators.fake_gcs(Path(tempfile.mkdtemp(prefix="bench-job-start-")) / "fake-gcs.log")
+    os.environ["STORAGE_EMULATOR_HOST"] = gcs.url  # one for both parts: the process keeps one storage client
+    try:
+        if args.part in ("control-plane", "both"):
+            control_plane(args.repeats)
+        if args.part in ("trainer", "both"):
+            trainer(args.repeats)
+    finally:
+        gcs.stop()
     print(f"\nload average {os.getloadavg()[0]:.2f} at the end")
     return 0
 

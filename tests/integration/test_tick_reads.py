@@ -156,14 +156,8 @@ def test_a_note_an_older_release_left_behind_is_not_trusted(controller, bucket):
     """An older release writes the record and notes only its generation: the note of the record before no longer
     matches the marker's generation, so the record is read."""
     h = controller
-    run = launch(h, bucket, "older", ROOMY)
-    running(h, [run])
-    blobs = Bucket(bucket)
-    record = h.ctx.store.get(run.run_id)
-    changed = record.model_copy(update={"cancel_requested": True})
-    path = f"runs/{run.run_id}.json"
-    generation = blobs.write(path, changed.model_dump_json().encode(), if_generation_match=record.generation)
-    blobs.set_metadata(f"{ACTIVE}{run.run_id}", {RECORD_GENERATION: str(generation)})
+    run, generation = cancelled_behind_the_stores_back(h, bucket, "older")
+    Bucket(bucket).set_metadata(f"{ACTIVE}{run.run_id}", {RECORD_GENERATION: str(generation)})
     assert quiet.NOTE in marker_of(bucket, run.run_id).metadata, "the older release leaves the note of before"
     h.ctx.store = RunStore(Bucket(bucket))
     tick(h)
@@ -173,18 +167,23 @@ def test_a_note_an_older_release_left_behind_is_not_trusted(controller, bucket):
 def test_a_record_changed_behind_the_stores_back_is_seen_once_its_note_is_old(controller, bucket, monkeypatch):
     """A record edited by hand (its marker untouched) is read once its note is older than quiet.TRUSTED_S."""
     h = controller
-    run = launch(h, bucket, "by-hand", ROOMY)
-    running(h, [run])
-    blobs = Bucket(bucket)
-    record = h.ctx.store.get(run.run_id)
-    changed = record.model_copy(update={"cancel_requested": True})
-    blobs.write(f"runs/{run.run_id}.json", changed.model_dump_json().encode(), if_generation_match=record.generation)
+    run, _ = cancelled_behind_the_stores_back(h, bucket, "by-hand")
     tick(h)
     assert h.kube.get("rayjobs", run.run_id) is not None, "within the hour the note stands"
     monkeypatch.setattr(quiet, "TRUSTED_S", 0)
     h.ctx.store = RunStore(Bucket(bucket))  # (an instance that read the record before also waits out RECHECK_S)
     tick(h)
     assert h.kube.get("rayjobs", run.run_id) is None, "then the record is read and the cancel acted on"
+
+
+def cancelled_behind_the_stores_back(h, bucket, name):
+    """A RUNNING run whose record gets a cancel written straight to the bucket (its marker untouched); the run and
+    the record's new generation."""
+    run = launch(h, bucket, name, ROOMY)
+    running(h, [run])
+    record = h.ctx.store.get(run.run_id)
+    changed = record.model_copy(update={"cancel_requested": True}).model_dump_json().encode()
+    return run, Bucket(bucket).write(f"runs/{run.run_id}.json", changed, if_generation_match=record.generation)
 
 
 def marker_of(bucket, run_id):
