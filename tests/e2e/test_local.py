@@ -47,8 +47,24 @@ def processes_text(pids: list[int]) -> str:
     return "\n".join(lines)
 
 
+STARTED: list[tuple[str, Path]] = []  # each raytune local a test started: its mark and its workdir
+
+
+@pytest.fixture(autouse=True)
+def reaped():
+    """Whatever a test's raytune local left running when the test failed midway (its training run, its Ray
+    cluster) is killed as the test ends, so it cannot load the machine for the tests after it. Only processes
+    carrying the test's own mark, or holding a file in its workdir, are touched."""
+    yield
+    while STARTED:
+        mark, workdir = STARTED.pop()
+        folder = workdir.resolve()
+        emulators.kill_all(lambda mark=mark, folder=folder: [*marked_processes(mark), *emulators.holding(folder)])
+
+
 def start(workdir: Path, *args: str, home: Path) -> tuple[subprocess.Popen, str]:
     mark = uuid.uuid4().hex
+    STARTED.append((mark, workdir))
     env = {**os.environ, "HOME": str(home), "RAYTUNE_TEST_MARK": mark}
     proc = subprocess.Popen(
         [RAYTUNE, "local", "--workdir", str(workdir), *args],
