@@ -7,6 +7,7 @@ import argparse
 import datetime as dt
 import json
 import re
+import signal
 import sys
 import time
 from pathlib import Path
@@ -272,7 +273,17 @@ def follow_run(
     backend: Backend, run_id: str, raw: bool = False, tail: int | None = None, interval_s: float = 2.0
 ) -> int:
     """Follow a run to its end as the foreground `raytune local` tells it (`raw`: its driver log as it is), then
-    say how it ended; the exit code is its outcome (story.EXIT_CODES). Ctrl-C stops following, not the run."""
+    say how it ended; the exit code is its outcome (story.EXIT_CODES). Ctrl-C stops following, not the run, even
+    where this process was started with SIGINT ignored (a background job of a script, and what it starts: Python
+    then leaves SIGINT ignored and no KeyboardInterrupt ever comes), as `raytune local` owns its signals too."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        return _follow_run(backend, run_id, raw, tail, interval_s)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _follow_run(backend: Backend, run_id: str, raw: bool, tail: int | None, interval_s: float) -> int:
     story, shown, first = Story(), 0, True
     record = _get(backend, run_id)
     try:

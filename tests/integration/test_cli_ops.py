@@ -256,3 +256,54 @@ def test_runs_of_another_local_workdir_are_found_and_listed(tmp_path, monkeypatc
         "first-0123456789": str(tmp_path / ".raytune/local"),
         "second-0123456789": str(tmp_path / ".raytune/local-2"),
     }
+
+
+def test_ctrl_c_stops_following_even_when_started_with_sigint_ignored(tmp_path):
+    """A script's background job (and whatever it starts, a CI runner's tests too) gets SIGINT ignored, and Python
+    then never raises KeyboardInterrupt: `raytune logs -f` took no Ctrl-C there and followed on (two CI runs). It
+    owns Ctrl-C while it follows, as `raytune local` owns its signals."""
+    import datetime as dt
+    import fcntl
+    import signal
+    import time
+
+    from functions.core.runs import RunRecord, Transition
+
+    now = dt.datetime.now(dt.UTC)
+    workdir = tmp_path / "w"
+    record = RunRecord(
+        run_id="live-0123456789",
+        state=State.RUNNING,
+        source={"kind": "upload"},
+        created_at=now,
+        updated_at=now,
+        history=[Transition(state=State.RUNNING, at=now)],
+    )
+    runs = workdir / "gcs" / "raytune-local" / "runs"  # as fake-gcs-server keeps the bucket
+    runs.mkdir(parents=True)
+    (runs / f"{record.run_id}.json").write_text(record.model_dump_json())
+    with open(workdir / ".lock", "w") as lock:  # held, as by the raytune local running it
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        lock.write(str(os.getpid()))
+        lock.flush()
+        following = subprocess.Popen(
+            [str(Path(sys.executable).parent / "raytune"), "logs", "-f", "--workdir", str(workdir), record.run_id],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
+        )
+        deadline = time.monotonic() + 60
+        while not caught(following.pid, signal.SIGINT) and following.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)  # until it follows with its handler on, however slow its imports (a loaded machine)
+        following.send_signal(signal.SIGINT)
+        _, said = following.communicate(timeout=60)
+    assert following.returncode == 130, said
+    assert f"stopped following {record.run_id}; the run goes on (RUNNING)" in said
+
+
+def caught(pid: int, signum: int) -> bool:
+    """Whether the process has a handler for the signal (its SigCgt mask in /proc)."""
+    status = Path(f"/proc/{pid}/status").read_text()
+    mask = int(next(line.split()[1] for line in status.splitlines() if line.startswith("SigCgt:")), 16)
+    return bool(mask & (1 << (signum - 1)))
