@@ -227,24 +227,9 @@ def test_submit_prints_the_estimate_and_max_cost_refuses_before_uploading(deploy
 def test_runs_of_another_local_workdir_are_found_and_listed(tmp_path, monkeypatch, capsys):
     """Issue 40: `raytune status RUN` of a run in .raytune/local-2 said only "no run"; `runs --all-workdirs` lists
     every local workdir's runs."""
-    import datetime as dt
-
-    from functions.core.runs import RunRecord, Transition
-
     monkeypatch.chdir(tmp_path)
-    now = dt.datetime.now(dt.UTC)
     for workdir, run_id in ((".raytune/local", "first-0123456789"), (".raytune/local-2", "second-0123456789")):
-        record = RunRecord(
-            run_id=run_id,
-            state=State.SUCCEEDED,
-            source={"kind": "upload"},
-            created_at=now,
-            updated_at=now,
-            history=[Transition(state=State.SUCCEEDED, at=now)],
-        )
-        runs = tmp_path / workdir / "gcs" / "raytune-local" / "runs"  # as fake-gcs-server keeps the bucket
-        runs.mkdir(parents=True)
-        (runs / f"{run_id}.json").write_text(record.model_dump_json())
+        local_record(tmp_path / workdir, run_id, State.SUCCEEDED)
     assert cli(["status", "second-0123456789", "--local"]) == 2
     said = capsys.readouterr().err
     assert "no run second-0123456789 in" in said and f"it is in {tmp_path / '.raytune/local-2'}" in said
@@ -262,26 +247,12 @@ def test_ctrl_c_stops_following_even_when_started_with_sigint_ignored(tmp_path):
     """A script's background job (and whatever it starts, a CI runner's tests too) gets SIGINT ignored, and Python
     then never raises KeyboardInterrupt: `raytune logs -f` took no Ctrl-C there and followed on (two CI runs). It
     owns Ctrl-C while it follows, as `raytune local` owns its signals."""
-    import datetime as dt
     import fcntl
     import signal
     import time
 
-    from functions.core.runs import RunRecord, Transition
-
-    now = dt.datetime.now(dt.UTC)
     workdir = tmp_path / "w"
-    record = RunRecord(
-        run_id="live-0123456789",
-        state=State.RUNNING,
-        source={"kind": "upload"},
-        created_at=now,
-        updated_at=now,
-        history=[Transition(state=State.RUNNING, at=now)],
-    )
-    runs = workdir / "gcs" / "raytune-local" / "runs"  # as fake-gcs-server keeps the bucket
-    runs.mkdir(parents=True)
-    (runs / f"{record.run_id}.json").write_text(record.model_dump_json())
+    record = local_record(workdir, "live-0123456789", State.RUNNING)
     with open(workdir / ".lock", "w") as lock:  # held, as by the raytune local running it
         fcntl.flock(lock, fcntl.LOCK_EX)
         lock.write(str(os.getpid()))
@@ -307,3 +278,24 @@ def caught(pid: int, signum: int) -> bool:
     status = Path(f"/proc/{pid}/status").read_text()
     mask = int(next(line.split()[1] for line in status.splitlines() if line.startswith("SigCgt:")), 16)
     return bool(mask & (1 << (signum - 1)))
+
+
+def local_record(workdir: Path, run_id: str, state: State):
+    """A run record in a local workdir, where fake-gcs-server keeps the bucket."""
+    import datetime as dt
+
+    from functions.core.runs import RunRecord, Transition
+
+    now = dt.datetime.now(dt.UTC)
+    record = RunRecord(
+        run_id=run_id,
+        state=state,
+        source={"kind": "upload"},
+        created_at=now,
+        updated_at=now,
+        history=[Transition(state=state, at=now)],
+    )
+    runs = workdir / "gcs" / "raytune-local" / "runs"
+    runs.mkdir(parents=True)
+    (runs / f"{run_id}.json").write_text(record.model_dump_json())
+    return record
