@@ -321,7 +321,7 @@ class RunStore:
                 unnoted.append(marker)
             else:
                 notes.append(note)
-        return self._records(unnoted, now, quarantined), notes
+        return self._records(unnoted, now, quarantined, described=False), notes
 
     def records_of(
         self,
@@ -330,26 +330,26 @@ class RunStore:
         quarantined: builtins.list[tuple[str, str]] | None = None,
     ) -> builtins.list[RunRecord]:
         """The records of noted runs (watched()), oldest first."""
-        return self._records([self.markers[n.run_id] for n in notes if n.run_id in self.markers], now, quarantined)
+        markers = [self.markers[n.run_id] for n in notes if n.run_id in self.markers]
+        return self._records(markers, now, quarantined, described=True)
 
     def _records(
         self,
         markers: builtins.list[Listed],
         now: dt.datetime | None,
         quarantined: builtins.list[tuple[str, str]] | None,
+        described: bool,
     ) -> builtins.list[RunRecord]:
+        """The markers' records (`described`: each marker carries a trusted note of its record, as watched() found,
+        so a remembered copy of that generation needs no recheck)."""
         fresh, stale = {}, []
         for marker in markers:
             run_id = marker.name.removeprefix(ACTIVE)
             known = self.remembered.get(run_id)
-            noted = marker.metadata.get(RECORD_GENERATION)
             if (
                 known is not None
-                and noted == str(known.record.generation)
-                and (
-                    quiet.read(run_id, marker.metadata, noted, time.time()) is not None
-                    or time.monotonic() - known.read_at < RECHECK_S
-                )
+                and marker.metadata.get(RECORD_GENERATION) == str(known.record.generation)
+                and (described or time.monotonic() - known.read_at < RECHECK_S)
             ):
                 fresh[run_id] = known.record.model_copy()
             else:
@@ -367,19 +367,18 @@ class RunStore:
             elif record is not None:
                 fresh[run_id] = record
                 self.remembered[run_id] = Remembered(record.model_copy(), time.monotonic())
-                self._noted_again(marker, record)
+                self._noted_again(marker, record, described)
             elif now is not None and now - marker.created > ORPHAN_AFTER:
                 self.blobs.delete(marker.name)
         return sorted(fresh.values(), key=lambda r: r.created_at)
 
-    def _noted_again(self, marker: Listed, record: RunRecord) -> None:
+    def _noted_again(self, marker: Listed, record: RunRecord, described: bool) -> None:
         """A record read because its marker did not describe it (an older release's marker, a failed note): noted on
         the marker as listed, unless a writer is replacing it now (it notes its own record, or its marker stays
-        unnoted until the write has surely ended)."""
+        unnoted until the write has surely ended). `described`: the marker's note was trusted when listed."""
         run_id = marker.name.removeprefix(ACTIVE)
-        noted_as = marker.metadata.get(RECORD_GENERATION)
-        if noted_as == str(record.generation) and (
-            quiet.noted(record) is None or quiet.read(run_id, marker.metadata, noted_as, time.time())
+        if marker.metadata.get(RECORD_GENERATION) == str(record.generation) and (
+            described or quiet.noted(record) is None
         ):
             return  # as it should be
         writing = quiet.writing_since(marker.metadata)

@@ -16,6 +16,7 @@ import dataclasses
 import datetime as dt
 import hashlib
 import json
+from collections.abc import Iterable
 from typing import Any
 
 from functions.core.config import ClusterSpec
@@ -37,7 +38,6 @@ class Quiet:
     where: tuple[str, str, str, str]  # region, GKE cluster, namespace, RayCluster
     job: str  # the RayJob's name
     seen: str  # digest of the RayJob status summary the record holds
-    at: float = 0.0  # when it was put on the marker (seconds since the epoch)
 
     @property
     def cluster(self) -> ClusterSpec:
@@ -48,6 +48,18 @@ class Quiet:
         """As put on the marker at `now` (seconds since the epoch)."""
         fields = {"v": VERSION, "g": self.generation, "where": self.where, "job": self.job, "seen": self.seen}
         return json.dumps({**fields, "at": int(now)})
+
+
+def namespaces(specs: Iterable[ClusterSpec], notes: Iterable[Quiet]) -> dict[tuple[str, str, str], ClusterSpec]:
+    """A cluster spec for every namespace (region, GKE cluster, namespace) that live runs use, read or noted quiet:
+    the first spec given for it, else one made from a note."""
+    found: dict[tuple[str, str, str], ClusterSpec] = {}
+    for spec in specs:
+        found.setdefault((spec.region, spec.gke_cluster, spec.namespace), spec)
+    for note in notes:
+        if note.where[:3] not in found:
+            found[note.where[:3]] = note.cluster
+    return found
 
 
 def digest(summary: dict[str, Any] | None) -> str:
@@ -80,7 +92,7 @@ def read(run_id: str, metadata: dict[str, str], generation: str | None, now: flo
         where = tuple(str(part) for part in found["where"])
         if len(where) != 4 or abs(now - float(found["at"])) >= TRUSTED_S:  # either way: clocks differ a little
             return None
-        return Quiet(run_id, int(found["g"]), where, str(found["job"]), str(found["seen"]), float(found["at"]))
+        return Quiet(run_id, int(found["g"]), where, str(found["job"]), str(found["seen"]))
     except (ValueError, KeyError, TypeError):
         return None
 

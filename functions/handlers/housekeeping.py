@@ -9,12 +9,11 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
-from functions.core import allocation
+from functions.core import allocation, quiet
 from functions.core.allocation import Allocation
 from functions.core.config import ClusterSpec
 from functions.core.errors import ClusterGone, Unreadable, describe
 from functions.core.platform import RayObject, Workers
-from functions.core.quiet import Quiet
 from functions.core.runs import RunRecord
 from functions.handlers import sizing
 from functions.handlers.context import Context
@@ -28,7 +27,7 @@ def tidy(
     surveyed: dict[tuple[str, str, str], list[RayObject]] | None = None,
     ended: set[str] | frozenset[str] = frozenset(),
     synced: set[str] | frozenset[str] = frozenset(),
-    passing: Sequence[Quiet] = (),
+    passing: Sequence[quiet.Quiet] = (),
 ) -> list[Exception]:
     """Idle teardown and leak sweep; each cluster's trouble is returned so one cannot stall the others. `surveyed`:
     the Ray objects the tick listed at its start, by namespace (the others are listed here); `ended`: the RayJobs
@@ -57,13 +56,8 @@ def tidy(
         except Exception as exc:
             log.warning("RayCluster %s: idle teardown or sizing failed: %s", alloc.cluster.ray_cluster, describe(exc))
             troubles.append(exc)
-    namespaces: dict[tuple[str, str, str], ClusterSpec] = {}
     specs = [a.cluster for a in allocs] + [r.run_config().cluster for r in live if r.config]
-    for spec in specs:
-        namespaces.setdefault((spec.region, spec.gke_cluster, spec.namespace), spec)
-    for note in passing:
-        if note.where[:3] not in namespaces:
-            namespaces[note.where[:3]] = note.cluster
+    namespaces = quiet.namespaces(specs, passing)
     # A RayCluster is ours to keep when it has an allocation or a live run names it (runs of an older
     # controller have no allocation yet: their next release creates one).
     known = {(s.region, s.gke_cluster, s.namespace, s.ray_cluster) for s in specs} | {n.where for n in passing}

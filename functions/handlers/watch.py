@@ -227,14 +227,7 @@ def survey(
     one listing of each kind per namespace, all at once (a hung one holds its thread): the runs read their job
     statuses from it, and the leak sweep judges it. A namespace whose listing fails is left out: its runs read their
     jobs one by one."""
-    namespaces: dict[Namespace, ClusterSpec] = {}
-    for record in records:
-        if record.config is not None:
-            spec = record.run_config().cluster
-            namespaces.setdefault((spec.region, spec.gke_cluster, spec.namespace), spec)
-    for note in notes:
-        if note.where[:3] not in namespaces:
-            namespaces[note.where[:3]] = note.cluster
+    namespaces = quiet.namespaces((r.run_config().cluster for r in records if r.config is not None), notes)
 
     def listing(spec: ClusterSpec) -> list[RayObject] | None:
         try:
