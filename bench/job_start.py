@@ -40,8 +40,8 @@ def spread(values: list[float]) -> str:
     return f"{min(values):.2f} / {statistics.median(values):.2f} / {max(values):.2f}" if values else "n/a"
 
 
-def table(title: str, header: str, rows: list[tuple[str, list[float]]]) -> None:
-    print(f"\n{title}\n\n| {header} | s from the start (min / median / max) |\n|---|---|")
+def table(title: str, header: str, rows: list[tuple[str, list[float]]], unit: str = "s from the start") -> None:
+    print(f"\n{title}\n\n| {header} | {unit} (min / median / max) |\n|---|---|")
     for label, values in rows:
         print(f"| {label} | {spread(values)} |")
 
@@ -181,7 +181,8 @@ def trainer(repeats: int) -> None:
             "storage_path": f"gs://{bucket}/checkpoints",
         }
     )
-    phases: dict[str, list[float]] = {}
+    took: dict[str, list[float]] = {}  # each phase's own time
+    reached: dict[str, list[float]] = {}  # from the process start
     try:
         for round_ in range(repeats + 1):  # the first stages the copy the others read
             run_id = f"job-start-{round_}"
@@ -196,37 +197,35 @@ def trainer(repeats: int) -> None:
             proc = start_job(config, run_id, log, env=env)
             stamped = tail(log, proc, t0)
             finish(proc, log)
-            seen = {}
+            phases: dict[str, float] = {}
+            first_step = None
             for at, line in stamped:  # rank 0's lines come through the driver, after Ray's "(RayTrainWorker ...)"
                 if PHASE_MARKER in line:
                     phase = json.loads(line[line.index(PHASE_MARKER) + len(PHASE_MARKER) :])
                     if phase.get("seconds") is not None:
-                        seen.setdefault(f"phase: {phase['phase']}", phase["seconds"])
-                elif PROGRESS_MARKER in line and "first training step" not in seen:
-                    seen["first training step"] = at
-            seen["the job's process exits"] = stamped[-1][0] if stamped else time.monotonic() - t0
+                        phases.setdefault(phase["phase"], phase["seconds"])
+                elif PROGRESS_MARKER in line and first_step is None:
+                    first_step = at
+            exits = stamped[-1][0] if stamped else time.monotonic() - t0
             source = "staged copy" if "from the staged copy" in log.read_text() else "Hub"
-            print(f"round {round_}: model from the {source}; first step at {seen.get('first training step', 0):.2f} s")
+            print(f"round {round_}: model from the {source}; first step at {first_step or 0:.2f} s")
             if round_ == 0:
                 continue
-            assert source == "staged copy", log.read_text()[-3000:]
-            for what, value in seen.items():
-                if what.startswith("phase: ") or what in ("first training step", "the job's process exits"):
-                    phases.setdefault(what, []).append(value)
+            assert source == "staged copy" and first_step is not None, log.read_text()[-3000:]
+            for phase, seconds in phases.items():
+                took.setdefault(phase, []).append(seconds)
+            reached.setdefault("first training step", []).append(first_step)
+            reached.setdefault("the job's process exits", []).append(exits)
     finally:
         hub.shutdown()
-    durations = [(k.removeprefix("phase: "), v) for k, v in phases.items() if k.startswith("phase: ")]
-    print(
-        f"\nthe RayJob's entrypoint, the tiny Gemma 3 from the staged copy, 2 worker nodes, {repeats} rounds: "
-        "each phase's own time\n\n| phase | s (min / median / max) |\n|---|---|"
-    )
-    for label, values in durations:
-        print(f"| {label} | {spread(values)} |")
     table(
-        f"the same {repeats} rounds, from the job's process start",
-        "to",
-        [(k, v) for k, v in phases.items() if not k.startswith("phase: ")],
+        f"the RayJob's entrypoint, the tiny Gemma 3 from the staged copy, 2 worker nodes, {repeats} rounds: "
+        "each phase's own time",
+        "phase",
+        list(took.items()),
+        unit="s",
     )
+    table(f"the same {repeats} rounds, from the job's process start", "to", list(reached.items()))
 
 
 def tail(log: Path, proc, t0: float) -> list[tuple[float, str]]:

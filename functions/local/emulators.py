@@ -106,11 +106,11 @@ def holding(folder: Path) -> list[int]:
     return [int(entry.name) for entry in _others() if _holds(entry, f"{folder}/")]
 
 
-def tagged_or_holding(tag: str, folder: Path) -> list[int]:
-    """A session's processes, in one pass over /proc: those carrying its tag, and those holding a file in its
-    folder, which finds what the tag cannot: Ray's agents write their process title over their
+def tagged_or_holding(tag: str, folder: Path, variable: str = TAG) -> list[int]:
+    """A session's processes, in one pass over /proc: those carrying its tag (variable=tag), and those holding a
+    file in its folder, which finds what the tag cannot: Ray's agents write their process title over their
     environment, the tag included."""
-    needle, prefix = f"{TAG}={tag}".encode(), f"{folder}/"
+    needle, prefix = f"{variable}={tag}".encode(), f"{folder}/"
     return [int(entry.name) for entry in _others() if _carries(entry, needle) or _holds(entry, prefix)]
 
 

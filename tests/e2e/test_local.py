@@ -29,9 +29,12 @@ RAY_DEFAULT_PORTS = (6379, 8265, 10001, 52365)
 pytestmark = pytest.mark.slow
 
 
+MARK = "RAYTUNE_TEST_MARK"  # each raytune local a test starts, and all it starts, carry it (tagged by the test)
+
+
 def marked_processes(mark: str) -> list[int]:
     """Processes of one test run: every child inherits the RAYTUNE_TEST_MARK the test set."""
-    return emulators.tagged(mark, variable="RAYTUNE_TEST_MARK")
+    return emulators.tagged(mark, variable=MARK)
 
 
 def processes_text(pids: list[int]) -> str:
@@ -59,13 +62,13 @@ def reaped():
     while STARTED:
         mark, workdir = STARTED.pop()
         folder = workdir.resolve()
-        emulators.kill_all(lambda mark=mark, folder=folder: [*marked_processes(mark), *emulators.holding(folder)])
+        emulators.kill_all(lambda mark=mark, folder=folder: emulators.tagged_or_holding(mark, folder, variable=MARK))
 
 
 def start(workdir: Path, *args: str, home: Path) -> tuple[subprocess.Popen, str]:
     mark = uuid.uuid4().hex
     STARTED.append((mark, workdir))
-    env = {**os.environ, "HOME": str(home), "RAYTUNE_TEST_MARK": mark}
+    env = {**os.environ, "HOME": str(home), MARK: mark}
     proc = subprocess.Popen(
         [RAYTUNE, "local", "--workdir", str(workdir), *args],
         cwd=home,
