@@ -23,6 +23,7 @@ from functions.core.runs import State
 from tests.fakes.http_events import post, storage_event
 from tests.harness import HF_TOKEN
 from tests.integration.test_functions import QUICK, wait_for
+from tests.unit.test_story import record as a_record
 
 
 @pytest.fixture
@@ -282,19 +283,7 @@ def caught(pid: int, signum: int) -> bool:
 
 def local_record(workdir: Path, run_id: str, state: State):
     """A run record in a local workdir, where fake-gcs-server keeps the bucket."""
-    import datetime as dt
-
-    from functions.core.runs import RunRecord, Transition
-
-    now = dt.datetime.now(dt.UTC)
-    record = RunRecord(
-        run_id=run_id,
-        state=state,
-        source={"kind": "upload"},
-        created_at=now,
-        updated_at=now,
-        history=[Transition(state=state, at=now)],
-    )
+    record = a_record(state, run_id=run_id)
     runs = workdir / "gcs" / "raytune-local" / "runs"
     runs.mkdir(parents=True)
     (runs / f"{run_id}.json").write_text(record.model_dump_json())

@@ -16,9 +16,9 @@ pytestmark = pytest.mark.unit
 T0 = dt.datetime(2026, 12, 5, tzinfo=dt.UTC)
 
 
-def record(state: State, reason: str | None = None, **changes) -> RunRecord:
+def record(state: State, reason: str | None = None, run_id: str = "r-1", **changes) -> RunRecord:
     return RunRecord(
-        run_id="r-1",
+        run_id=run_id,
         state=state,
         reason=reason,
         source={"kind": "upload"},
