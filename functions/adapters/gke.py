@@ -394,7 +394,7 @@ class GkePlatform:
             )
             for job in kube.owned(spec.namespace, "RayJob", labels)
         ]
-        for cluster in kube.owned(spec.namespace, "RayCluster", labels):
+        for cluster in kube.ray_clusters(spec.namespace, labels):
             listed = RayClusterSeen.of(cluster)
             active = any(g.get("replicas") for g in listed.groups)
             found.append(RayObject("RayCluster", cluster["metadata"]["name"], active, _created(cluster), handle=listed))

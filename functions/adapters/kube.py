@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from functions.adapters.cluster_specs import ClusterSpecs
 from functions.adapters.retry import with_retries
 from functions.core import errors
 from functions.core.manifests import (
@@ -28,6 +29,7 @@ from functions.core.manifests import (
 FIELD_MANAGER = "raytune"
 APPLY = "application/apply-patch+yaml"
 JSON_PATCH = "application/json-patch+json"
+METADATA_ONLY = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
 RAY_GROUP, RAY_VERSION = "ray.io", "v1"
 PLURALS = {"RayCluster": "rayclusters", "RayJob": "rayjobs"}
 
@@ -214,6 +216,7 @@ class Kube:
         self.custom = client.CustomObjectsApi(api_client)
         self.on_unauthorized = on_unauthorized
         self.timeout_s = timeout_s
+        self.cluster_specs = ClusterSpecs()
 
     def _send(self, call: Callable[..., Any], *args: Any, missing_ok: bool = False, **kwargs: Any) -> Any:
         """One API call with timeouts. 401/403 refresh the credentials and try once more before anything is
@@ -373,9 +376,12 @@ class Kube:
             f"delete RayCluster {namespace}/{name}",
         )
 
-    def owned(self, namespace: str, kind: str, labels: dict[str, str]) -> list[dict[str, Any]]:
-        """The ray.io objects of `kind` carrying all of these labels."""
-        found = with_retries(
+    def owned(
+        self, namespace: str, kind: str, labels: dict[str, str], metadata_only: bool = False
+    ) -> list[dict[str, Any]]:
+        """The ray.io objects of `kind` carrying all of these labels; `metadata_only`: each one's metadata alone
+        (the API server's PartialObjectMetadataList), without its spec and status."""
+        return self._raw_items(
             lambda: self._send(
                 self.custom.list_namespaced_custom_object,
                 RAY_GROUP,
@@ -383,11 +389,19 @@ class Kube:
                 namespace,
                 PLURALS[kind],
                 label_selector=",".join(f"{k}={v}" for k, v in sorted(labels.items())),
+                _preload_content=False,
+                _headers={"Accept": METADATA_ONLY} if metadata_only else None,
             ),
             f"list {kind} in {namespace}",
-            translate=translate,
         )
-        return list(found.get("items", []))
+
+    def ray_clusters(self, namespace: str, labels: dict[str, str]) -> list[dict[str, Any]]:
+        """The RayClusters carrying these labels, their metadata and spec; those unchanged since this client's
+        last call are not sent again (functions/adapters/cluster_specs.py)."""
+        return self.cluster_specs.listed(self, namespace, labels)
+
+    def raycluster(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return self._get("RayCluster", namespace, name)
 
     def pods(self, namespace: str, label_selector: str) -> list[dict[str, Any]]:
         return self._raw_items(
@@ -439,8 +453,8 @@ class Kube:
     def _raw_items(self, call: Callable[[], Any], what: str) -> list[dict[str, Any]]:
         """A list's items as plain JSON: the client's models reject objects other versions of Kubernetes
         leave fields out of, and the controller only reads a few fields."""
-        response = with_retries(call, what, translate=translate)
-        return list(json.loads(response.data).get("items") or [])
+        # the body read inside the retries: a connection dropped mid-listing is retried as one dropped before it
+        return with_retries(lambda: list(json.loads(call().data).get("items") or []), what, translate=translate)
 
     def worker_groups(self, namespace: str, cluster: str) -> RayClusterSeen | None:
         """The RayCluster's worker groups as read, with what every write to them is conditional on; None when

@@ -4,10 +4,12 @@ one line without it), through the same adapter (functions/adapters/kube.py)."""
 
 from __future__ import annotations
 
+import time
 import uuid
 
 import pytest
 
+from functions.adapters.kube import RayClusterSeen
 from functions.core import errors, manifests
 from functions.core.config import RunConfig
 
@@ -175,3 +177,57 @@ def test_a_groups_write_that_adopts_a_raycluster_labels_it_in_the_same_condition
             break
     after = kube.worker_groups(namespace, cfg.cluster.ray_cluster)
     assert (after.owner, after.managed, after.stamp) == ("bucket-a", True, 1)
+
+
+def write_status(kube, namespace: str, name: str, status: dict, fake) -> None:
+    """A status write as KubeRay makes it: through the status subresource (the fake: its own helper)."""
+    if fake is None:
+        from kubernetes import client
+
+        client.CustomObjectsApi(kube.custom.api_client).patch_namespaced_custom_object_status(
+            "ray.io", "v1", namespace, "rayclusters", name, {"status": status}
+        )
+    else:
+        fake.set_status("rayclusters", name, status, namespace)
+
+
+def test_a_raycluster_listed_again_is_sent_whole_only_when_its_spec_changed(server, monkeypatch):
+    """The tick's RayCluster listing (functions/adapters/cluster_specs.py) keeps a spec it read while the API
+    server shows the same uid and metadata.generation: it relies on the generation moving on every spec change
+    and never on a status write, held here on both servers. A status write moves the resourceVersion alone, and
+    the listing carries the new one, so a write conditional on it lands; a groups write moves the generation,
+    and the next listing reads that RayCluster again; one deleted and made again under its name is read too."""
+    kube, namespace, fake = server
+    cfg = in_namespace(CFG, namespace)
+    name, labels = cfg.cluster.ray_cluster, manifests.ownership(None)
+    reads: list[str] = []
+    read = kube.raycluster
+    monkeypatch.setattr(kube, "raycluster", lambda ns, n: reads.append(n) or read(ns, n))
+    a = manifests.worker_group(cfg, "run-1", 1, [], "h" * 64)
+    assert kube.create(manifests.ray_cluster(cfg, [], "h" * 64, [a], 1))
+    [first] = kube.ray_clusters(namespace, labels)  # never listed: listed whole
+    write_status(kube, namespace, name, {"state": "ready", "desiredWorkerReplicas": 1}, fake)
+    [again] = kube.ray_clusters(namespace, labels)
+    assert reads == [] and "status" not in again  # its metadata alone was listed
+    assert again["metadata"]["generation"] == first["metadata"]["generation"]
+    assert again["metadata"]["resourceVersion"] != first["metadata"]["resourceVersion"]
+    assert again["spec"] == first["spec"]
+    seen = RayClusterSeen.of(again)
+    b = manifests.worker_group(cfg, "run-2", 2, [], "h" * 64)
+    assert kube.set_worker_groups(namespace, name, seen, [a, b], 2)  # conditional on the listing's version
+    [changed] = kube.ray_clusters(namespace, labels)
+    assert reads == [name] and changed["metadata"]["generation"] > again["metadata"]["generation"]
+    assert [g["groupName"] for g in changed["spec"]["workerGroupSpecs"]] == [a["groupName"], b["groupName"]]
+    # Deleted and made again under the same name (generation 1 again): another uid, read again.
+    for _ in range(10):  # the real KubeRay may write its status between the read and the delete
+        current = kube.raycluster(namespace, name)
+        if current is None or kube.delete_raycluster(namespace, name, current["metadata"]["resourceVersion"]):
+            break
+    deadline = time.monotonic() + 30
+    while kube.raycluster(namespace, name) is not None:
+        assert time.monotonic() < deadline, "the RayCluster was not deleted"
+        time.sleep(0.2)
+    assert kube.create(manifests.ray_cluster(cfg, [], "h" * 64, [b], 1))
+    reads.clear()
+    [remade] = kube.ray_clusters(namespace, labels)
+    assert reads == [name] and [g["groupName"] for g in remade["spec"]["workerGroupSpecs"]] == [b["groupName"]]

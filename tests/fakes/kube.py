@@ -1,9 +1,9 @@
 """An HTTP fake of the Kubernetes API server, for the real `kubernetes` client.
 
 It speaks the REST protocol the controller uses: namespaced Secrets, ConfigMaps, RayClusters, RayJobs,
-Pods and Events at their real paths; GET (objects and label/field-selected lists), POST (create: 409
-AlreadyExists), DELETE (with resourceVersion preconditions: 409) and PATCH; server-side apply (content
-type application/apply-patch+yaml, fieldManager required, strict field validation for ray.io objects
+Pods and Events at their real paths; GET (objects and label/field-selected lists, whole or their metadata
+alone: Accept ...;as=PartialObjectMetadataList), POST (create: 409 AlreadyExists), DELETE (with
+resourceVersion preconditions: 409) and PATCH; server-side apply (content type application/apply-patch+yaml, fieldManager required, strict field validation for ray.io objects
 against the KubeRay v1 fields, metadata.resourceVersion as a precondition: 409); JSON patch with
 resourceVersion preconditions (409) and test ops (422); Status bodies with real codes; and injected
 faults (429/500/409...) per method and path. There are no controllers: tests set RayJob status and
@@ -43,6 +43,8 @@ KINDS = {
 }
 APPLY = "application/apply-patch+yaml"
 JSON_PATCH = "application/json-patch+json"
+METADATA_LIST = "PartialObjectMetadataList"
+PARTIAL = {"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata"}
 
 
 class _Server(ThreadingHTTPServer):
@@ -55,7 +57,7 @@ class _Server(ThreadingHTTPServer):
 class FakeKube:
     def __init__(self):
         self.objects: dict[tuple[str, str, str], dict] = {}  # (plural, namespace, name) -> object
-        self.requests: list[tuple[str, str, str]] = []  # (method, path, content type)
+        self.requests: list[tuple[str, str, str]] = []  # (method, path, content type; a GET's: what it accepts)
         self.authorization: list[str | None] = []  # the Authorization header of each request
         self.faults: list[list] = []  # [method, path part, status, times left]
         self.delays: list[list] = []  # [method, path part, seconds, times left]
@@ -205,7 +207,8 @@ class FakeKube:
                 if delay:
                     time.sleep(delay)
                 with fake._lock:
-                    fake.requests.append((method, url.path, content_type))
+                    accepted = self.headers.get("Accept", "") if method == "GET" else content_type
+                    fake.requests.append((method, url.path, accepted))
                     fake.authorization.append(self.headers.get("Authorization"))
                     for fault in fake.faults:
                         if fault[0] == method and fault[1] in url.path and fault[3] > 0:
@@ -235,7 +238,8 @@ class FakeKube:
                 if method in ("POST", "PATCH") and match["ns"] is not None and match["ns"] not in fake.namespaces:
                     return self._status(404, "NotFound", f'namespaces "{match["ns"]}" not found')
                 if match["name"] is None and method == "GET":
-                    method = "LIST"
+                    # as=PartialObjectMetadataList: each item's metadata alone, as the real server answers it
+                    method = "LIST_METADATA" if METADATA_LIST in self.headers.get("Accept", "") else "LIST"
                 elif (match["name"] is None) != (method == "POST"):
                     return self._status(405, "MethodNotAllowed", f"{method} {url.path}")
                 with fake._lock:
@@ -264,6 +268,20 @@ class FakeKube:
         return 200, copy.deepcopy(self.objects[key])
 
     def _list(self, key, match, query, content_type, body):
+        api_version, kind = KINDS[(match["group"], match["plural"])]
+        # encoded here, under the lock, rather than copied for the reply to encode (a list of a thousand RayJobs)
+        items = self._listed(key, query)
+        return 200, json.dumps(
+            {"apiVersion": api_version, "kind": f"{kind}List", "metadata": {}, "items": items}
+        ).encode()
+
+    def _list_metadata(self, key, match, query, content_type, body):
+        items = [{**PARTIAL, "metadata": obj["metadata"]} for obj in self._listed(key, query)]
+        return 200, json.dumps(
+            {"apiVersion": PARTIAL["apiVersion"], "kind": METADATA_LIST, "metadata": {}, "items": items}
+        ).encode()
+
+    def _listed(self, key, query) -> list[dict]:
         wanted = dict(part.split("=", 1) for part in query.get("labelSelector", "").split(",") if part)
         fields = dict(part.split("=", 1) for part in query.get("fieldSelector", "").split(",") if part)
         items = []
@@ -276,11 +294,7 @@ class FakeKube:
             if any(_field(obj, path) != v for path, v in fields.items()):
                 continue
             items.append(obj)
-        api_version, kind = KINDS[(match["group"], match["plural"])]
-        # encoded here, under the lock, rather than copied for the reply to encode (a list of a thousand RayJobs)
-        return 200, json.dumps(
-            {"apiVersion": api_version, "kind": f"{kind}List", "metadata": {}, "items": items}
-        ).encode()
+        return items
 
     def _post(self, key, match, query, content_type, body):
         obj = json.loads(body)

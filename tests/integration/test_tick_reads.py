@@ -10,6 +10,8 @@ from collections import Counter
 import pytest
 
 from functions.adapters.gcs import Bucket
+from functions.adapters.gke import GkePlatform
+from functions.adapters.kube import Kube, api_client
 from functions.adapters.store import ACTIVE, RECORD_GENERATION, RunStore
 from functions.core import quiet
 from functions.core.allocation import group_name
@@ -56,12 +58,12 @@ def quiet_tick(h, reads) -> tuple[int, Counter]:
     tick(h)
     kube = Counter(
         (
-            method,
+            method + (" metadata" if "PartialObjectMetadataList" in accepted else ""),
             path.rsplit("/", 1)[-1]
             if path.endswith(("rayjobs", "rayclusters", "pods"))
             else path.split("/")[-2] + " by name",
         )
-        for method, path, _ in h.kube.requests[before:]
+        for method, path, accepted in h.kube.requests[before:]
     )
     return sum(reads.values()), kube
 
@@ -75,11 +77,36 @@ def test_a_quiet_tick_reads_no_record_and_its_calls_do_not_grow_with_the_runs(co
     running(h, runs)
     many = quiet_tick(h, reads)
     assert few[0] == many[0] == 0, "no record or allocation is read when none changed"
-    assert many[1][("GET", "rayjobs")] == 1 and many[1][("GET", "rayclusters")] == 1
+    # the RayClusters, listed whole before, unchanged since: their metadata alone
+    assert many[1][("GET", "rayjobs")] == 1 and many[1][("GET metadata", "rayclusters")] == 1
     # each RayCluster judged from that listing (its stamp is its allocation's version), not read again by name
-    assert many[1][("GET", "rayclusters by name")] == 0, many[1]
+    assert many[1][("GET", "rayclusters by name")] == many[1][("GET", "rayclusters")] == 0, many[1]
     assert few[1] == many[1], f"the Kubernetes calls grew with the runs: {few[1]} -> {many[1]}"
     assert all(h.ctx.store.get(r.run_id).state == State.RUNNING for r in runs)
+
+
+def test_a_tick_reads_again_only_the_raycluster_whose_spec_changed(controller, bucket, reads):
+    """Two RayClusters, both listed by an earlier tick: a launch onto one changes its spec (its groups), so the
+    next tick reads that one by name and takes the other's spec from memory; a fresh instance lists them whole."""
+    h = controller
+    pools = [{**ROOMY, "cluster": {**ROOMY["cluster"], "ray_cluster": f"pool-{p}"}} for p in "ab"]
+    runs = [launch(h, bucket, f"pool-{i}", pools[i]) for i in range(2)]
+    running(h, runs)
+    assert quiet_tick(h, reads)[1][("GET", "rayclusters by name")] == 0
+    runs.append(launch(h, bucket, "pool-a-2", pools[0]))
+    calls = quiet_tick(h, reads)[1]
+    assert calls[("GET", "rayclusters by name")] == 1 and calls[("GET metadata", "rayclusters")] == 1, calls
+    changed = [p for m, p, _ in h.kube.requests if m == "GET" and p.endswith("/rayclusters/pool-a")]
+    assert changed, "the changed RayCluster is the one read"
+    running(h, runs)
+    assert all(h.ctx.store.get(r.run_id).state == State.RUNNING for r in runs)
+    # a fresh instance: its API clients, and what they remember, all new
+    old = h.ctx.platform
+    h.ctx.platform = GkePlatform(
+        h.ctx.settings.project, None, old.clusters, lambda _: Kube(api_client(h.kube.url)), old.owner
+    )
+    fresh = quiet_tick(h, reads)[1]
+    assert fresh[("GET", "rayclusters")] == 1 and fresh[("GET metadata", "rayclusters")] == 0, fresh
 
 
 def test_a_record_another_process_writes_is_read_on_the_next_tick(controller, bucket, reads):

@@ -1,0 +1,64 @@
+"""RayClusters listed by what changed. A RayCluster of a run pool carries every run's worker group with its pod
+template (some 1.3 KB a group): listing them whole on every tick costs what exists, not what changed. A warm
+function instance remembers each RayCluster's spec with the uid and metadata.generation it was read at, and its
+next listing asks for their metadata alone (Accept ...;as=PartialObjectMetadataList, some 3 KB a RayCluster):
+the API server moves a custom resource's generation on every change to its spec and never on a status write
+(tests/contract/test_kube_servers.py holds the real one to it), so a RayCluster at the remembered uid and
+generation has the remembered spec, and the rest comes fresh from the listing (resourceVersion, labels,
+annotations: what writes are conditional on). Those that changed are read again."""
+
+from __future__ import annotations
+
+import threading
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+if TYPE_CHECKING:
+    from functions.adapters.kube import Kube
+
+# More changed RayClusters than this in one namespace are read by one listing, not one read each.
+CHANGED_READS_MAX = 4
+
+
+class Kept(NamedTuple):
+    uid: str
+    generation: int
+    spec: dict[str, Any]
+
+
+class ClusterSpecs:
+    """One GKE cluster's RayCluster specs as last read, by (namespace, name)."""
+
+    def __init__(self) -> None:
+        self._kept: dict[tuple[str, str], Kept] = {}
+        self._lock = threading.Lock()  # the tick lists its namespaces from several threads
+
+    def listed(self, kube: Kube, namespace: str, labels: dict[str, str]) -> list[dict[str, Any]]:
+        """The namespace's RayClusters carrying these labels, each its metadata and spec (not its status)."""
+        with self._lock:
+            known = {name: kept for (ns, name), kept in self._kept.items() if ns == namespace}
+        found = None
+        if known:  # a namespace never read (a fresh instance) is listed whole at once
+            partial = kube.owned(namespace, "RayCluster", labels, metadata_only=True)
+            changed = [item["metadata"]["name"] for item in partial if not _same(known, item["metadata"])]
+            if len(changed) <= CHANGED_READS_MAX:
+                read = {name: kube.raycluster(namespace, name) for name in changed}
+                whole = (
+                    read[meta["name"]] if meta["name"] in read else {"metadata": meta, "spec": known[meta["name"]].spec}
+                    for meta in (item["metadata"] for item in partial)
+                )
+                found = [cluster for cluster in whole if cluster is not None]  # None: deleted since it was listed
+        if found is None:
+            found = kube.owned(namespace, "RayCluster", labels)
+        with self._lock:
+            for key in [key for key in self._kept if key[0] == namespace]:
+                del self._kept[key]
+            for cluster in found:
+                meta = cluster["metadata"]
+                if isinstance(meta.get("generation"), int) and meta.get("uid"):
+                    self._kept[(namespace, meta["name"])] = Kept(meta["uid"], meta["generation"], cluster["spec"])
+        return found
+
+
+def _same(known: dict[str, Kept], meta: dict[str, Any]) -> bool:
+    kept = known.get(meta["name"])
+    return kept is not None and (kept.uid, kept.generation) == (meta.get("uid"), meta.get("generation"))
