@@ -30,6 +30,13 @@ class Listed(NamedTuple):
     metadata: dict[str, str]
 
 
+def _created(blob: Any) -> dt.datetime:
+    """The blob's timeCreated as Blob.time_created reads it, without its strptime (a tenth of a quiet tick's CPU
+    at 1,000 live runs): GCS writes RFC 3339 in UTC ("2026-12-05T23:24:38.123Z"), which fromisoformat reads."""
+    stamp = blob._properties.get("timeCreated")
+    return dt.datetime.fromisoformat(stamp) if stamp else blob.time_created
+
+
 POOL_SIZE = 32  # connections kept per host: the watcher reads records from many threads at once
 
 
@@ -181,7 +188,7 @@ class Bucket:
 
     def listing(self, prefix: str) -> list[Listed]:
         """Every object under `prefix` with its creation time, generation and custom metadata (one list call)."""
-        return self._list(prefix, lambda b: Listed(b.name, b.time_created, int(b.generation), dict(b.metadata or {})))
+        return self._list(prefix, lambda b: Listed(b.name, _created(b), int(b.generation), dict(b.metadata or {})))
 
     def versions(self, prefix: str) -> list[tuple[str, int]]:
         """Names and generations under `prefix` (what a dataset fingerprint is made of)."""

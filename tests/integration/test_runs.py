@@ -116,3 +116,21 @@ def test_active_markers_list_live_runs(store):
     assert [r.run_id for r in store.active()] == ["a-1", "b-1"]
     store.unmark_active("a-1")
     assert [r.run_id for r in store.active()] == ["b-1"]
+
+
+def test_a_listing_says_when_each_object_was_made_as_the_client_library_reads_it(bucket):
+    """Bucket.listing reads timeCreated itself (the library's strptime was a tenth of a quiet tick): the same
+    instant as the library's Blob.time_created, for the emulator's microseconds and GCS's milliseconds."""
+    from google.cloud.storage import Blob
+
+    from functions.adapters import gcs
+
+    store = Bucket(bucket)
+    store.write("runs/active/made", b"", if_generation_match=0)
+    [listed] = store.listing("runs/active/")
+    [blob] = gcs.storage_client().list_blobs(bucket, prefix="runs/active/")
+    assert listed.created == blob.time_created and listed.created.tzinfo is not None
+    for stamp in ("2026-12-05T23:31:08Z", "2026-12-05T23:31:08.071Z", "2026-12-05T23:31:08.071066Z"):
+        made = Blob.from_string(f"gs://{bucket}/x")
+        made._set_properties({"name": "x", "timeCreated": stamp})
+        assert gcs._created(made) == made.time_created, stamp
