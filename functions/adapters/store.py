@@ -460,24 +460,27 @@ class Allocations:
 
     def all(self) -> builtins.list[Allocation]:
         """Every RayCluster the controller ever sized (an unreadable one rebuilt, as by get), from one listing:
-        an allocation whose generation is the one this process last read is not read again."""
-        found = []
+        an allocation whose generation is the one this process last read is not read again; the others are read
+        at once (a fresh instance reads them all), at most PARALLEL_READS at a time."""
         listed = self.blobs.listing(ALLOCATIONS)
         self.remembered = {
             e.name: a for e in listed if (a := self.remembered.get(e.name)) and a.generation == e.generation
         }
+        unread = []
         for entry in listed:
-            alloc = self.remembered.get(entry.name)
-            if alloc is None:
-                try:
-                    spec = spec_of(entry.name)
-                except ValueError:  # not even a name this controller writes: left for a person
-                    continue
-                try:
-                    alloc = self._read(entry.name, spec)
-                except Unreadable:  # (rebuilt instead wherever this store may rebuild)
-                    continue
-            if alloc is not None:
-                self.remembered[entry.name] = alloc
-                found.append(alloc.model_copy())
-        return found
+            try:
+                if entry.name not in self.remembered:
+                    unread.append((entry.name, spec_of(entry.name)))
+            except ValueError:  # not even a name this controller writes: left for a person
+                continue
+        with ThreadPoolExecutor(max_workers=max(1, min(PARALLEL_READS, len(unread)))) as pool:
+            for (name, _), alloc in zip(unread, pool.map(lambda named: self._readable(*named), unread), strict=True):
+                if alloc is not None:
+                    self.remembered[name] = alloc
+        return [self.remembered[e.name].model_copy() for e in listed if e.name in self.remembered]
+
+    def _readable(self, path: str, cluster: ClusterSpec) -> Allocation | None:
+        try:
+            return self._read(path, cluster)
+        except Unreadable:  # (rebuilt instead wherever this store may rebuild)
+            return None
