@@ -97,3 +97,37 @@ def test_bearer_token_is_asked_for_on_every_request(fake):
     kube.get_rayjob("default", "a")
     kube.get_rayjob("default", "b")
     assert fake.authorization == ["Bearer t1", "Bearer t2"]  # t0 seeded the client; each call refreshed
+
+
+def test_many_changed_rayclusters_are_listed_again_whole_not_read_one_by_one(fake, kube):
+    """Past CHANGED_READS_MAX changed RayClusters in a namespace, one whole listing costs less than a read each;
+    one deleted since is gone from the answer and from what the client remembers."""
+    from functions.adapters.cluster_specs import CHANGED_READS_MAX
+
+    labels = manifests.ownership(None)
+    names = [f"pool-{i}" for i in range(CHANGED_READS_MAX + 2)]
+    for name in names:
+        cfg = CFG.model_copy(update={"cluster": CFG.cluster.model_copy(update={"ray_cluster": name})})
+        assert kube.create(
+            manifests.ray_cluster(cfg, [], "h" * 64, [manifests.worker_group(cfg, "run-1", 1, [], "h" * 64)])
+        )
+    assert sorted(c["metadata"]["name"] for c in kube.ray_clusters("default", labels)) == names
+
+    def calls() -> tuple[int, int, int]:
+        listings = [a for m, p, a in fake.requests if m == "GET" and p.endswith("/rayclusters")]
+        by_name = sum(1 for m, p, _ in fake.requests if m == "GET" and "/rayclusters/" in p)
+        return sum("PartialObjectMetadataList" in a for a in listings), len(listings), by_name
+
+    for name in names:  # every spec changes (a groups write moves the generation)
+        seen = kube.worker_groups("default", name)
+        assert kube.set_worker_groups("default", name, seen, [manifests.resized(seen.groups[0], 2)], 1)
+    fake.remove("rayclusters", names[0])
+    before = calls()
+    found = kube.ray_clusters("default", labels)
+    metadata, listings, by_name = (now - then for now, then in zip(calls(), before, strict=True))
+    assert (metadata, listings, by_name) == (1, 2, 0)  # its metadata, then the namespace whole
+    assert sorted(c["metadata"]["name"] for c in found) == names[1:]
+    assert all(c["spec"]["workerGroupSpecs"][0]["replicas"] == 2 for c in found)
+    before = calls()
+    kube.ray_clusters("default", labels)
+    assert tuple(now - then for now, then in zip(calls(), before, strict=True)) == (1, 1, 0)  # unchanged: metadata
