@@ -42,11 +42,16 @@ class ClusterSpecs:
             changed = [item["metadata"]["name"] for item in partial if not _same(known, item["metadata"])]
             if len(changed) <= CHANGED_READS_MAX:
                 read = {name: kube.raycluster(namespace, name) for name in changed}
-                whole = (
-                    read[meta["name"]] if meta["name"] in read else {"metadata": meta, "spec": known[meta["name"]].spec}
-                    for meta in (item["metadata"] for item in partial)
-                )
-                found = [cluster for cluster in whole if cluster is not None]  # None: deleted since it was listed
+                found = []
+                for item in partial:
+                    meta = item["metadata"]
+                    cluster = (
+                        read[meta["name"]]
+                        if meta["name"] in read
+                        else {"metadata": meta, "spec": known[meta["name"]].spec}
+                    )
+                    if cluster is not None:  # None: deleted since it was listed
+                        found.append(cluster)
         if found is None:
             found = kube.owned(namespace, "RayCluster", labels)
         with self._lock:

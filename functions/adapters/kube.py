@@ -459,7 +459,7 @@ class Kube:
     def worker_groups(self, namespace: str, cluster: str) -> RayClusterSeen | None:
         """The RayCluster's worker groups as read, with what every write to them is conditional on; None when
         there is no RayCluster."""
-        found = self._get("RayCluster", namespace, cluster)
+        found = self.raycluster(namespace, cluster)
         return None if found is None else RayClusterSeen.of(found)
 
     def set_worker_groups(

@@ -468,9 +468,10 @@ class Allocations:
         }
         unread = []
         for entry in listed:
+            if entry.name in self.remembered:
+                continue
             try:
-                if entry.name not in self.remembered:
-                    unread.append((entry.name, spec_of(entry.name)))
+                unread.append((entry.name, spec_of(entry.name)))
             except ValueError:  # not even a name this controller writes: left for a person
                 continue
         with ThreadPoolExecutor(max_workers=max(1, min(PARALLEL_READS, len(unread)))) as pool:
