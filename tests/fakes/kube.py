@@ -3,7 +3,8 @@
 It speaks the REST protocol the controller uses: namespaced Secrets, ConfigMaps, RayClusters, RayJobs,
 Pods and Events at their real paths; GET (objects and label/field-selected lists, whole or their metadata
 alone: Accept ...;as=PartialObjectMetadataList), POST (create: 409 AlreadyExists), DELETE (with
-resourceVersion preconditions: 409) and PATCH; server-side apply (content type application/apply-patch+yaml, fieldManager required, strict field validation for ray.io objects
+resourceVersion preconditions: 409) and PATCH; server-side apply (content type
+application/apply-patch+yaml, fieldManager required, strict field validation for ray.io objects
 against the KubeRay v1 fields, metadata.resourceVersion as a precondition: 409); JSON patch with
 resourceVersion preconditions (409) and test ops (422); Status bodies with real codes; and injected
 faults (429/500/409...) per method and path. There are no controllers: tests set RayJob status and
@@ -269,17 +270,11 @@ class FakeKube:
 
     def _list(self, key, match, query, content_type, body):
         api_version, kind = KINDS[(match["group"], match["plural"])]
-        # encoded here, under the lock, rather than copied for the reply to encode (a list of a thousand RayJobs)
-        items = self._listed(key, query)
-        return 200, json.dumps(
-            {"apiVersion": api_version, "kind": f"{kind}List", "metadata": {}, "items": items}
-        ).encode()
+        return _encoded(api_version, f"{kind}List", self._listed(key, query))
 
     def _list_metadata(self, key, match, query, content_type, body):
         items = [{**PARTIAL, "metadata": obj["metadata"]} for obj in self._listed(key, query)]
-        return 200, json.dumps(
-            {"apiVersion": PARTIAL["apiVersion"], "kind": METADATA_LIST, "metadata": {}, "items": items}
-        ).encode()
+        return _encoded(PARTIAL["apiVersion"], METADATA_LIST, items)
 
     def _listed(self, key, query) -> list[dict]:
         wanted = dict(part.split("=", 1) for part in query.get("labelSelector", "").split(",") if part)
@@ -424,6 +419,11 @@ class FakeKube:
             new["metadata"]["generation"] = current["metadata"]["generation"] + 1
             self.objects[key] = new
         return 200, copy.deepcopy(self.objects[key])
+
+
+def _encoded(api_version: str, kind: str, items: list[dict]) -> tuple[int, bytes]:
+    # encoded here, under the lock, rather than copied for the reply to encode (a list of a thousand RayJobs)
+    return 200, json.dumps({"apiVersion": api_version, "kind": kind, "metadata": {}, "items": items}).encode()
 
 
 def _field(obj: dict, path: str):
