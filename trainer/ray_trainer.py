@@ -1,4 +1,4 @@
-"""Ray Train's DataParallelTrainer, less two helper actors this product's runs do not use, and with its
+"""Ray Train's DataParallelTrainer, less the helper actors this product's runs do not use, and with its
 placement-group cleaner told which cluster it is on.
 
 Ray 2.60's trainer starts both for every run, each a process of its own on the driver's node that imports Ray
@@ -12,11 +12,15 @@ a small machine, and on a local run (a new cluster each time) paid on every run.
   autoscaler, the local head starts with --no-monitor), so the requests go nowhere. Left out for a fixed-size
   run, the only kind the trainer asks for.
 
-The PlacementGroupCleaner (a detached actor that removes the run's placement group when Ray Train's controller
-dies without doing so, as when Ray Tune stops a sweep's trial) asks Ray's State API whether the controller lives;
-with no RAY_ADDRESS that API finds its cluster by looking for GCS processes on the machine, and on a machine with
-another Ray it fails ("Found multiple active Ray instances") on every look: the dead trial's placement group kept
-its CPUs and the next trial waited for them forever. It is started with its own cluster's address.
+The PlacementGroupCleaner is a detached actor that removes the run's placement group when Ray Train's controller
+dies without doing so, as when Ray Tune stops a sweep's trial. A sweep's trials keep it; a run that is not a trial
+leaves it out. Ray scopes a placement group to the job whose driver made it (the controller is the driver's
+actor), and a run's driver ends with its fit(), so a dead controller's group goes with the job anyway: the cleaner
+would be one more process for nothing, on every attempt. Where it runs, it asks Ray's State API whether the
+controller lives. With no RAY_ADDRESS that API finds its cluster by looking for GCS processes on the machine, and
+on a machine with another Ray it fails on every look ("Found multiple active Ray instances"): the dead trial's
+placement group kept its CPUs and the next trial waited for them forever. So it is started with its own
+cluster's address.
 
 The rest is Ray's own; tests/trainer/test_ray_trainer.py holds the pinned Ray to what is left out.
 """
@@ -83,14 +87,21 @@ class CleanerOnItsCluster(PlacementGroupCleanerCallback):
 
 
 class DataParallelTrainerWithoutHelpers(DataParallelTrainer):
+    """`trial`: the run is a sweep's trial, whose job goes on after its controller ends (it keeps the cleaner)."""
+
+    def __init__(self, *args: Any, trial: bool = False, **kwargs: Any) -> None:
+        self.trial = trial
+        super().__init__(*args, **kwargs)
+
     def _create_default_callbacks(self) -> list[Any]:
-        callbacks = [
-            CleanerOnItsCluster() if type(callback) is PlacementGroupCleanerCallback else callback
-            for callback in super()._create_default_callbacks()
-        ]
-        if self.datasets:
-            return callbacks
-        return [callback for callback in callbacks if not isinstance(callback, DatasetsCallback)]
+        callbacks = []
+        for callback in super()._create_default_callbacks():
+            if type(callback) is PlacementGroupCleanerCallback:
+                if self.trial:
+                    callbacks.append(CleanerOnItsCluster())
+            elif self.datasets or not isinstance(callback, DatasetsCallback):
+                callbacks.append(callback)
+        return callbacks
 
     def _initialize_and_run_controller(self, **controller_init_kwargs: Any) -> Any:
         if type(controller_init_kwargs["scaling_policy"]) is FixedScalingPolicy:

@@ -547,13 +547,14 @@ def fit(
         "fit_started": time.time(),
     }
     # TorchTrainer with its torch backend configured here without torch (trainer/torch_backend.py), and without
-    # the two helper actors it would start for nothing here (trainer/ray_trainer.py)
+    # the helper actors it would start for nothing here (trainer/ray_trainer.py)
     trainer = DataParallelTrainerWithoutHelpers(
         train_loop,
         train_loop_config=loop_config,
         backend_config=TorchBackendConfig.for_workers(cfg.scaling.use_gpu),
         scaling_config=scaling_config,
         run_config=run_config,
+        trial=trial,
     )
     result = trainer.fit()
     before, after = dict(timeline.seconds), progress.Timeline(shown=timeline.shown)

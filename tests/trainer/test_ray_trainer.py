@@ -1,5 +1,6 @@
-"""The trainer's DataParallelTrainer is Ray's, less the datasets callback when no Ray Dataset is given and the
-autoscaler's resource requests of a fixed-size run: the rest of the pinned Ray's defaults, in Ray's order, and
+"""The trainer's DataParallelTrainer is Ray's, less the datasets callback when no Ray Dataset is given, the
+placement-group cleaner outside a sweep's trials and the autoscaler's resource requests of a fixed-size run: the
+rest of the pinned Ray's defaults, in Ray's order, and
 Ray's own scaling decisions (a Ray upgrade that changes either fails here, not in a run). That training goes on
 without them is what every run of the trainer tier and of tests/e2e shows."""
 
@@ -19,7 +20,7 @@ from trainer.torch_backend import TorchBackendConfig
 from trainer.train import ray_train_configs
 
 
-def trainer(cls: type[DataParallelTrainer], tmp_path, **datasets) -> DataParallelTrainer:
+def trainer(cls: type[DataParallelTrainer], tmp_path, trial: bool = False, **datasets) -> DataParallelTrainer:
     cfg = RunConfig.model_validate({"scaling": {"nodes": 2, "gpus_per_node": 0}, "storage_path": str(tmp_path)})
     scaling, run = ray_train_configs(cfg, "r-1")
     return cls(
@@ -28,17 +29,18 @@ def trainer(cls: type[DataParallelTrainer], tmp_path, **datasets) -> DataParalle
         scaling_config=scaling,
         run_config=run,
         datasets=datasets or None,
+        **({"trial": True} if trial else {}),
     )
 
 
-def default_callbacks(cls: type[DataParallelTrainer], tmp_path, **datasets) -> list[type]:
+def default_callbacks(cls: type[DataParallelTrainer], tmp_path, trial: bool = False, **datasets) -> list[type]:
     """The default callbacks' types, ours counted as the Ray callback they stand for."""
-    made = trainer(cls, tmp_path, **datasets)._create_default_callbacks()
+    made = trainer(cls, tmp_path, trial, **datasets)._create_default_callbacks()
     return [PlacementGroupCleanerCallback if type(c) is CleanerOnItsCluster else type(c) for c in made]
 
 
-def test_the_placement_group_cleaner_is_rays_started_with_its_clusters_address(tmp_path):
-    made = trainer(DataParallelTrainerWithoutHelpers, tmp_path)._create_default_callbacks()
+def test_a_sweeps_trial_keeps_the_placement_group_cleaner_started_with_its_clusters_address(tmp_path):
+    made = trainer(DataParallelTrainerWithoutHelpers, tmp_path, trial=True)._create_default_callbacks()
     assert [type(c) for c in made].count(CleanerOnItsCluster) == 1
     assert PlacementGroupCleanerCallback not in [type(c) for c in made]
     # Ours starts the cleaner as Ray's does, plus the address: an upgrade that changes Ray's fails here.
@@ -56,17 +58,20 @@ def test_the_placement_group_cleaner_is_rays_started_with_its_clusters_address(t
     assert "runtime_env" not in rays and '"RAY_ADDRESS": context.gcs_address' in ours
 
 
-def test_without_ray_datasets_only_the_datasets_callback_is_left_out(tmp_path):
+def test_without_ray_datasets_a_trial_leaves_out_only_the_datasets_callback_and_a_run_the_cleaner_too(tmp_path):
     rays = default_callbacks(DataParallelTrainer, tmp_path)
-    assert DatasetsCallback in rays
-    assert default_callbacks(DataParallelTrainerWithoutHelpers, tmp_path) == [
+    assert DatasetsCallback in rays and PlacementGroupCleanerCallback in rays
+    assert default_callbacks(DataParallelTrainerWithoutHelpers, tmp_path, trial=True) == [
         callback for callback in rays if callback is not DatasetsCallback
+    ]
+    assert default_callbacks(DataParallelTrainerWithoutHelpers, tmp_path) == [
+        callback for callback in rays if callback not in (DatasetsCallback, PlacementGroupCleanerCallback)
     ]
 
 
-def test_a_trainer_given_ray_datasets_keeps_rays_callbacks(tmp_path):
+def test_a_trial_given_ray_datasets_keeps_rays_callbacks(tmp_path):
     train = lambda: None  # noqa: E731 (a dataset factory, as Ray takes one)
-    ours = default_callbacks(DataParallelTrainerWithoutHelpers, tmp_path, train=train)
+    ours = default_callbacks(DataParallelTrainerWithoutHelpers, tmp_path, trial=True, train=train)
     assert DatasetsCallback in ours and ours == default_callbacks(DataParallelTrainer, tmp_path, train=train)
 
 
