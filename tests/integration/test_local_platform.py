@@ -251,6 +251,73 @@ def test_a_node_start_that_times_out_is_started_again_not_a_permanent_failure(tm
         platform.shutdown()
 
 
+FLAKY_HEAD = """#!PYTHON
+# A head whose GCS answers, then (its first FAILURES starts) exits as Ray does when its raylet misses the GCS
+# registration on a busy machine; a worker node that starts at once. Every start is counted.
+import os, socket, sys, time
+args = dict(a.removeprefix("--").split("=", 1) for a in sys.argv[1:] if "=" in a)
+if "--head" not in sys.argv:
+    print("Ray runtime started.", flush=True)
+    time.sleep(300)
+count = os.environ["COUNT"]
+n = int(open(count).read()) if os.path.exists(count) else 0
+open(count, "w").write(str(n + 1))
+def listen(port):
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", int(port)))
+    sock.listen()
+    return sock
+gcs = listen(args["port"])
+time.sleep(1)
+if n < int(os.environ["FAILURES"]):
+    print("Exception: The current node timed out during startup.", flush=True)
+    sys.exit(1)
+dashboard = listen(args["dashboard-port"])
+print("Ray runtime started.", flush=True)
+time.sleep(300)
+"""
+
+
+@pytest.mark.parametrize("failures", [1, 3])
+def test_a_head_that_fails_after_its_gcs_answered_is_started_again_with_its_cluster(tmp_path, caplog, failures):
+    """The head is up for its worker nodes once its GCS answers; the Jobs API waits for the rest. A head that
+    fails after that is started again, and the nodes that joined it are stopped (not lost: no run counts a
+    disruption) and left at zero for the next sizing; three failed starts are transient, with the cluster gone."""
+    from functions.core.allocation import group_name
+
+    ray = tmp_path / "ray"
+    ray.write_text(FLAKY_HEAD.replace("PYTHON", sys.executable))
+    ray.chmod(0o755)
+    platform = LocalRay(tmp_path / "work", "tag", gpus=0)
+    platform.ray = str(ray)
+    platform.env.update(FAILURES=str(failures), COUNT=str(tmp_path / "count"))
+    cfg = RunConfig.model_validate({"scaling": {"nodes": 2, "gpus_per_node": 0}})
+    group = group_name("run-a")
+    try:
+        platform.ensure_cluster(cfg)
+        assert platform.head is not None and not platform.head_up  # its GCS answers; the rest is still starting
+        assert platform.size(cfg, "run-a", None, {group: 2}, 1)
+        joined = platform.groups[group].service
+        generation = platform.generation
+        if failures < 3:
+            platform._head_started()
+            assert (
+                platform.head_up and platform.head.proc.poll() is None and "starting the cluster again" in caplog.text
+            )
+        else:
+            with pytest.raises(TransientError, match=r"ray-head did not start \(Exception: The current node timed"):
+                platform._head_started()
+            assert platform.head is None  # the next ensure_cluster starts a new one
+        assert int((tmp_path / "count").read_text()) == min(failures + 1, 3)
+        assert joined.proc.poll() is not None, "the node that joined the failed head was stopped"
+        workers = platform.workers(cfg.cluster)
+        if failures < 3:
+            assert workers.groups == {group: 0} and workers.handle > generation
+        assert platform.disruptions(cfg, "run-a", None) == []
+    finally:
+        platform.shutdown()
+
+
 def test_each_worker_group_is_one_ray_node_with_its_nodes_resources_and_is_released_alone(tmp_path):
     """Real `ray start`s: a group of 2 nodes is one local Ray node with 2 units of the group's resource (one
     per training worker) and both nodes' CPUs; a second group gets a node of its own (each in a Ray folder of
