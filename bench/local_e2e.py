@@ -3,9 +3,11 @@ throwaway HOME, this checkout against another version of it (`--against DIR`: a 
 `git worktree add /tmp/before <commit>`), interleaved in one run (the order rotates each round), so load on the
 machine falls on both alike. Reported per version, min / median / max: wall time, the CPU time of every process
 the run started (a cpuacct cgroup where this user may make one, else the whole machine's busy time, which
-counts neighbours too: the table says which), and the moments a person waits for.
+counts neighbours too: the table says which), and the moments a person waits for. `--processes` also samples
+every process the run starts (/proc, every 0.3 s) and reports their CPU by kind: Ray's own processes by their
+title, the training workers, the job's driver, the controller (`raytune local` itself).
 
-    .venv/bin/python bench/local_e2e.py --against /tmp/before --runs 5
+    .venv/bin/python bench/local_e2e.py --against /tmp/before --runs 5 [--processes]
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -83,7 +86,65 @@ def cpu_meter() -> Iterator[tuple[dict, callable]]:
             result["cpu_of"] = "machine"
 
 
-def one_run(root: Path) -> dict:
+# A process's kind, from its command line (Ray's workers write their title over it: "ray::TrainController.run").
+KINDS = (
+    ("dashboard/dashboard.py", "Ray dashboard (head)"),
+    ("forkserver", "Ray dashboard modules (head)"),
+    ("ray.util.client.server", "Ray client server (head)"),
+    ("gcs_server", "Ray GCS (head)"),
+    ("log_monitor", "Ray log monitor (each node)"),
+    ("raylet/raylet", "raylet (each node)"),
+    ("dashboard/agent.py", "Ray dashboard agent (each node)"),
+    ("ray::DashboardAgent", "Ray dashboard agent (each node)"),
+    ("ray::RuntimeEnvAgent", "Ray runtime env agent (each node)"),
+    ("runtime_env/agent", "Ray runtime env agent (each node)"),
+    (" start --block", "`ray start` (each node)"),
+    ("trainer.train", "the job's driver"),
+    ("fake-gcs-server", "fake-gcs-server"),
+    ("functions.cli import main", "raytune local (the controller)"),
+)
+
+
+def kind_of(command: str) -> str:
+    if command.startswith("ray::"):
+        return command.split()[0].split(".")[0]  # an actor's title, its method left out
+    return next((name for needle, name in KINDS if needle in command), command[:40] or "unnamed")
+
+
+def processes_cpu(root_pid: int, done: threading.Event, found: dict[str, float]) -> None:
+    """Until `done`: every 0.3 s, the CPU of each descendant of `root_pid` (and of itself), named by kind; each
+    process counted once, at the last look it was alive, under the first name it had that is not Ray's idle
+    worker's (a worker takes its actor's title once it has one)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    seen: dict[tuple[int, int], list] = {}  # (pid, start tick) -> [cpu s, kind]
+    family = {root_pid}
+    while True:
+        stopping = done.is_set()
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                stat = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+                command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+            except OSError:
+                continue
+            pid, parent = int(entry.name), int(stat[1])
+            if pid not in family and parent not in family:
+                continue
+            family.add(pid)
+            key, cpu = (pid, int(stat[19])), (int(stat[11]) + int(stat[12])) / tick
+            kind = kind_of(command)
+            if key in seen and (not command or kind == "ray::IDLE"):
+                kind = seen[key][1]
+            seen[key] = [cpu, kind]
+        if stopping:
+            break
+        time.sleep(0.3)
+    for cpu, kind in seen.values():
+        found[kind] = found.get(kind, 0.0) + cpu
+
+
+def one_run(root: Path, processes: bool = False) -> dict:
     """The quickstart with `root`'s code (first on the path, its nodes and jobs given the same)."""
     with tempfile.TemporaryDirectory() as workdir, tempfile.TemporaryDirectory() as home, cpu_meter() as (cpu, join):
         env = {**os.environ, "HOME": home, "PYTHONPATH": str(root)}
@@ -97,13 +158,20 @@ def one_run(root: Path) -> dict:
             cwd=home,
         )
         join(proc.pid)
+        done, by_kind = threading.Event(), {}
+        sampler = threading.Thread(target=processes_cpu, args=(proc.pid, done, by_kind)) if processes else None
+        if sampler:
+            sampler.start()
         console, _ = proc.communicate(timeout=900)
         wall = time.monotonic() - started
+        if sampler:
+            done.set()
+            sampler.join()
         if proc.returncode != 0:
             raise SystemExit(f"run of {root} failed:\n{console[-4000:]}")
         record = json.loads(next((Path(workdir) / "records").glob("*.json")).read_text())
     train = record["result"]["metrics"]["train_runtime_seconds"]
-    return {"wall_s": wall, **cpu, "train_s": train, **phases(console)}
+    return {"wall_s": wall, **cpu, "train_s": train, **phases(console), **({"processes": by_kind} if processes else {})}
 
 
 def table(samples: dict[str, list[dict]]) -> list[str]:
@@ -111,7 +179,7 @@ def table(samples: dict[str, list[dict]]) -> list[str]:
     lines = [f"| measure (s; {cores} cores) | " + " | ".join(f"{v}: min / median / max" for v in samples) + " |"]
     lines.append("|---" * (len(samples) + 1) + "|")
     first = next(iter(samples.values()))
-    for key in [k for k in first[0] if k != "cpu_of"]:
+    for key in [k for k in first[0] if k not in ("cpu_of", "processes")]:
         cells = []
         for runs in samples.values():
             values = [run[key] for run in runs if key in run]
@@ -121,10 +189,30 @@ def table(samples: dict[str, list[dict]]) -> list[str]:
     return lines
 
 
+def processes_table(samples: dict[str, list[dict]]) -> list[str]:
+    """CPU seconds by kind of process, min / median / max over the runs (0 in a run without that kind)."""
+    kinds = sorted(
+        {kind for runs in samples.values() for run in runs for kind in run["processes"]},
+        key=lambda kind: (
+            -max(statistics.median(run["processes"].get(kind, 0.0) for run in runs) for runs in samples.values())
+        ),
+    )
+    lines = ["| process (CPU s) | " + " | ".join(f"{v}: min / median / max" for v in samples) + " |"]
+    lines.append("|---" * (len(samples) + 1) + "|")
+    for kind in kinds:
+        cells = []
+        for runs in samples.values():
+            values = [run["processes"].get(kind, 0.0) for run in runs]
+            cells.append(f"{min(values):.1f} / {statistics.median(values):.1f} / {max(values):.1f}")
+        lines.append(f"| {kind} | " + " | ".join(cells) + " |")
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--against", type=Path, help="a checkout of the version to compare with")
+    parser.add_argument("--processes", action="store_true", help="also the CPU of each kind of process it starts")
     args = parser.parse_args(argv)
     versions = {"this": ROOT} | ({"against": args.against.resolve()} if args.against else {})
     samples: dict[str, list[dict]] = {name: [] for name in versions}
@@ -132,12 +220,15 @@ def main(argv: list[str] | None = None) -> int:
         order = list(versions)
         order = order[round_ % len(order) :] + order[: round_ % len(order)]
         for name in order:
-            samples[name].append(one_run(versions[name]))
+            samples[name].append(one_run(versions[name], args.processes))
             print(
                 f"round {round_ + 1} {name}: " + ", ".join(f"{k} {v}" for k, v in samples[name][-1].items()), flush=True
             )
     print(f"\nraytune local end to end, {args.runs} runs of each version interleaved, seconds from start")
     print("\n".join(table(samples)))
+    if args.processes:
+        print(f"\nthe CPU of each kind of process a quickstart starts, {args.runs} runs of each version interleaved")
+        print("\n".join(processes_table(samples)))
     return 0
 
 
