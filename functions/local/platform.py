@@ -77,11 +77,6 @@ def _last_line(log: Path, since: int) -> str:
     return lines[-1].strip() if lines else "no output"
 
 
-def started_since(log: Path, since: int) -> bool:
-    """Whether a `ray start` says in its log, past byte `since`, that its node is up."""
-    return "Ray runtime started" in log.read_bytes()[since:].decode(errors="replace")
-
-
 def _iso(ms: int | None) -> str | None:
     return dt.datetime.fromtimestamp(ms / 1000, dt.UTC).isoformat() if ms else None
 
@@ -204,8 +199,6 @@ class LocalRay:
         os.environ.update({k: self.env[k] for k in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN_PATH")})
         self.ray = str(Path(sys.executable).parent / "ray")  # the ray CLI of this environment
         self.head: emulators.Service | None = None
-        self.head_up = False  # the head whole (its dashboard up), not only its GCS: _head_started
-        self.head_deadline = 0.0  # by when its `ray start` must say it is up
         self.dashboard_port = 0
         self.shapes: dict[str, NodeShape] = {}  # each run's worker group: its nodes' shape
         self.groups: dict[str, GroupNode | None] = {}  # each run's worker group: its local node (None at zero)
@@ -225,17 +218,10 @@ class LocalRay:
         self.timings[what] = round(self.timings.get(what, 0.0) + time.monotonic() - started, 2)
 
     def _ray_start(
-        self,
-        args: list[str],
-        env: dict[str, str],
-        port: int,
-        name: str,
-        taken: tuple[int, ...] = (),
-        up_at_port: bool = False,
+        self, args: list[str], env: dict[str, str], port: int, name: str, taken: tuple[int, ...] = ()
     ) -> emulators.Service:
         """One `ray start --block` (a pod, on GKE), every port its own (none of `taken`, the ports `args`
-        already name), ready once it says so in its log, or once `port` answers (`up_at_port`: the head, whose
-        GCS answers seconds before its dashboard is up and `ray start` says so)."""
+        already name), ready once it says so in its log."""
         log = self.logs / f"{name}.log"
         log.parent.mkdir(parents=True, exist_ok=True)
         log.unlink(missing_ok=True)
@@ -245,10 +231,10 @@ class LocalRay:
             before_sleep=lambda state: logger.warning("%s; starting it again", state.outcome.exception()),
             reraise=True,
         )
-        return retrying(self._ray_start_once, args, env, port, log, taken, up_at_port)
+        return retrying(self._ray_start_once, args, env, port, log, taken)
 
     def _ray_start_once(
-        self, args: list[str], env: dict[str, str], port: int, log: Path, taken: tuple[int, ...], up_at_port: bool
+        self, args: list[str], env: dict[str, str], port: int, log: Path, taken: tuple[int, ...]
     ) -> emulators.Service:
         since = log.stat().st_size if log.exists() else 0  # a retry appends to the log of the attempt before
         low, high = emulators.free_port_range(WORKER_PORTS, taken=(port, *taken))
@@ -271,7 +257,7 @@ class LocalRay:
                 log,
                 env={**self.env, **env},
                 timeout_s=START_TIMEOUT_S,
-                ready=None if up_at_port else lambda: started_since(log, since),
+                ready=lambda: "Ray runtime started" in log.read_bytes()[since:].decode(errors="replace"),
             )
         except (RuntimeError, TimeoutError):  # it exited, or never said it was up: say why, from its own log
             raise NodeDidNotStart(f"{log.stem} did not start ({_last_line(log, since)}; see {log})") from None
@@ -286,9 +272,6 @@ class LocalRay:
         return ClusterReadiness("ready")
 
     def _start_head(self) -> None:
-        """The head, up to its GCS: the worker nodes join it from then on, while the head goes on to start its
-        dashboard (Ray's own order: the GCS, then the dashboard, then the head's raylet), as KubeRay's worker pods
-        wait only for the head's GCS. What needs the Jobs API waits for the rest (_head_started)."""
         port, self.dashboard_port, client_port = emulators.free_ports(3)
         self.head = self._ray_start(
             [
@@ -305,51 +288,8 @@ class LocalRay:
             port,
             "ray-head",
             taken=(self.dashboard_port, client_port),
-            up_at_port=True,
         )
-        self.head_up = False
-        self.head_deadline = time.monotonic() + START_TIMEOUT_S
-
-    def _head_started(self) -> None:
-        """Wait until the head is whole (its dashboard serves the Jobs API). A head that exits or never says it is
-        up after its GCS answered (Ray's 30 s for its raylet to register, missed on a busy machine) is started
-        again with its cluster: the nodes that joined its GCS go with it, and the next sizing starts them again."""
-        for attempt in range(1, START_ATTEMPTS + 1):
-            if self.head is None or self.head_up:
-                return
-            try:
-                with self.timed("starting the Ray head"):
-                    self._wait_head_up(self.head)
-                return
-            except NodeDidNotStart as missed:
-                self._drop_head()
-                if attempt == START_ATTEMPTS:
-                    raise
-                logger.warning("%s; starting the cluster again", missed)
-                with self.timed("starting the Ray head"):
-                    self._start_head()
-
-    def _wait_head_up(self, head: emulators.Service) -> None:
-        log = self.logs / "ray-head.log"
-        try:
-            emulators.wait_until(
-                lambda: started_since(log, 0) and emulators.port_open(self.dashboard_port),
-                "ray-head up",
-                max(self.head_deadline - time.monotonic(), 0.0),
-                proc=head.proc,
-            )
-        except (RuntimeError, TimeoutError) as why:
-            raise NodeDidNotStart(f"ray-head did not start ({_last_line(log, 0)}; see {log}): {why}") from None
-        self.head_up = True
-
-    def _drop_head(self) -> None:
-        """The head and the nodes that joined it, stopped: not lost (no run counts a disruption), and left at zero
-        for the next sizing."""
-        assert self.head is not None
-        stop_together([self.head, *(node.service for node in self.groups.values() if node is not None)])
-        self.groups = dict.fromkeys(self.groups)
-        self.generation += 1
-        self.head = None
+        emulators.wait_until(lambda: emulators.port_open(self.dashboard_port), "dashboard up", 120)
 
     @property
     def client(self) -> Any:
@@ -357,7 +297,6 @@ class LocalRay:
 
         with self.lock:
             if self._client is None:
-                self._head_started()
                 self._client = JobSubmissionClient(f"http://127.0.0.1:{self.dashboard_port}")
             return self._client
 
