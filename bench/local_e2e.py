@@ -190,9 +190,10 @@ def table(samples: dict[str, list[dict]]) -> list[str]:
 
 
 def processes_table(samples: dict[str, list[dict]]) -> list[str]:
-    """CPU seconds by kind of process, min / median / max over the runs (0 in a run without that kind)."""
+    """CPU seconds by kind of process, min / median / max over the runs (0 in a run without that kind); kinds
+    that never took 0.05 s in any run (shells, sleeps) are left out."""
     kinds = sorted(
-        {kind for runs in samples.values() for run in runs for kind in run["processes"]},
+        {kind for runs in samples.values() for run in runs for kind, cpu in run["processes"].items() if cpu >= 0.05},
         key=lambda kind: (
             -max(statistics.median(run["processes"].get(kind, 0.0) for run in runs) for runs in samples.values())
         ),
