@@ -64,8 +64,12 @@ class Story:
         self.said = (record.state, record.reason)
         if len(log) < self.log_seen:  # cut or replaced (the kept copy for the live one): read again, said once
             self.log_seen = 0
-        lines += self._from_log(log[self.log_seen :])
-        self.log_seen = len(log)
+        # Whole lines only: a live log is read while Ray still writes it, and a line cut at the end of one look
+        # is read whole at the next (its marker and JSON are in its first part, its end in the second).
+        fresh = log[self.log_seen :]
+        fresh = fresh[: fresh.rfind("\n") + 1]
+        lines += self._from_log(fresh)
+        self.log_seen += len(fresh)
         failures = list(joblog.failed_attempts(log))  # the whole log: a decision may span two looks
         stopping = record.cancel_requested or record.state == State.CANCELLED  # the stop's own effects on workers
         lines += [] if stopping else [f"  {failure}" for failure in failures[self.failures :]]

@@ -50,6 +50,22 @@ def test_phases_steps_and_states_are_each_said_once():
     assert story.observe(record(State.SUCCEEDED, "done"), kept) == ["  step 2/4 · loss 1.0000 · eval loss 0.5000"]
 
 
+def test_a_line_still_being_written_is_said_whole_at_the_next_look():
+    """A live log is read while Ray writes it: a look may end inside a line. Cut at every point of a phase's
+    end and a step, each is said once, whole, when its line is complete."""
+    begun, ended = phase("starting 2 workers"), phase("starting 2 workers", 8.84)
+    written = begun + ended + step(1)
+    for cut in range(len(written) + 1):
+        story = Story()
+        told = story.observe(record(State.RUNNING), written[:cut]) + story.observe(record(State.RUNNING), written)
+        assert [line for line in told if line.startswith("  ")] == [
+            # begun alone in the first look: said as begun, then as ended
+            *(["  starting 2 workers..."] if len(begun) <= cut < len(begun + ended) else []),
+            "  starting 2 workers: 8.8s",
+            "  step 1/4 · loss 1.0000",
+        ], cut
+
+
 def test_a_new_attempt_says_so_and_its_steps_are_told_again():
     story = Story()
     story.observe(record(State.RUNNING), step(1) + step(2))
