@@ -4,18 +4,12 @@ makes the workers') outlives that actor while the driver lives, and goes with th
 
 from __future__ import annotations
 
-import contextlib
-import os
-import shutil
-import signal
 import subprocess
 import sys
-import tempfile
-from pathlib import Path
 
 import pytest
 
-from functions.local.platform import auth_token
+from tests.trainer.jobs import end_private_ray, private_ray_env
 
 pytestmark = pytest.mark.slow
 
@@ -55,18 +49,10 @@ print("freed after the driver ended:", ray.available_resources().get("CPU", 0) =
 
 
 def test_a_dead_controllers_placement_group_holds_its_cpus_until_the_driver_ends():
-    ray_tmp = tempfile.mkdtemp(prefix="rt-", dir="/tmp")  # short: Ray's socket paths are length-limited
-    env = {
-        **os.environ,
-        "RAY_TMPDIR": ray_tmp,
-        "TMPDIR": ray_tmp,
-        "RAY_USAGE_STATS_ENABLED": "0",
-        "RAY_AUTH_MODE": "token",
-        "RAY_AUTH_TOKEN_PATH": str(auth_token(Path(ray_tmp))),
-    }
+    ray_tmp, env = private_ray_env()
     cluster = subprocess.Popen(
         [sys.executable, "-c", CLUSTER, DRIVER],
-        env=env,
+        env={**env, "RAY_USAGE_STATS_ENABLED": "0"},
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -75,8 +61,6 @@ def test_a_dead_controllers_placement_group_holds_its_cpus_until_the_driver_ends
     try:
         out, err = cluster.communicate(timeout=240)
     finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(cluster.pid, signal.SIGKILL)
-        shutil.rmtree(ray_tmp, ignore_errors=True)
+        end_private_ray(cluster, ray_tmp)
     assert "held after the controller died: True" in out, out + err[-3000:]
     assert "freed after the driver ended: True" in out, out + err[-3000:]
