@@ -1,7 +1,7 @@
 """Ray Train's DataParallelTrainer, less the helper actors this product's runs do not use, and with its
 placement-group cleaner told which cluster it is on.
 
-Ray 2.60's trainer starts both for every run, each a process of its own on the driver's node that imports Ray
+Ray 2.60's trainer starts the two below for every run, each a process of its own on the driver's node that imports Ray
 Train and Ray Data (pandas, pyarrow): 1.2-1.9 s of CPU each an attempt here, taken from the training workers on
 a small machine, and on a local run (a new cluster each time) paid on every run.
 
