@@ -8,7 +8,7 @@ import datetime as dt
 import functools
 import tempfile
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 from functions.adapters.google_api import translate
@@ -17,7 +17,7 @@ from functions.adapters.retry import with_retries
 from functions.core import computeclass, disruption, errors, manifests, stuck
 from functions.core.allocation import group_name
 from functions.core.config import ClusterSpec, RunConfig
-from functions.core.platform import ClusterReadiness, RayObject, Workers
+from functions.core.platform import ClusterReadiness, NodeSeen, RayObject, Workers
 
 # The API server answers in these states; RECONCILING and DEGRADED clusters still take work.
 READY = {"RUNNING", "RECONCILING", "DEGRADED"}
@@ -349,26 +349,29 @@ class GkePlatform:
         return self._kube(cfg.cluster).job_log(cfg.cluster.namespace, job)
 
     def disruptions(
-        self, cfg: RunConfig, run_id: str, since: dt.datetime | None, nodes: tuple[str, ...] = ()
+        self, cfg: RunConfig, run_id: str, since: dt.datetime | None, nodes: Mapping[str, str] | None = None
     ) -> list[str]:
         kube = self._kube(cfg.cluster)
         namespace = cfg.cluster.namespace
         pods = kube.pods(namespace, f"{manifests.RUN_LABEL}={run_id}")
         # KubeRay names a group's pods <cluster>-<group>-worker-<suffix>; the replaced ones are gone, their Events stay
+        # (while the recorder's budget for the object lasts: disruption's docstring).
         group = group_name(run_id)
         events = [e for e in kube.events(namespace) if f"-{group}-" in (e.get("involvedObject") or {}).get("name", "")]
         found = disruption.from_pods(pods, events, since)
         found += disruption.from_kuberay(kube.events(namespace, cfg.cluster.ray_cluster), group, since)
-        return found + disruption.gone([name for name in nodes if kube.node_labels(name) is None])
+        recorded = dict(nodes or {})
+        return found + disruption.node_changes(recorded, {name: kube.node(name) for name in recorded})
 
-    def worker_nodes(self, cfg: RunConfig, run_id: str) -> dict[str, str]:
+    def worker_nodes(self, cfg: RunConfig, run_id: str) -> dict[str, NodeSeen]:
         kube = self._kube(cfg.cluster)
         pods = kube.pods(cfg.cluster.namespace, f"{manifests.RUN_LABEL}={run_id}")
         found = {}
         for name in sorted({n for p in pods if (n := (p.get("spec") or {}).get("nodeName"))}):
-            labels = kube.node_labels(name)
-            if labels is not None:
-                found[name] = computeclass.node_capacity(labels)
+            node = kube.node(name)
+            if node is not None:
+                labels = (node.get("metadata") or {}).get("labels") or {}
+                found[name] = NodeSeen(computeclass.node_capacity(labels), disruption.identity(node))
         return found
 
     def stop(self, spec: ClusterSpec, job: str) -> None:

@@ -411,8 +411,8 @@ class Kube:
             f"list pods {label_selector} in {namespace}",
         )
 
-    def node_labels(self, name: str) -> dict[str, str] | None:
-        """A node's labels; None when it is gone."""
+    def node(self, name: str) -> dict[str, Any] | None:
+        """A node as the API server has it (labels, uid, bootID, conditions, taints); None when it is gone."""
         response = with_retries(
             lambda: self._send(self.core.read_node, name, missing_ok=True, _preload_content=False),
             f"get node {name}",
@@ -420,7 +420,8 @@ class Kube:
         )
         if response is None:
             return None
-        return dict((json.loads(response.data).get("metadata") or {}).get("labels") or {})
+        found: dict[str, Any] = json.loads(response.data)
+        return found
 
     def events(self, namespace: str, name: str | None = None) -> list[dict[str, Any]]:
         """The Events about one object (a pod), or about every pod of the namespace (pods deleted since keep

@@ -24,7 +24,7 @@ from functions.core.allocation import Admission
 from functions.core.champion import Promotion
 from functions.core.config import DeadlineSpec, RunConfig
 from functions.core.fingerprint import Inputs
-from functions.core.platform import ClusterReadiness
+from functions.core.platform import ClusterReadiness, NodeSeen
 from functions.core.runs import Attempt, RunRecord, State
 
 # A RECEIVED run belongs to the handler that created it for this long; after that, it died mid-way
@@ -71,7 +71,7 @@ class Move:
     inputs: Inputs | None = None  # a nightly's fingerprinted inputs
     promotion: Promotion | None = None  # what the run did to its champion
     attempts: list[Attempt] | None = None  # the run's attempts as they now stand
-    nodes: dict[str, str] | None = None  # the current attempt's nodes and their capacity
+    nodes: dict[str, NodeSeen] | None = None  # the current attempt's nodes: their capacity and identity
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,7 +89,7 @@ class JobSeen:
 
     status: dict[str, Any] | None  # its status; None: the RayJob is gone
     lost: tuple[str, ...] = ()  # a failed or vanished job: what took its nodes
-    nodes: dict[str, str] | None = None  # a running job: its nodes, while not all are known
+    nodes: dict[str, NodeSeen] | None = None  # a running job: its nodes, while not all are known
     stuck: str | None = None  # a waiting job: why, from its pods and their Events (when known)
 
 
@@ -281,15 +281,18 @@ def _submitted(record: RunRecord, facts: Facts) -> Step:
     state, reason = job_outcome(record, job, facts.now, pending_seconds(record), seen.stuck)
     summary = job_summary(job)
     if not state.terminal:
-        nodes = {**record.nodes, **(seen.nodes or {})}
+        known = record.seen_nodes
+        # A node keeps the identity it had when first seen under the run (a later read may be of its successor);
+        # one recorded without (an older release's record) takes the one read now.
+        nodes = {**(seen.nodes or {}), **{n: s for n, s in known.items() if s.identity or n not in (seen.nodes or {})}}
         if (
             state == record.state
             and summary == record.job
             and (reason is None or reason == record.reason)
-            and nodes == record.nodes
+            and nodes == known
         ):
             return NOTHING
-        return move(state, reason, job=summary, nodes=nodes if nodes != record.nodes else None)
+        return move(state, reason, job=summary, nodes=nodes if nodes != known else None)
     if job is not None and job.get("jobStatus") not in JOB_TERMINAL and not facts.job_stopped:
         return Step(Action.STOP_JOB)  # a stuck or half-failed job must not hold the GPUs
     lost = [*seen.lost, *disruption.from_ray(job)] if state == State.FAILED else []

@@ -12,6 +12,16 @@ The real KubeRay operator deletes a Failed worker pod within about a second and 
 next tick reads the pod. What outlives it: KubeRay's Event on the RayCluster ("Deleted worker Pod NS/NAME; Pod
 status: Failed; ...", reason DeletedWorkerPod: ray-operator/controllers/ray/raycluster_controller.go; Events live
 an hour), and the node itself, which GKE deletes once its VM is gone.
+
+Neither Event is certain: KubeRay records them through client-go's recorder, whose spam filter
+(EventSourceObjectSpamFilter, tools/record/events_cache.go: a burst of 25 per source and object, then one every
+5 minutes) drops them on a RayCluster whose earlier runs created and deleted their share of worker pods. And a
+preempted Spot VM in a managed instance group comes back under the same instance name, so a node's name is not its
+identity. What the platform cannot drop is the Node object itself: its uid changes when it is deleted and made
+again, its `status.nodeInfo.bootID` when its VM boots again, and its Ready condition turns False when the kubelet
+starts a graceful shutdown (Spot preemption) or stops posting (NodeLost). The watcher keeps each node's identity
+as it first saw the run running there (`identity`), and a failed job's nodes are compared with it
+(`node_changes`): a signal read, not recorded, so it costs no Event budget and holds nothing up.
 """
 
 from __future__ import annotations
@@ -113,9 +123,53 @@ def from_kuberay(events: list[dict[str, Any]], group: str, since: dt.datetime | 
     return found
 
 
-def gone(nodes: list[str]) -> list[str]:
-    """The run's nodes (seen while it ran) that no longer exist: GKE removed their VMs."""
-    return [f"node {name}: gone from the cluster (its VM was deleted or preempted)"[:LINE_LIMIT] for name in nodes]
+def identity(node: dict[str, Any]) -> str:
+    """Who a node is beyond its name: its object's uid and its VM's boot ("uid/bootID")."""
+    uid = (node.get("metadata") or {}).get("uid") or ""
+    boot = ((node.get("status") or {}).get("nodeInfo") or {}).get("bootID") or ""
+    return f"{uid}/{boot}"
+
+
+# A node GKE is about to take: the Spot/preemptible termination handler's taint, and the node being cordoned.
+LEAVING_TAINTS = frozenset({"cloud.google.com/impending-node-termination", "node.kubernetes.io/unschedulable"})
+
+
+def node_changes(recorded: dict[str, str], now: dict[str, dict[str, Any] | None]) -> list[str]:
+    """The run's nodes, each with the identity it had while the run ran there (`identity`; '' where it was never
+    read, as in records of older releases), against the same names read now (None: no such node): those gone,
+    made again, booted again, or no longer Ready lost what they ran."""
+    found = []
+    for name, was in recorded.items():
+        node = now.get(name)
+        if node is None:
+            what = "gone from the cluster (its VM was deleted or preempted)"
+        elif was and (is_ := identity(node)) != was:
+            uid, boot = was.split("/", 1)
+            new_uid, new_boot = is_.split("/", 1)
+            if uid and new_uid != uid:
+                what = "deleted and made again under its name since the run ran there (its VM was recreated)"
+            elif boot and new_boot != boot:
+                what = f"booted again since the run ran there (boot {boot[:8]} then {new_boot[:8] or '?'}: its VM was preempted or recreated)"
+            else:
+                continue
+        elif (why := _leaving(node)) is not None:
+            what = why
+        else:
+            continue
+        found.append(f"node {name}: {what}"[:LINE_LIMIT])
+    return found
+
+
+def _leaving(node: dict[str, Any]) -> str | None:
+    """Why a node that still exists is not one a job can run on: not Ready (shutting down, lost), or tainted to go."""
+    for condition in (node.get("status") or {}).get("conditions") or []:
+        if condition.get("type") == "Ready" and condition.get("status") != "True":
+            said = " ".join(str(condition.get(k) or "") for k in ("reason", "message")).strip()
+            return f"not Ready ({said or condition.get('status')})"
+    for taint in (node.get("spec") or {}).get("taints") or []:
+        if taint.get("key") in LEAVING_TAINTS and taint.get("effect") in ("NoSchedule", "NoExecute"):
+            return f"tainted {taint['key']} (GKE is taking it away)"
+    return None
 
 
 def from_ray(job: dict[str, Any] | None) -> list[str]:

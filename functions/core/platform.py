@@ -33,6 +33,14 @@ class Workers:
 
 
 @dataclass(frozen=True)
+class NodeSeen:
+    """A node a run's workers run on, as the watcher first saw it there."""
+
+    capacity: str  # where it came from (computeclass.node_capacity): spot, reservation, ...
+    identity: str = ""  # disruption.identity: a node made again or booted again under its name has another
+
+
+@dataclass(frozen=True)
 class RayObject:
     """A RayJob or RayCluster carrying this deployment's labels, as one listing of the namespace found it: every
     tick's runs read their job statuses from it, and the leak sweep judges it."""
@@ -78,11 +86,12 @@ class Platform(Protocol):
         """The job's status in RayJob terms (jobStatus, jobDeploymentStatus, reason, message, ...); None if gone."""
 
     def disruptions(
-        self, cfg: RunConfig, run_id: str, since: dt.datetime | None, nodes: tuple[str, ...] = ()
+        self, cfg: RunConfig, run_id: str, since: dt.datetime | None, nodes: Mapping[str, str] | None = None
     ) -> list[str]:
         """What took the run's worker nodes away since `since` (preemption, a node shut down or gone, an eviction),
         one line each naming the node and when, as Kubernetes (or the local cluster) says it; [] when nothing did.
-        `nodes`: the ones the attempt was seen running on (those gone since are lost too)."""
+        `nodes`: the ones the attempt was seen running on, each with its identity then (NodeSeen.identity): those
+        gone, made again, booted again or not Ready since are lost too."""
 
     def job_log(self, cfg: RunConfig, job: str) -> str:
         """The job's driver log so far ('' when there is none yet or any more)."""
@@ -90,8 +99,8 @@ class Platform(Protocol):
     def waiting_reason(self, cfg: RunConfig, run_id: str) -> str | None:
         """Why a submitted job still waits, from its cluster's pods and their Events; None when nothing is wrong."""
 
-    def worker_nodes(self, cfg: RunConfig, run_id: str) -> dict[str, str]:
-        """The nodes the run's workers run on, each with the capacity it came from (computeclass.node_capacity)."""
+    def worker_nodes(self, cfg: RunConfig, run_id: str) -> dict[str, NodeSeen]:
+        """The nodes the run's workers run on, each with the capacity it came from and its identity."""
 
     def stop(self, spec: ClusterSpec, job: str) -> None: ...
 

@@ -32,6 +32,7 @@ from functions.core.config import RunConfig, stored_config
 from functions.core.errors import RetryRefused, Unreadable
 from functions.core.estimate import Estimate
 from functions.core.fingerprint import Inputs
+from functions.core.platform import NodeSeen
 from functions.core.result import RunResult
 
 
@@ -148,6 +149,9 @@ class RunRecord(BaseModel):
     queue_position: int | None = None  # 1-based place in its RayCluster's queue while QUEUED
     attempts: list[Attempt] = []  # when the job was submitted more than once: each submission, oldest first
     nodes: dict[str, str] = {}  # the current attempt's nodes, each with the capacity it came from
+    # The same nodes' identities as first seen under the run (disruption.identity): a node made again or booted
+    # again under its name since then lost what it ran. Absent from records of releases before it (read as '').
+    node_ids: dict[str, str] = {}
     # Where an ended run's time went (seconds): in each state it passed through (attempts summed), then the job's
     # own phases from its result ("job: loading the model", ...). Written when it ends.
     timings: dict[str, float] = {}
@@ -251,6 +255,16 @@ class RunRecord(BaseModel):
         )
 
     @property
+    def seen_nodes(self) -> dict[str, NodeSeen]:
+        """The current attempt's nodes as the watcher saw them: capacity and identity."""
+        return {name: NodeSeen(capacity, self.node_ids.get(name, "")) for name, capacity in self.nodes.items()}
+
+    @property
+    def seen_identities(self) -> dict[str, str]:
+        """The current attempt's nodes, each with its identity as first seen ('' where never read)."""
+        return {name: self.node_ids.get(name, "") for name in self.nodes}
+
+    @property
     def attempt(self) -> int:
         return self.current.number
 
@@ -324,6 +338,7 @@ class RunRecord(BaseModel):
                 "promotion": None,
                 "job": None,
                 "nodes": {},
+                "node_ids": {},
             }
         ).moved(State.QUEUED, now, f"attempt {attempt.number} asked for by {by}: resumes from the last checkpoint")
 

@@ -11,6 +11,7 @@ from functions.core import decide as decisions
 from functions.core.config import RunConfig
 from functions.core.decide import Action, Facts, JobSeen, Move
 from functions.core.errors import ClusterGone, NotFound, PermanentError, TransientError, describe, is_transient
+from functions.core.platform import NodeSeen
 from functions.core.result import RunResult, SweepResult
 from functions.core.runs import Attempt, RunRecord, State
 from functions.core.secrets import redact, redact_json
@@ -109,10 +110,10 @@ def submit(ctx: Context, cfg: RunConfig, record: RunRecord) -> str:
     return f"RayJob {job} on RayCluster {cfg.cluster.ray_cluster} ({nodes} worker node{'s' * (nodes != 1)} of its own{attempt})"
 
 
-def nodes(ctx: Context, cfg: RunConfig, record: RunRecord, job: dict[str, Any] | None) -> dict[str, str] | None:
-    """A running job's nodes and where they came from, read until all of them are known (then not again: a tick
-    stays one status read per run)."""
-    if job is None or job.get("jobStatus") != "RUNNING" or len(record.nodes) >= cfg.group_nodes:
+def nodes(ctx: Context, cfg: RunConfig, record: RunRecord, job: dict[str, Any] | None) -> dict[str, NodeSeen] | None:
+    """A running job's nodes, where they came from and who they are, read until all of them are known (then not
+    again: a tick stays one status read per run)."""
+    if job is None or job.get("jobStatus") != "RUNNING" or len(record.node_ids) >= cfg.group_nodes:
         return None
     return best_effort(record.run_id, "its nodes", lambda: ctx.platform.worker_nodes(cfg, record.run_id), None)
 
@@ -125,7 +126,7 @@ def lost(ctx: Context, cfg: RunConfig, record: RunRecord, job: dict[str, Any] | 
     lines: list[str] = best_effort(
         record.run_id,
         "what happened to its nodes",
-        lambda: ctx.platform.disruptions(cfg, record.run_id, record.submitted_at, tuple(record.nodes)),
+        lambda: ctx.platform.disruptions(cfg, record.run_id, record.submitted_at, record.seen_identities),
         [],
     )
     return tuple(redact(line) for line in lines)
@@ -172,12 +173,11 @@ def move(ctx: Context, record: RunRecord, transition: Move) -> RunRecord:
             for a in transition.attempts
         ]
     if transition.nodes is not None:
-        changes["nodes"] = transition.nodes
+        changes["nodes"] = {name: seen.capacity for name, seen in transition.nodes.items()}
+        changes["node_ids"] = {name: seen.identity for name, seen in transition.nodes.items() if seen.identity}
     if transition.gpu_node_seconds is not None:
         changes["gpu_node_seconds"] = transition.gpu_node_seconds
-        changes["cost"] = cost(
-            ctx, transition.gpu_node_seconds, attempts, record.nodes if transition.nodes is None else transition.nodes
-        )
+        changes["cost"] = cost(ctx, transition.gpu_node_seconds, attempts, changes.get("nodes", record.nodes))
     # Where a run stood in line stays on it when it ends there (cancelled, queue deadline).
     changes["queue_position"] = transition.queue_position if target == State.QUEUED else None
     if transition.collect_result:

@@ -26,7 +26,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,7 +39,7 @@ from functions.core import joblog, manifests
 from functions.core.allocation import group_name
 from functions.core.config import ClusterSpec, RunConfig
 from functions.core.errors import NotFound, PermanentError, TransientError, from_status
-from functions.core.platform import ClusterReadiness, RayObject, Workers
+from functions.core.platform import ClusterReadiness, NodeSeen, RayObject, Workers
 from functions.core.result import TRIAL_DRIVER_RESOURCE, TRIAL_DRIVERS, WORKER_RESOURCE_ENV
 from functions.local import emulators, session
 from trainer.codehash import ROOT, code_files, code_sha256
@@ -467,7 +467,7 @@ class LocalRay:
         return None  # Ray's own job message says why locally; there are no pods
 
     def disruptions(
-        self, cfg: RunConfig, run_id: str, since: dt.datetime | None, nodes: tuple[str, ...] = ()
+        self, cfg: RunConfig, run_id: str, since: dt.datetime | None, nodes: Mapping[str, str] | None = None
     ) -> list[str]:
         """The run's worker nodes that exited without being asked to (a killed raylet, an OOM-killed node):
         the local stand-in for a preempted or vanished GKE node. Nodes this platform stops leave its list first."""
@@ -477,10 +477,12 @@ class LocalRay:
             node = self.groups.get(group)
             return replaced + ([self._death(node.service)] if node is not None and not node.alive else [])
 
-    def worker_nodes(self, cfg: RunConfig, run_id: str) -> dict[str, str]:
+    def worker_nodes(self, cfg: RunConfig, run_id: str) -> dict[str, NodeSeen]:
         with self.lock:
             node = self.groups.get(group_name(run_id))
-            return {node.service.name: "local"} if node is not None and node.alive else {}
+            if node is None or not node.alive:
+                return {}
+            return {node.service.name: NodeSeen("local", f"pid/{node.service.proc.pid}")}
 
     def _death(self, node: emulators.Service) -> str:
         return f"node {node.name} exited with {node.proc.returncode} (its log: {self.logs / node.name}.log)"

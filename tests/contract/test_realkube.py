@@ -550,6 +550,66 @@ def test_a_preempted_worker_the_operator_replaced_gives_the_run_its_next_attempt
     assert [a.number for a in real.h.ctx.store.get(run_id).attempts] == [1, 2]
 
 
+def kuberay_said(real, pod: str) -> list[str]:
+    """What KubeRay's Events on the RayCluster say of one pod."""
+    events = real.core.list_namespaced_event(real.namespace, field_selector=f"involvedObject.name={RAYCLUSTER}").items
+    return [e.message for e in events if pod in (e.message or "")]
+
+
+def serve_earlier_runs(real, workers: int = 15) -> None:
+    """An earlier run of `workers` nodes on the RayCluster, started and ended: KubeRay created and deleted that many
+    worker pods, an Event on the RayCluster each (with the head's, past client-go's burst of 25 per object)."""
+    run_id = real.launch("earlier", real.config("earlier", nodes=workers, cluster={"max_worker_nodes": 16}))
+    running_workers(real, workers)
+    real.succeed([run_id])
+    eventually(lambda: not real.pods("ray.io/node-type=worker"), "the earlier run's workers gone", 90)
+
+
+def test_a_preemption_on_a_raycluster_that_served_runs_gives_the_run_its_next_attempt(real):
+    """On a RayCluster whose Event budget earlier runs spent, KubeRay's recorder drops the Event of the worker it
+    deletes after a Spot preemption; the Spot VM comes back under its name (its Node boots again). The run's
+    attempt 2 is submitted and resumes, told by the node's identity recorded while it ran."""
+    serve_earlier_runs(real)
+    run_id = real.launch("spot-used", real.config("spot-used"))
+    running_workers(real, 1)
+    real.end_job(run_id, "RUNNING")
+    real.until_state(run_id, State.RUNNING)
+    eventually(lambda: real.h.ctx.store.get(run_id).node_ids, "the run's node and its identity recorded", 30)
+    [pod] = real.pods("ray.io/node-type=worker")
+    node = pod.spec.node_name
+    real.core.patch_node_status(node, {"status": {"nodeInfo": {"bootID": str(uuid.uuid4())}}})  # a new VM, same name
+    preempt_worker(real, pod)
+    eventually(
+        lambda: pod.metadata.name not in {p.metadata.name for p in real.pods("ray.io/node-type=worker")},
+        "the failed worker deleted by KubeRay",
+        30,
+    )
+    time.sleep(3)  # the recorder writes Events in the background: give it time to write one, were it let through
+    assert kuberay_said(real, pod.metadata.name) == []  # the premise: the platform dropped the Event
+    real.end_job(run_id, "FAILED", COLLECTIVE)
+    assert real.until_state(run_id, State.QUEUED, State.FAILED) == State.QUEUED, real.h.ctx.store.get(run_id).reason
+    record = real.h.ctx.store.get(run_id)
+    assert f"attempt 1 of 3 lost its nodes: node {node}: booted again since the run ran there" in record.reason
+    real.h.clock.advance(61)
+    assert real.until_state(run_id, State.SUBMITTED) == State.SUBMITTED
+    job = real.custom.get_namespaced_custom_object("ray.io", "v1", real.namespace, "rayjobs", f"{run_id}-2")
+    assert f"--run-id {run_id}" in job["spec"]["entrypoint"]  # the same run's storage: it resumes
+    assert real.submitted(f"{run_id}-2") == f"{run_id}-2"
+    real.write_result(run_id)
+    real.end_job(f"{run_id}-2", "SUCCEEDED")
+    assert real.until_state(run_id, State.SUCCEEDED, State.FAILED) == State.SUCCEEDED
+    # Nothing of it lingers: the signal is read, never held (no finalizer), so the group's release is KubeRay's own
+    eventually(lambda: not real.pods("ray.io/node-type=worker"), "its workers gone, none left Terminating", 60)
+    # ... and a real training failure on that same RayCluster still ends in one attempt
+    bad = real.launch("bad-data-used", real.config("bad-data-used"))
+    running_workers(real, 1)
+    real.end_job(bad, "RUNNING")
+    real.until_state(bad, State.RUNNING)
+    real.end_job(bad, "FAILED", "ValueError: no image in row 3 of the dataset")
+    assert real.until_state(bad, State.FAILED, State.QUEUED) == State.FAILED
+    assert real.h.ctx.store.get(bad).attempts == []
+
+
 def test_a_training_failure_on_the_real_operator_ends_in_one_attempt(real):
     run_id = real.launch("bad-data", real.config("bad-data"))
     running_workers(real, 1)

@@ -25,6 +25,7 @@ from urllib.parse import parse_qs, urlparse
 
 import jsonpatch
 
+from tests.fakes.event_recorder import EventRecorder
 from tests.fakes.http import JsonHandler, serve_in_thread
 from tests.fakes.kuberay_fields import unknown_fields
 
@@ -69,6 +70,7 @@ class FakeKube:
         self.status_churn = 0
         self.clock = lambda: dt.datetime.now(dt.UTC)  # creationTimestamp, as the API server sets it
         self._churn: dict[tuple[str, str, str], int] = {}
+        self.kuberay_recorder = EventRecorder("raycluster-controller", lambda: self.clock(), self._write_event)
         self._version = 0
         self._lock = threading.Lock()
         self.server = _Server(("127.0.0.1", 0), self._handler())
@@ -119,6 +121,7 @@ class FakeKube:
             obj = copy.deepcopy(obj)
             obj.setdefault("metadata", {}).update(namespace=namespace, resourceVersion=self._next_version())
             obj["metadata"].setdefault("creationTimestamp", self._timestamp())
+            obj["metadata"].setdefault("uid", str(uuid.uuid4()))
             if plural == "pods" and self._replaced_by_kuberay(obj, namespace):
                 return
             self.objects[(plural, namespace, obj["metadata"]["name"])] = obj
@@ -142,28 +145,9 @@ class FakeKube:
         if cluster is None or "-worker-" not in name or (pod.get("status") or {}).get("phase") != "Failed":
             return False
         self.objects.pop(("pods", namespace, name), None)
-        at = self._timestamp()
         restart = (pod.get("spec") or {}).get("restartPolicy", "Never")
-        self.objects[("events", namespace, f"{cluster}.{self._next_version()}")] = {
-            "apiVersion": "v1",
-            "kind": "Event",
-            "metadata": {
-                "name": f"{cluster}.{self._version}",
-                "namespace": namespace,
-                "resourceVersion": str(self._version),
-            },
-            "involvedObject": {
-                "kind": "RayCluster",
-                "name": cluster,
-                "namespace": namespace,
-                "apiVersion": "ray.io/v1",
-            },
-            "reason": "DeletedWorkerPod",
-            "type": "Normal",
-            "message": f"Deleted worker Pod {namespace}/{name}; Pod status: Failed; Pod restart policy: {restart}; "
-            "Ray container terminated status: nil",
-            "lastTimestamp": at,
-        }
+        said = f"Deleted worker Pod {namespace}/{name}; Pod status: Failed; Pod restart policy: {restart}; "
+        self._kuberay_event(namespace, cluster, "DeletedWorkerPod", said + "Ray container terminated status: nil")
         new = copy.deepcopy(pod)
         new["metadata"].update(
             name=f"{name.rsplit('-', 1)[0]}-{uuid.uuid4().hex[:5]}", resourceVersion=self._next_version()
@@ -171,7 +155,36 @@ class FakeKube:
         new["spec"] = {k: v for k, v in (pod.get("spec") or {}).items() if k != "nodeName"}
         new["status"] = {"phase": "Pending"}
         self.objects[("pods", namespace, new["metadata"]["name"])] = new
+        self._kuberay_event(
+            namespace, cluster, "CreatedWorkerPod", f"Created worker Pod {namespace}/{new['metadata']['name']}"
+        )
         return True
+
+    def _kuberay_event(self, namespace: str, cluster: str, reason: str, message: str) -> dict | None:
+        """An Event KubeRay records on a RayCluster, through client-go's recorder (spam filter and aggregation)."""
+        uid = self.objects[("rayclusters", namespace, cluster)]["metadata"].get("uid", "")
+        involved = {
+            "kind": "RayCluster",
+            "namespace": namespace,
+            "name": cluster,
+            "uid": uid,
+            "apiVersion": "ray.io/v1",
+        }
+        return self.kuberay_recorder.record(involved, reason, message)
+
+    def served_runs(self, cluster: str, pods: int, namespace: str = "default") -> None:
+        """The worker pods earlier runs had KubeRay create and delete on this RayCluster, each an Event on it."""
+        with self._lock:
+            for n in range(pods):
+                pod = f"{cluster}-earlier-worker-{n:05d}"
+                self._kuberay_event(namespace, cluster, "CreatedWorkerPod", f"Created worker Pod {namespace}/{pod}")
+                self._kuberay_event(namespace, cluster, "DeletedWorkerPod", f"Deleted Pod {namespace}/{pod}")
+
+    def _write_event(self, name: str, event: dict) -> None:
+        namespace = event["involvedObject"]["namespace"]
+        stored = {**event, "metadata": {**event["metadata"], "namespace": namespace}}
+        stored["metadata"]["resourceVersion"] = self._next_version()
+        self.objects[("events", namespace, name)] = stored
 
     def _timestamp(self) -> str:
         return self.clock().strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -6,6 +6,8 @@ worker group that selects it."""
 
 from __future__ import annotations
 
+import pytest
+
 from functions.core import computeclass, manifests
 from functions.core.allocation import group_name
 from functions.core.config import RunConfig
@@ -131,6 +133,77 @@ def test_a_preempted_run_finishes_in_its_second_attempt_as_its_own_rayjob(contro
     [finished] = h.finished_events()
     assert [a["number"] for a in finished["attempts"]] == [1, 2] and finished["state"] == "SUCCEEDED"
     assert all(a.cost is None for a in done.attempts) and done.cost is None  # no prices set: no cost
+
+
+COLLECTIVE = "RuntimeError: NCCL communicator was aborted on rank 3: Some NCCL operations have failed or timed out"
+
+
+def spot_node(boot: str, ready: bool = True) -> dict:
+    condition = {"type": "Ready", "status": "True", "reason": "KubeletReady"}
+    if not ready:
+        condition = {
+            "type": "Ready",
+            "status": "False",
+            "reason": "KubeletNotReady",
+            "message": "node is shutting down",
+        }
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": SPOT_NODE, "uid": "3f0c-node-uid", "labels": {"cloud.google.com/gke-spot": "true"}},
+        "status": {"nodeInfo": {"bootID": boot}, "conditions": [condition]},
+    }
+
+
+def used_raycluster(h, run_id: str) -> None:
+    """The run's RayCluster has served runs before (their worker pods' Events spent its recorder's budget), and the
+    run's worker runs on a Spot node the next tick records, with its boot."""
+    h.kube.served_runs("gemma3-tuning", 15)
+    h.kube.put("nodes", spot_node("boot-1"), "")
+    h.kube.put("pods", worker(run_id))
+
+
+@pytest.mark.parametrize("after", ["booted again", "shutting down"])
+def test_a_preemption_on_a_used_raycluster_that_left_no_event_gives_the_run_its_next_attempt(controller, bucket, after):
+    """KubeRay's Event for the replaced pod is dropped by client-go's spam filter (25 per object, then one every 5
+    minutes), and the Spot VM's node keeps its name: what tells is the node's boot (a VM recreated under its name)
+    or its Ready condition (the kubelet's graceful shutdown), read against the identity recorded while it ran."""
+    h = controller
+    run_id = launch(h, bucket, "used-spot").run_id
+    h.kube.set_status("rayjobs", run_id, RUNNING)
+    used_raycluster(h, run_id)
+    tick(h)
+    running = h.ctx.store.get(run_id)
+    assert running.nodes == {SPOT_NODE: "spot"} and running.node_ids == {SPOT_NODE: "3f0c-node-uid/boot-1"}
+    h.clock.advance(120)
+    dropped = h.kube.kuberay_recorder.dropped
+    h.kube.put("pods", worker(run_id, phase="Failed", reason="Terminated", message="Pod was terminated"))
+    assert h.kube.kuberay_recorder.dropped == dropped + 2  # its DeletedWorkerPod and CreatedWorkerPod: never written
+    said = [str(h.kube.get("events", name).get("message")) for name in h.kube.names("events")]
+    assert not [m for m in said if "-worker-abcde" in m], said  # no Event names the failed pod
+    h.kube.put("nodes", spot_node("boot-2") if after == "booted again" else spot_node("boot-1", ready=False), "")
+    h.kube.set_status("rayjobs", run_id, {**FAILED, "message": COLLECTIVE})
+    tick(h)
+    queued = h.ctx.store.get(run_id)
+    assert queued.state == State.QUEUED, queued.reason
+    said = "booted again since the run ran there" if after == "booted again" else "not Ready (KubeletNotReady"
+    assert f"attempt 1 of 3 lost its nodes: node {SPOT_NODE}: {said}" in queued.reason
+    assert queued.nodes == {} and queued.node_ids == {}  # the next attempt's nodes are read afresh
+    h.clock.advance(61)
+    tick(h)
+    assert h.ctx.store.get(run_id).state == State.SUBMITTED and h.kube.get("rayjobs", f"{run_id}-2") is not None
+
+
+def test_a_training_failure_on_a_used_raycluster_still_ends_in_one_attempt(controller, bucket):
+    h = controller
+    run_id = launch(h, bucket, "used-bad-data").run_id
+    h.kube.set_status("rayjobs", run_id, RUNNING)
+    used_raycluster(h, run_id)
+    tick(h)
+    h.kube.set_status("rayjobs", run_id, {**FAILED, "message": "ValueError: no image in row 3"})
+    tick(h)
+    failed = h.ctx.store.get(run_id)
+    assert failed.state == State.FAILED and failed.attempts == [] and "no image in row 3" in failed.reason
 
 
 def test_each_attempt_costs_what_its_nodes_cost(controller, bucket):

@@ -31,6 +31,7 @@ import signal
 import sys
 import time
 import urllib.request
+import uuid
 
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
@@ -143,7 +144,7 @@ class Kubelet:
                     "kubeProxyVersion": "",
                     "machineID": "",
                     "systemUUID": "",
-                    "bootID": "",
+                    "bootID": str(uuid.uuid4()),  # a real kubelet reports its machine's boot; a new VM has another
                 },
             }
         }

@@ -206,7 +206,44 @@ def test_kuberay_deleting_a_failed_worker_of_the_group_is_a_lost_node():
     assert disruption.from_kuberay(events, "run-x", SINCE) == [
         "pod c-run-x-worker-a on its node at 2026-12-02 11:31:00Z: failed, and KubeRay deleted it (DeletedWorkerPod)"
     ]
-    assert disruption.gone(["n-1"]) == ["node n-1: gone from the cluster (its VM was deleted or preempted)"]
+
+
+def node(uid: str = "u1", boot: str = "b1", ready: str = "True", taints: list | None = None, **ready_said) -> dict:
+    condition = {"type": "Ready", "status": ready, **ready_said}
+    return {
+        "metadata": {"name": "n-1", "uid": uid},
+        "spec": {"taints": taints or []},
+        "status": {"nodeInfo": {"bootID": boot}, "conditions": [condition]},
+    }
+
+
+def test_a_nodes_identity_outlives_its_name_gone_remade_rebooted_or_leaving_is_lost():
+    """A preempted Spot VM in a managed instance group comes back under its instance name: its Node is the same
+    name with another boot (or another uid where GKE deleted and made it again). Each is a lost node, as one
+    gone or no longer Ready is; the same node as recorded, or one recorded without an identity, is not."""
+    was = disruption.identity(node())
+    assert was == "u1/b1"
+
+    def changes(now: dict | None, recorded: str = was) -> list[str]:
+        return disruption.node_changes({"n-1": recorded}, {"n-1": now})
+
+    assert changes(node()) == []
+    assert changes(None) == ["node n-1: gone from the cluster (its VM was deleted or preempted)"]
+    assert changes(node(uid="u2", boot="b9")) == [
+        "node n-1: deleted and made again under its name since the run ran there (its VM was recreated)"
+    ]
+    assert changes(node(boot="b2")) == [
+        "node n-1: booted again since the run ran there (boot b1 then b2: its VM was preempted or recreated)"
+    ]
+    shutting = node(ready="False", reason="KubeletNotReady", message="node is shutting down")
+    assert changes(shutting) == ["node n-1: not Ready (KubeletNotReady node is shutting down)"]
+    assert changes(node(ready="Unknown")) == ["node n-1: not Ready (Unknown)"]
+    spot = [{"key": "cloud.google.com/impending-node-termination", "effect": "NoSchedule"}]
+    assert changes(node(taints=spot)) == [
+        "node n-1: tainted cloud.google.com/impending-node-termination (GKE is taking it away)"
+    ]
+    assert changes(node(uid="u2", boot="b2"), recorded="") == []  # an older release's record: no identity to compare
+    assert changes(node(boot=""), recorded="u1/") == []  # a kubelet that reports no boot: only the uid tells
 
 
 @pytest.mark.parametrize(
