@@ -345,8 +345,8 @@ class GkePlatform:
         pending = [p["metadata"]["name"] for p in pods if (p.get("status") or {}).get("phase") == "Pending"]
         return stuck.explain(pods, {name: kube.events(namespace, name) for name in pending[:4]})
 
-    def job_log(self, cfg: RunConfig, job: str) -> str:
-        return self._kube(cfg.cluster).job_log(cfg.cluster.namespace, job)
+    def job_log(self, cfg: RunConfig, job: str, limit: int | None = None) -> str:
+        return self._kube(cfg.cluster).job_log(cfg.cluster.namespace, job, limit)
 
     def disruptions(
         self, cfg: RunConfig, run_id: str, since: dt.datetime | None, nodes: Mapping[str, str] | None = None

@@ -16,7 +16,7 @@ from typing import Any
 
 from functions.adapters.cluster_specs import ClusterSpecs
 from functions.adapters.retry import with_retries
-from functions.core import errors
+from functions.core import errors, joblog
 from functions.core.manifests import (
     ALLOCATION_ANNOTATION,
     BASE_ANNOTATION,
@@ -201,6 +201,7 @@ def _missing_crd(kind: str, exc: Exception) -> errors.PermanentError | None:
 # Every call has connect and read timeouts: an API server that accepts and never answers must not hold a
 # handler until the platform kills it.
 TIMEOUT_S = (5.0, 20.0)
+LOG_READ_BYTES = 1 << 16  # a log is read in pieces this size, so its tail is kept without holding the whole
 
 
 class Kube:
@@ -435,9 +436,10 @@ class Kube:
         )
         return sorted(items, key=lambda e: str(e.get("lastTimestamp") or e.get("eventTime") or ""))
 
-    def job_log(self, namespace: str, run_id: str) -> str:
+    def job_log(self, namespace: str, run_id: str, limit: int | None = None) -> str:
         """The RayJob's driver log: the log of KubeRay's submitter pod (a batch Job named after the RayJob
-        that runs `ray job submit` and follows the job's logs); empty before it starts."""
+        that runs `ray job submit` and follows the job's logs); empty before it starts. Given `limit`, its last
+        `limit` bytes, streamed (the API's limitBytes counts from the start)."""
         pods = self.pods(namespace, f"batch.kubernetes.io/job-name={run_id}")
         if not pods:
             return ""
@@ -449,7 +451,11 @@ class Kube:
             f"log of {namespace}/{newest['metadata']['name']}",
             translate=translate,
         )
-        return str(response.data.decode("utf-8", "replace"))
+        try:
+            data = response.data if limit is None else joblog.tail(response.stream(LOG_READ_BYTES), limit)
+        finally:
+            response.release_conn()
+        return str(data.decode("utf-8", "replace"))
 
     def _raw_items(self, call: Callable[[], Any], what: str) -> list[dict[str, Any]]:
         """A list's items as plain JSON: the client's models reject objects other versions of Kubernetes

@@ -14,7 +14,7 @@ from typing import Generic, NamedTuple, Protocol, TypeVar
 from pydantic import BaseModel
 
 from functions.adapters.gcs import Listed
-from functions.core import quiet
+from functions.core import joblog, quiet
 from functions.core.allocation import ALLOCATIONS, Allocation, key_path, spec_of
 from functions.core.config import ClusterSpec
 from functions.core.errors import Conflict, Contended, NewerRelease, Unreadable
@@ -47,7 +47,7 @@ STALE_CLAIM = dt.timedelta(minutes=5)
 ORPHAN_AFTER = dt.timedelta(minutes=10)
 QUARANTINED_ALLOCATIONS = "quarantine/clusters/"
 LOGS = "logs/"  # logs/<run id>/<job>.log: each attempt's driver log, kept when it ends
-MAX_LOG_BYTES = 8 * 1024 * 1024
+MAX_LOG_BYTES = joblog.KEPT_LOG_BYTES
 # No stored object of the controller's is near this (a record with its result and history is tens of KiB): a
 # larger one was put there by someone else, and is never read into memory whole (the watcher has 512 MiB).
 MAX_STORED_BYTES = 4 * 1024 * 1024

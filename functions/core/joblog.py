@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 from pydantic import ValidationError
 
@@ -25,6 +25,27 @@ WRAPPERS = re.compile(
     r"RuntimeEnvSetupError|ChildProcessError|JobFailed)"
 )
 REASON_LIMIT = 300
+KEPT_LOG_BYTES = 8 * 1024 * 1024  # an ended attempt's driver log is kept in the bucket up to its last this many
+
+
+def tail(chunks: Iterable[bytes], limit: int) -> bytes:
+    """The last `limit` bytes at most of a log read in chunks, starting at a line's start where it was cut (a
+    token cut in two would leave a fragment no redaction could recognise): never more than about twice `limit` in
+    memory, however long the log."""
+    kept = bytearray()
+    cut = False
+    for chunk in chunks:
+        kept += chunk
+        if len(kept) > 2 * limit:
+            del kept[: len(kept) - limit]
+            cut = True
+    if len(kept) > limit:
+        del kept[: len(kept) - limit]
+        cut = True
+    if cut:
+        start = kept.find(b"\n")
+        del kept[: start + 1 if start >= 0 else len(kept)]  # no line's start in it: nothing is whole
+    return bytes(kept)
 
 
 def strip_ansi(text: str) -> str:

@@ -93,8 +93,9 @@ class Platform(Protocol):
         `nodes`: the ones the attempt was seen running on, each with its identity then (NodeSeen.identity): those
         gone, made again, booted again or not Ready since are lost too."""
 
-    def job_log(self, cfg: RunConfig, job: str) -> str:
-        """The job's driver log so far ('' when there is none yet or any more)."""
+    def job_log(self, cfg: RunConfig, job: str, limit: int | None = None) -> str:
+        """The job's driver log so far ('' when there is none yet or any more); given `limit`, its last `limit`
+        bytes at most (from a line's start: joblog.tail), read without ever holding the whole of a longer one."""
 
     def waiting_reason(self, cfg: RunConfig, run_id: str) -> str | None:
         """Why a submitted job still waits, from its cluster's pods and their Events; None when nothing is wrong."""

@@ -39,11 +39,17 @@ def add_secret(value: str | None) -> None:
             _secrets.add(value)
 
 
+# What may need an escape: anything but printable ASCII, line breaks and tabs (a non-ASCII character is looked at).
+_MAYBE_HIDDEN = re.compile(r"[^\n\t\x20-\x7e]+")
+
+
 def visible(text: str) -> str:
     """The text with every character a terminal would not display written as its escape."""
     if text.isprintable():  # the common case, fast: printable has no hidden character (nor \n, \t)
         return text
-    return "".join(_shown(c) for c in text)
+    # Only the runs that may hide something are looked at character by character: a log of mostly ASCII lines
+    # is never taken apart into one string per character.
+    return _MAYBE_HIDDEN.sub(lambda run: "".join(_shown(c) for c in run.group()), text)
 
 
 def _shown(char: str) -> str:
@@ -72,6 +78,22 @@ def redact(text: str) -> str:
     for secret in secrets:
         text = _pattern(secret).sub(REDACTED, text)
     return HF_TOKEN_PATTERN.sub(REDACTED, text)
+
+
+LOG_CHUNK = 1 << 20  # a log is redacted in pieces of about this many characters, each ending at a line's end
+
+
+def redact_log(text: str) -> str:
+    """A log redacted a piece at a time: the same result as redact() of the whole (no secret spans a line:
+    visible() keeps line breaks as they are), without its per-character work ever holding the whole log."""
+    pieces = []
+    start = 0
+    while start < len(text):
+        end = text.find("\n", start + LOG_CHUNK)
+        end = len(text) if end < 0 else end + 1
+        pieces.append(redact(text[start:end]))
+        start = end
+    return "".join(pieces)
 
 
 def redact_json(value: J) -> J:

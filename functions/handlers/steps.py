@@ -8,13 +8,14 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from functions.core import decide as decisions
+from functions.core import joblog
 from functions.core.config import RunConfig
 from functions.core.decide import Action, Facts, JobSeen, Move
 from functions.core.errors import ClusterGone, NotFound, PermanentError, TransientError, describe, is_transient
 from functions.core.platform import NodeSeen
 from functions.core.result import RunResult, SweepResult
 from functions.core.runs import Attempt, RunRecord, State
-from functions.core.secrets import redact, redact_json
+from functions.core.secrets import redact, redact_json, redact_log
 from functions.handlers import lineage, sizing
 from functions.handlers.context import Context
 
@@ -249,9 +250,10 @@ def keep_log(ctx: Context, record: RunRecord) -> None:
     """Copy the ended attempt's driver log into the runs bucket (logs/), redacted, for `raytune logs` after the
     RayJob and its submitter pod are gone; best effort: the record's reason already says why it ended."""
     try:
-        text = ctx.platform.job_log(record.run_config(), record.job_name)
+        # Cut first, then redacted in pieces: a 96 MiB log never lives whole in the watcher's 512 MiB.
+        text = ctx.platform.job_log(record.run_config(), record.job_name, limit=joblog.KEPT_LOG_BYTES)
         if text:
-            ctx.store.keep_log(record.run_id, record.job_name, redact(text))
+            ctx.store.keep_log(record.run_id, record.job_name, redact_log(text))
     except Exception as exc:
         log.warning("%s: cannot keep its driver log: %s", record.run_id, describe(exc))
 

@@ -63,7 +63,7 @@ class FakeKube:
         self.authorization: list[str | None] = []  # the Authorization header of each request
         self.faults: list[list] = []  # [method, path part, status, times left]
         self.delays: list[list] = []  # [method, path part, seconds, times left]
-        self.logs: dict[tuple[str, str], str] = {}  # (namespace, pod) -> its log
+        self.logs: dict[tuple[str, str], str | bytes] = {}  # (namespace, pod) -> its log
         self.namespaces: set[str] = {"default"}  # writes elsewhere answer 404, as a real API server does
         # KubeRay writes a new RayCluster's status several times in its first seconds (seen on the real one):
         # with status_churn = N, each of the first N writes to a new RayCluster finds its resourceVersion moved.
@@ -242,7 +242,7 @@ class FakeKube:
                         text = fake.logs.get((match["ns"], match["name"]))
                     if text is None:
                         return self._status(404, "NotFound", f'pods "{match["name"]}" not found')
-                    data = text.encode()
+                    data = text if isinstance(text, bytes) else text.encode()  # a big log is kept as bytes
                     self.send_response(200)
                     self.send_header("Content-Type", "text/plain")
                     self.send_header("Content-Length", str(len(data)))

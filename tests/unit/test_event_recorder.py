@@ -5,11 +5,8 @@ from __future__ import annotations
 
 import datetime as dt
 
-import pytest
-
 from tests.fakes.event_recorder import COMBINED, EventRecorder
 
-pytestmark = pytest.mark.unit
 CLUSTER = {"kind": "RayCluster", "namespace": "ns", "name": "c", "uid": "u", "apiVersion": "ray.io/v1"}
 
 

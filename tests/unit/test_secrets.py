@@ -119,3 +119,39 @@ def test_only_the_token_whose_digest_a_launch_carried_cancels_its_run(token, oth
     assert policy.may_cancel({"cancel_digest": digest}, token, {})
     assert policy.may_cancel({"cancel_digest": digest}, other, {}) == (cancel_digest(other) == digest)
     assert not policy.may_cancel({"cancel_digest": digest}, None, {})
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.one_of(
+            st.sampled_from(["hf_" + "A1b2" * 6, "\n", "\t", "\x1b[0m", "\u200b", "é", "█", "secret-value-0123"]),
+            st.text(max_size=12),
+        ),
+        max_size=60,
+    ),
+    st.integers(min_value=1, max_value=40),
+)
+def test_a_log_redacted_in_pieces_is_the_log_redacted_whole(parts, chunk):
+    secrets.add_secret("secret-value-0123")
+    text = "".join(parts)
+    original = secrets.LOG_CHUNK
+    secrets.LOG_CHUNK = chunk  # pieces as small as a line or a few characters
+    try:
+        assert secrets.redact_log(text) == secrets.redact(text)
+    finally:
+        secrets.LOG_CHUNK = original
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.binary(max_size=400), st.integers(min_value=1, max_value=64), st.integers(min_value=1, max_value=50))
+def test_a_logs_tail_is_its_last_bytes_from_a_whole_line(data, limit, piece):
+    from functions.core.joblog import tail
+
+    kept = tail((data[i : i + piece] for i in range(0, len(data), piece)), limit)
+    if len(data) <= limit:
+        assert kept == data
+    else:
+        last = data[-limit:]
+        # the cut line is dropped whole; where no line starts in them, nothing is kept
+        assert kept == (last[last.find(b"\n") + 1 :] if b"\n" in last else b"")
