@@ -104,3 +104,13 @@ def serve_functions():
     finally:
         for server in servers.values():
             server.shutdown()
+
+
+def patch_metadata(bucket: str, path: str, metadata: dict[str, str]) -> None:
+    """An object's custom metadata patched in place (its generation kept), as a release before issue 51 noted a
+    record's generation on its marker."""
+    from functions.adapters.gcs import storage_client
+
+    blob = storage_client().bucket(bucket).blob(path)
+    blob.metadata = metadata
+    blob.patch()

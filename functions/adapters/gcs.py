@@ -163,22 +163,6 @@ class Bucket:
 
         self._retried(call, f"delete {path} in")
 
-    def set_metadata(self, path: str, metadata: dict[str, str]) -> bool:
-        """Patch the object's custom metadata (its bytes and generation stay); False when there is no object."""
-
-        def call() -> bool:
-            blob = self._bucket.blob(path)
-            blob.metadata = metadata
-            try:
-                blob.patch(timeout=TIMEOUT_S)
-            except Exception as exc:
-                if isinstance(translate(exc), errors.NotFound):
-                    return False
-                raise
-            return True
-
-        return self._retried(call, f"patch the metadata of {path} in")
-
     def _list(self, prefix: str, fields: Callable[[Any], T]) -> list[T]:
         """`fields` of every object under `prefix` (one list call)."""
         return self._retried(

@@ -17,7 +17,7 @@ from functions.adapters.gcs import Listed
 from functions.core import joblog, quiet
 from functions.core.allocation import ALLOCATIONS, Allocation, key_path, spec_of
 from functions.core.config import ClusterSpec
-from functions.core.errors import Conflict, Contended, NewerRelease, Unreadable
+from functions.core.errors import Conflict, Contended, NewerRelease, Unreadable, race_pause
 from functions.core.runs import RunRecord
 
 log = logging.getLogger(__name__)
@@ -33,7 +33,6 @@ class Blobs(Protocol):
     ) -> int: ...
     def copy(self, source: str, destination: str) -> None: ...
     def delete(self, path: str) -> None: ...
-    def set_metadata(self, path: str, metadata: dict[str, str]) -> bool: ...
     def list(self, prefix: str) -> list[str]: ...
     def listing(self, prefix: str) -> builtins.list[Listed]: ...
 
@@ -59,6 +58,8 @@ RECHECK_S = 300.0  # a record served from memory is read again after this long (
 # writing a record and noting it on the marker leaves the marker behind: at most this long); a note needs no recheck
 WRITE_OUTLIVES = dt.timedelta(minutes=5)  # longer than any record write (its retries included) takes
 PARALLEL_READS = 16  # records read at once: a hung read holds one thread, not the tick
+ALLOCATION_ATTEMPTS = 16  # writes of an allocation a burst of launches contends for (Allocations)
+NOTE_ATTEMPTS = 4  # a marker a note keeps losing to others' notes is left to them (each judged again first)
 
 
 def move_aside(blobs: Blobs, path: str, destination: str) -> None:
@@ -81,8 +82,10 @@ class Stored(Generic[M]):
         attempts: int = 8,
         written: Callable[[str, M], None] | None = None,
         replacing: Callable[[str, M], None] | None = None,
+        pause: Callable[[float], None] | None = None,
     ):
         self.blobs, self.model, self.path, self.attempts = blobs, model, path, attempts
+        self.pause = pause  # given: a writer that lost a swap tries again after errors.race_pause
         self.written = written  # told of every object this store wrote, with its new generation
         self.replacing = replacing  # told of the object a swap is about to replace, before its write
 
@@ -119,7 +122,9 @@ class Stored(Generic[M]):
         makes a stale copy's write fail, and the change is then made again on the stored one, as is a "keep it"
         said on the copy."""
         guess = known
-        for _ in range(attempts or self.attempts):
+        for attempt in range(attempts or self.attempts):
+            if attempt and self.pause is not None and guess is None:
+                self.pause(race_pause(attempt))
             current = self.get(key) if guess is None else guess
             new = change(current)
             if new is not None:
@@ -140,6 +145,12 @@ def _ours(record: RunRecord) -> RunRecord:
     if record.from_newer_release:
         raise NewerRelease(f"{record.run_id}: a format {record.format} record (a newer release's): left to it")
     return record
+
+
+def _writing(marker: Listed) -> bool:
+    """Whether a writer took the marker's note off for a write that may still be under way."""
+    writing = quiet.writing_since(marker.metadata)
+    return writing is not None and dt.datetime.now(dt.UTC) - writing < WRITE_OUTLIVES
 
 
 def _generation(stored: BaseModel | None) -> int:
@@ -170,6 +181,7 @@ class RunStore:
         # The active records as this process last read or wrote them: a quiet tick reads none (active()).
         self.remembered: dict[str, Remembered] = {}
         self.markers: dict[str, Listed] = {}  # each active run's marker as this process last listed or wrote it
+        self.recalled: set[str] = set()  # the runs whose records the last watched()/records_of served from memory
 
     def get(self, run_id: str) -> RunRecord | None:
         """The record stored as runs/<run_id>.json; Unreadable when it is not one, or names another run (read by
@@ -221,19 +233,36 @@ class RunStore:
         self._note(run_id, record)
 
     def _note(self, run_id: str, record: RunRecord) -> None:
+        """Note the record's generation (and its quiet note, where it has one) on its marker, as a new generation of
+        the marker on the one last seen, so a note never lands on a marker another note changed meanwhile. Where
+        one did, the record's note goes on only while the record is still at that generation: a writer or reader
+        whose note lost the race to a later write's never puts the older generation back (a warm instance would
+        then serve its copy of it from memory, an ended run's record left as it was before: issue 51)."""
         note = quiet.noted(record)
+        noted = {RECORD_GENERATION: str(record.generation)}
+        if note is not None:
+            noted[quiet.NOTE] = note.encoded(time.time())
         try:
-            if note is None:
-                self.blobs.set_metadata(f"{ACTIVE}{run_id}", {RECORD_GENERATION: str(record.generation)})
-                return
-            marker = self.markers.get(run_id) or self._look(run_id)
-            if marker is not None:
-                noted = {RECORD_GENERATION: str(record.generation), quiet.NOTE: note.encoded(time.time())}
-                self._rewrite(marker, noted)
-        except Conflict:
-            self.markers.pop(run_id, None)  # another writer moved the marker since: its note or its taking-off stands
+            for attempt in range(NOTE_ATTEMPTS):
+                marker = self.markers.get(run_id) or self._look(run_id)
+                if marker is None:
+                    return  # settled: nothing to note
+                if attempt and (
+                    marker.metadata == noted or _writing(marker) or self._stored_generation(run_id) != record.generation
+                ):
+                    return  # noted as it is, another writer is replacing the record, or a later write's note stands
+                try:
+                    self._rewrite(marker, noted)
+                    return
+                except Conflict:
+                    self.markers.pop(run_id, None)  # looked up again, and judged again
         except Exception as exc:
             log.warning("%s: cannot note its record's generation on its marker: %s", run_id, exc)
+
+    def _stored_generation(self, run_id: str) -> int | None:
+        """The record's generation as stored now, from a listing (its bytes unread)."""
+        path = f"{RECORDS}{run_id}.json"
+        return next((found.generation for found in self.blobs.listing(path) if found.name == path), None)
 
     def _replacing(self, run_id: str, current: RunRecord) -> None:
         """Before `current` is replaced: take its quiet note off its marker, if it may have one (a writer that dies
@@ -312,6 +341,7 @@ class RunStore:
         aside (`quarantined` gets its run id and why) so it cannot stall every other run."""
         markers = self.blobs.listing(ACTIVE)
         self.markers = {marker.name.removeprefix(ACTIVE): marker for marker in markers}
+        self.recalled = set()
         for gone in set(self.remembered) - set(self.markers):
             self.remembered.pop(gone, None)
         notes, unnoted = [], []
@@ -351,9 +381,11 @@ class RunStore:
                 and marker.metadata.get(RECORD_GENERATION) == str(known.record.generation)
                 and (described or time.monotonic() - known.read_at < RECHECK_S)
             ):
-                fresh[run_id] = known.record.model_copy()
+                fresh[run_id] = known.record.model_copy(deep=True)  # a tick's changes never reach the memory
+                self.recalled.add(run_id)
             else:
                 stale.append(marker)
+                self.recalled.discard(run_id)
         with ThreadPoolExecutor(max_workers=max(1, min(PARALLEL_READS, len(stale)))) as pool:
             reads = list(pool.map(self._read_active, stale))
         for marker, (record, why) in zip(stale, reads, strict=True):
@@ -372,6 +404,12 @@ class RunStore:
                 self.blobs.delete(marker.name)
         return sorted(fresh.values(), key=lambda r: r.created_at)
 
+    def read_again(self, run_ids: builtins.list[str], now: dt.datetime | None = None) -> builtins.list[RunRecord]:
+        """The records of these watched runs read from the bucket, whatever this process remembers of them."""
+        for run_id in run_ids:
+            self.remembered.pop(run_id, None)
+        return self._records([self.markers[r] for r in run_ids if r in self.markers], now, None, described=False)
+
     def _noted_again(self, marker: Listed, record: RunRecord, described: bool) -> None:
         """A record read because its marker did not describe it (an older release's marker, a failed note): noted on
         the marker as listed, unless a writer is replacing it now (it notes its own record, or its marker stays
@@ -381,8 +419,7 @@ class RunStore:
             described or quiet.noted(record) is None
         ):
             return  # as it should be
-        writing = quiet.writing_since(marker.metadata)
-        if writing is not None and dt.datetime.now(dt.UTC) - writing < WRITE_OUTLIVES:
+        if _writing(marker):
             return
         self.markers[run_id] = marker  # the note goes on this generation of it, or on none
         self._note(run_id, record)
@@ -429,9 +466,16 @@ class Allocations:
     be read is moved to quarantine/clusters/ and made again by `rebuild` (from the live records and the
     RayCluster: functions/handlers/context.py), so it never fails every run of its RayCluster."""
 
-    def __init__(self, blobs: Blobs, rebuild: Callable[[ClusterSpec, str], Allocation] | None = None):
+    def __init__(
+        self,
+        blobs: Blobs,
+        rebuild: Callable[[ClusterSpec, str], Allocation] | None = None,
+        pause: Callable[[float], None] = time.sleep,
+    ):
         self.blobs, self.rebuild = blobs, rebuild
-        self.stored = Stored(blobs, Allocation, lambda path: path)  # keyed by key_path(cluster)
+        # Every launch and tick on a RayCluster writes its allocation: a burst of them contends for the one object,
+        # and each that loses tries again after a random pause, for up to ALLOCATION_ATTEMPTS writes (about 25 s).
+        self.stored = Stored(blobs, Allocation, lambda path: path, attempts=ALLOCATION_ATTEMPTS, pause=pause)
         self.remembered: dict[str, Allocation] = {}  # by path, as last read by all()
 
     def get(self, cluster: ClusterSpec) -> Allocation | None:

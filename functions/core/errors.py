@@ -9,6 +9,8 @@ handlers decide on an error's kind (retry later, give up, absent, changed) witho
 
 from __future__ import annotations
 
+import random
+
 TRANSIENT_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 
 
@@ -61,6 +63,16 @@ class RetryRefused(ValueError):
 
 class Contended(TransientError):
     """A record kept changing under a read-modify-write: worth another try later, not a failure."""
+
+
+# Writers of one object (a RayCluster's groups, its allocation in the bucket) that lose a compare-and-swap read
+# again after a random pause, so a burst of them does not collide again in step: up to 0.2, 0.4, ... 2 s.
+RACE_PAUSE_S, RACE_PAUSE_CAP_S = 0.2, 2.0
+
+
+def race_pause(attempt: int) -> float:
+    """The pause before try `attempt` (1: the first try again) of a writer that lost a compare-and-swap."""
+    return random.uniform(0, min(RACE_PAUSE_CAP_S, RACE_PAUSE_S * 2 ** (attempt - 1)))
 
 
 def from_status(status: int | None, message: str) -> ControllerError:

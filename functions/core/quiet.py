@@ -102,6 +102,16 @@ def still(note: Quiet, status: dict[str, Any] | None) -> bool:
     return status is not None and digest(job_summary(status)) == note.seen
 
 
+def agrees(record: RunRecord, status: dict[str, Any] | None) -> bool:
+    """Whether a copy of the record a process remembers agrees with the listed status of its current RayJob
+    (None: not listed), so that deciding on it decides on what is so: a submitted run's job shows the status the
+    copy holds, any other run's shows none. A copy that does not agree is read again before anything is decided
+    (a note that lost a race can leave a marker naming an older generation: issue 51)."""
+    if record.state in (State.SUBMITTED, State.RUNNING):
+        return status is not None and job_summary(status) == record.job
+    return status is None
+
+
 def writing_since(metadata: dict[str, str]) -> dt.datetime | None:
     """When a writer took the note off for a write of its own (None: no writer said so, or it has noted since)."""
     try:

@@ -48,7 +48,7 @@ class Context:
     nightlies: Stored[fingerprint.LastTrained] = field(init=False)
 
     def __post_init__(self) -> None:
-        self.allocations = Allocations(self.store.blobs, rebuild=self._rebuilt_allocation)
+        self.allocations = Allocations(self.store.blobs, rebuild=self._rebuilt_allocation, pause=self.sleep)
         self.champions = Stored(self.store.blobs, champion.Champion, champion.path)
         self.nightlies = Stored(self.store.blobs, fingerprint.LastTrained, fingerprint.pointer_path)
 

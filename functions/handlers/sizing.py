@@ -4,23 +4,20 @@ nodes of ended runs, and bring a RayCluster's worker group to its allocation wit
 from __future__ import annotations
 
 import logging
-import random
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
 from functions.core import allocation
 from functions.core.allocation import Admission, Allocation
 from functions.core.config import ClusterSpec, RunConfig
-from functions.core.errors import Contended, PermanentError, Unreadable
+from functions.core.errors import Contended, PermanentError, Unreadable, race_pause
 from functions.core.runs import RunRecord
 from functions.handlers.context import Context
 
 log = logging.getLogger(__name__)
 # Writers of one RayCluster's groups (a burst of launches, the tick) each read, decide and write; the ones that
-# lose read again after a random pause, so they do not collide again in step. 8 tries, pauses of up to 0.2, 0.4,
-# ... 2 s: at most about 6 s of pauses, well inside a delivery's time.
+# lose read again after errors.race_pause. 8 tries: at most about 6 s of pauses, well inside a delivery's time.
 ATTEMPTS = 8
-PAUSE_S, PAUSE_CAP_S = 0.2, 2.0
 
 
 @dataclass(frozen=True)
@@ -128,7 +125,7 @@ def sync_workers(
     it was last sized for this very allocation (its stamp is the allocation's version: nothing wrote it since)."""
     for attempt in range(ATTEMPTS):
         if attempt:
-            ctx.sleep(random.uniform(0, min(PAUSE_CAP_S, PAUSE_S * 2 ** (attempt - 1))))
+            ctx.sleep(race_pause(attempt))
         alloc = read if attempt == 0 and read is not None else ctx.allocations.get(spec)
         if alloc is None:
             return 0

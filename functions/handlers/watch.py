@@ -147,6 +147,13 @@ def reconcile_all(ctx: Context) -> list[RunRecord]:
     listed = {
         o.name: o.status for found in surveyed.values() for o in found if o.kind == "RayJob" and o.status is not None
     }
+    # A record served from this instance's memory is decided on only where the listing agrees with it.
+    doubted = [
+        r.run_id for r in records if r.run_id in ctx.store.recalled and not quiet.agrees(r, listed.get(r.job_name))
+    ]
+    if doubted:
+        again = {r.run_id: r for r in ctx.store.read_again(doubted, ctx.clock())}
+        records = [again.get(r.run_id, r) for r in records if r.run_id not in doubted or r.run_id in again]
     # A run whose marker notes it quiet, and whose job the listing shows as noted, has nothing to do: not read.
     passing = [n for n in notes if n.where[:3] in surveyed and quiet.still(n, listed.get(n.job))]
     if len(passing) < len(notes):

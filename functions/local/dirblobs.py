@@ -33,9 +33,6 @@ class DirBlobs:
     def delete(self, path: str) -> None:
         raise PermanentError("the local bucket is read-only outside `raytune local`")
 
-    def set_metadata(self, path: str, metadata: dict[str, str]) -> bool:
-        raise PermanentError("the local bucket is read-only outside `raytune local`")
-
     def listing(self, prefix: str) -> builtins.list[Listed]:
         """Objects as fake-gcs-server keeps them: no metadata (readers read the objects themselves)."""
         folder = self.root / prefix.rsplit("/", 1)[0] if "/" in prefix else self.root

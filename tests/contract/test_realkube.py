@@ -624,21 +624,24 @@ def test_a_training_failure_on_the_real_operator_ends_in_one_attempt(real):
 # -- many launches onto one RayCluster (issue 38) --------------------------------------------------------------
 
 
-def test_ten_launches_at_once_and_two_overlapping_ticks_on_a_new_raycluster(real):
+def test_twenty_launches_at_once_and_two_overlapping_ticks_on_a_new_raycluster(real):
     """KubeRay writes a new RayCluster's status two or three times after each change of its spec, and the
-    launches change it ten times within a second: no delivery answers 5xx, every run is SUBMITTED within 30 s of
-    its upload with its group exactly its own node, and nothing is left once they end."""
+    launches change it twenty times within a second, each also writing the RayCluster's allocation in the bucket
+    (the object a burst contends for most: each writer that loses pauses at random, as on the RayCluster): no
+    delivery answers 5xx, every run is SUBMITTED within 45 s of its upload with its group exactly its own node, and
+    nothing is left once they end."""
     from concurrent.futures import ThreadPoolExecutor
 
     from functions.adapters.gcs import storage_client
     from functions.core.allocation import group_name
 
-    names = [f"burst-{n}" for n in range(10)]
+    real.h.ctx.sleep = real.h.ctx.allocations.stored.pause = time.sleep  # the pauses as deployed, not skipped
+    names = [f"burst-{n}" for n in range(20)]
     statuses: list[int] = []
 
     def upload_and_deliver(name: str) -> str:
         blob = storage_client().bucket(real.bucket).blob(f"configs/{name}.json")
-        blob.upload_from_string(json.dumps(real.config(name, cluster={"max_worker_nodes": 16})))
+        blob.upload_from_string(json.dumps(real.config(name, cluster={"max_worker_nodes": 24})))
         response = post(real.servers["launch"], storage_event(real.bucket, f"configs/{name}.json", blob.generation))
         statuses.append(response.status_code)
         return f"gs://{real.bucket}/configs/{name}.json#{blob.generation}"
@@ -647,26 +650,27 @@ def test_ten_launches_at_once_and_two_overlapping_ticks_on_a_new_raycluster(real
         return post(real.servers["watch"], pubsub_event({"kind": "tick"})).status_code
 
     started = time.monotonic()
-    with ThreadPoolExecutor(12) as pool:
+    with ThreadPoolExecutor(22) as pool:
         refs = set(pool.map(upload_and_deliver, names))
         ticks = [pool.submit(tick), pool.submit(tick)]
         statuses += [t.result() for t in ticks]
     elapsed = time.monotonic() - started  # the handlers' clock is the harness's: wall time is measured here
-    assert statuses == [200] * 12, statuses
+    assert statuses == [200] * 22, statuses
     found = {}
     for name in real.h.ctx.store.blobs.list("runs/"):
         record = real.h.ctx.store.get(name.removeprefix("runs/").removesuffix(".json"))
         if record is not None and record.source.get("ref") in refs:
             found[record.run_id] = record
-    assert len(found) == 10
-    assert elapsed <= 30, f"the burst took {elapsed:.1f} s"
+    assert len(found) == 20
+    assert elapsed <= 45, f"the burst took {elapsed:.1f} s"
+    print(f"20 launches and 2 ticks at once: all answered 200 in {elapsed:.1f} s")
     for run_id, record in found.items():
         assert record.state == State.SUBMITTED, (run_id, record.state, record.reason)
         [submission] = [t.reason for t in record.history if t.state == State.SUBMITTED]
         assert submission.endswith(f"on RayCluster {RAYCLUSTER} (1 worker node of its own)"), submission
     groups = {g["groupName"]: g["replicas"] for g in real.raycluster()["spec"]["workerGroupSpecs"]}
     assert groups == {group_name(run_id): 1 for run_id in found}
-    running_workers(real, 10)
+    running_workers(real, 20)
     real.succeed(found)
     assert real.replicas() == 0
     eventually(lambda: not real.pods("ray.io/node-type=worker"), "every worker gone", 90)

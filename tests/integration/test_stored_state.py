@@ -14,6 +14,7 @@ from functions.adapters.store import ACTIVE, RECORD_GENERATION
 from functions.core.config import RunConfig
 from functions.core.runs import PLAIN_FORMAT, RECORD_FORMAT, State
 from tests.fakes.http_events import post, storage_event
+from tests.harness import patch_metadata
 from tests.integration.test_functions import QUICK, only_record, upload, watch, workers
 
 RECORDS = Path(__file__).resolve().parents[1] / "data" / "records"
@@ -229,7 +230,7 @@ def test_a_run_this_release_cannot_serve_at_the_head_of_the_queue_does_not_block
         written, why = b'{"run_id": "' + waiter.run_id.encode() + b'", "state": ', "its record cannot be read"
     generation = upload(bucket, f"runs/{waiter.run_id}.json", written)
     # as the newer release's write does: its generation noted on the run's marker, so watchers read it again
-    h.ctx.store.blobs.set_metadata(f"{ACTIVE}{waiter.run_id}", {RECORD_GENERATION: str(generation)})
+    patch_metadata(bucket, f"{ACTIVE}{waiter.run_id}", {RECORD_GENERATION: str(generation)})
     h.kube.set_status("rayjobs", holder.run_id, {"jobStatus": "SUCCEEDED", "jobDeploymentStatus": "Complete"})
     if kind == "newer":
         watch(functions_server)  # the holder ends; the newer run is left to its release, at the head of the line

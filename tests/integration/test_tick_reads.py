@@ -17,6 +17,7 @@ from functions.core import quiet
 from functions.core.allocation import group_name
 from functions.core.runs import State
 from functions.local.cloudevents import object_finalized
+from tests.harness import patch_metadata
 from tests.integration.test_functions import QUICK, upload
 from tests.integration.test_invariants import launch, tick
 
@@ -184,7 +185,7 @@ def test_a_note_an_older_release_left_behind_is_not_trusted(controller, bucket):
     matches the marker's generation, so the record is read."""
     h = controller
     run, generation = cancelled_behind_the_stores_back(h, bucket, "older")
-    Bucket(bucket).set_metadata(f"{ACTIVE}{run.run_id}", {RECORD_GENERATION: str(generation)})
+    patch_metadata(bucket, f"{ACTIVE}{run.run_id}", {RECORD_GENERATION: str(generation)})
     assert quiet.NOTE in marker_of(bucket, run.run_id).metadata, "the older release leaves the note of before"
     h.ctx.store = RunStore(Bucket(bucket))
     tick(h)
@@ -240,10 +241,14 @@ def test_a_launch_notes_the_new_record_only_on_a_marker_it_did_not_make(controll
 
     h = controller
     notes: list[str] = []
-    original = Bucket.set_metadata
-    monkeypatch.setattr(
-        Bucket, "set_metadata", lambda self, path, meta: notes.append(path) or original(self, path, meta)
-    )
+    original = Bucket.write
+
+    def write(self, path, data, if_generation_match, metadata=None):
+        if path.startswith(ACTIVE) and (metadata or {}).get(RECORD_GENERATION):
+            notes.append(path)  # a note: the marker written again with a record's generation
+        return original(self, path, data, if_generation_match, metadata)
+
+    monkeypatch.setattr(Bucket, "write", write)
     run = launch(h, bucket, "fresh", ROOMY)
     assert run.state == State.SUBMITTED
     assert notes == [f"{ACTIVE}{run.run_id}"], "one note: the SUBMITTED record's"
@@ -261,8 +266,7 @@ def test_a_launch_notes_the_new_record_only_on_a_marker_it_did_not_make(controll
         run_id = events.launch_request(event).run_id
         ids.append(run_id)
         if earlier:  # as an earlier record of the run left it
-            blobs.write(f"{ACTIVE}{run_id}", b"", if_generation_match=0)
-            blobs.set_metadata(f"{ACTIVE}{run_id}", {RECORD_GENERATION: earlier})
+            blobs.write(f"{ACTIVE}{run_id}", b"", if_generation_match=0, metadata={RECORD_GENERATION: earlier})
         with pytest.raises(RuntimeError):
             launch_module.handle(event, h.ctx)
         [marker] = blobs.listing(f"{ACTIVE}{run_id}")
