@@ -181,13 +181,18 @@ def cmd_permissions(args: argparse.Namespace) -> int:
 def cmd_doctor(args: argparse.Namespace) -> int:
     from dataclasses import asdict
 
+    from functions.adapters.google_rest import NoCredentials
     from functions.cli import doctor
     from functions.cli import settings as cli_settings
     from functions.core import doctor as verdicts
 
     found = cli_settings.load({"project": args.project, "runs_bucket": args.bucket})
     cfg = _load(args.config) if args.config else None
-    findings, skipped = doctor.cloud_doctor(found, cfg, args.create_clusters).run()
+    try:
+        findings, skipped = doctor.cloud_doctor(found, cfg, args.create_clusters).run()
+    except NoCredentials as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     if args.json:
         print(json.dumps({"findings": [asdict(f) for f in findings], "not_asked": skipped}, indent=2))
     else:

@@ -9,7 +9,7 @@ import json
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from functions.adapters.google_rest import GoogleRest
 from functions.cli.settings import CliSettings
@@ -19,6 +19,9 @@ from functions.core.config import ClusterSpec, RunConfig
 from functions.core.doctor import OK, PROBLEM, UNKNOWN, Finding
 
 WORKERS = 16  # questions in flight at once
+# What a server-side apply of a custom resource (KubeRay's, GKE's ComputeClass) is authorized as on GKE.
+DRY_RUN_PERMISSIONS = "container.thirdPartyObjects.create and container.thirdPartyObjects.update"
+NOT_AN_OBJECT = "Google answered with something other than the JSON object its API documents"
 SERVICES = {"bucket": "storage", "topic": "pubsub", "subscription": "pubsub", "scheduler": "cloudscheduler"}
 
 
@@ -32,6 +35,20 @@ def _asked(check: str, subject: str, ask: Callable[[], Finding], missing: str, f
         return Finding(check, subject, UNKNOWN, f"could not ask: {errors.describe(exc, 300)}")
 
 
+T = TypeVar("T")
+
+
+def _read(ask: Callable[[], T], what: tuple[str, str]) -> T | list[Finding]:
+    """A question's findings, whatever Google answered: an answer of a shape no API documents (null, [], an HTML
+    page, fields of another type) is unknown, never a crash and never ok."""
+    try:
+        return ask()
+    except Exception as exc:
+        check, subject = what
+        said = errors.describe(exc, 200) if isinstance(exc, errors.ControllerError) else type(exc).__name__
+        return [Finding(check, subject, UNKNOWN, f"could not read Google's answer: {said}")]
+
+
 @dataclass
 class Doctor:
     settings: CliSettings
@@ -40,6 +57,7 @@ class Doctor:
     config: RunConfig | None = None  # a run config to render, with its images; else the defaults
     create_clusters: bool = False
     functions_env: dict[str, str] = field(default_factory=dict)  # the deployed launch function's environment
+    caller: Finding | None = None  # who asks, and the quota project their requests name
 
     # -- the deployment ------------------------------------------------------------------------------------
 
@@ -48,8 +66,13 @@ class Doctor:
         s.need("project", "region", "runs_bucket")
         project, number, found = s.project or "", "", []
         try:
-            number = str(self.rest.get("cloudresourcemanager", f"v1/projects/{project}")["projectNumber"])
-            found.append(Finding("project", project, OK, f"number {number}"))
+            answer = self.rest.get("cloudresourcemanager", f"v1/projects/{project}")
+            said = answer.get("projectNumber") if isinstance(answer, dict) else None
+            if isinstance(said, int | str) and str(said).isdigit():
+                number = str(said)
+                found.append(Finding("project", project, OK, f"number {number}"))
+            else:
+                found.append(Finding("project", project, UNKNOWN, "Google's answer names no project number"))
         except errors.ControllerError as exc:
             found.append(Finding("project", project, UNKNOWN, f"could not read it: {errors.describe(exc, 300)}"))
         named = ("runs_bucket", "configs_bucket", "build_bucket", "launch_topic", "watch_topic", "repository")
@@ -58,20 +81,26 @@ class Doctor:
 
     def run(self) -> tuple[list[Finding], int]:
         deployment, found = self.deployment()
+        if self.caller is not None:
+            found.insert(0, self.caller)
         accesses, skipped = d.accesses(deployment, self.create_clusters)
-        found += self.functions(deployment)  # first: the cluster's checks read the policy from their environment
-        questions: list[Callable[[], list[Finding]]] = [
-            lambda: self.apis(deployment),
-            lambda: self.cluster(deployment),
-            lambda: self.image(deployment),
-            *(lambda what=what: self.exists(deployment, what) for what in self.resources(deployment)),
-            *(lambda a=a: [self.access(a)] for a in accesses if a.principal is not None),
-            *(lambda r=r, group=group: self.callers(r, group) for r, group in self.caller_groups(accesses).items()),
+        # first: the cluster's checks read the policy from their environment
+        found += _read(lambda: self.functions(deployment), ("function", "the functions"))
+        questions: list[tuple[Callable[[], list[Finding]], tuple[str, str]]] = [
+            (lambda: self.apis(deployment), ("api", "services")),
+            (lambda: self.cluster(deployment), ("gke", self.settings.gke_cluster or "the cluster")),
+            (lambda: self.image(deployment), ("image", "the trainer image")),
+            *((lambda what=what: self.exists(deployment, what), what[:2]) for what in self.resources(deployment)),
+            *((lambda a=a: [self.access(a)], ("iam", a.full_name)) for a in accesses if a.principal is not None),
+            *(
+                (lambda r=r, group=group: self.callers(r, group), ("iam", r))
+                for r, group in self.caller_groups(accesses).items()
+            ),
         ]
         if not deployment.number:
             questions = questions[:3]  # without the project number no identity or Google resource can be named
         with ThreadPoolExecutor(WORKERS) as pool:
-            for answer in pool.map(lambda ask: ask(), questions):
+            for answer in pool.map(lambda question: _read(*question), questions):
                 found += answer
         return found, len(skipped)
 
@@ -131,6 +160,8 @@ class Doctor:
             answer = self.rest.get(
                 SERVICES[check], path, {"permissions": "storage.objects.list"} if check == "bucket" else None
             )
+            if not isinstance(answer, dict):
+                return Finding(check, subject, UNKNOWN, NOT_AN_OBJECT)
             if check == "scheduler" and answer.get("state") not in (None, "ENABLED"):
                 fix = f"gcloud scheduler jobs resume {subject} --location {deployment.region}"
                 return Finding(check, subject, PROBLEM, f"state {answer.get('state')}", fix)
@@ -147,8 +178,10 @@ class Doctor:
 
         def ask() -> Finding:
             fn = self.rest.get("cloudfunctions", path)
-            self.functions_env.update(fn.get("serviceConfig", {}).get("environmentVariables") or {})
-            build = fn.get("buildConfig", {})
+            if not isinstance(fn, dict) or not isinstance(fn.get("state"), str):
+                return Finding("function", subject, UNKNOWN, NOT_AN_OBJECT + " with a state")
+            self.functions_env.update((fn.get("serviceConfig") or {}).get("environmentVariables") or {})
+            build = fn.get("buildConfig") or {}
             if fn.get("state") != "ACTIVE":
                 said = "; ".join(m.get("message", "") for m in fn.get("stateMessages", []) if m.get("message"))
                 where = f" (build {build['build']})" if build.get("build") else ""
@@ -224,15 +257,17 @@ class Doctor:
             return [Finding("gke", subject, PROBLEM, "no such cluster", "terraform apply (create_gke_cluster=true)")]
         except errors.ControllerError as exc:
             return [Finding("gke", subject, UNKNOWN, f"could not read it: {errors.describe(exc, 300)}")]
+        if not isinstance(cluster, dict) or not isinstance(cluster.get("status"), str):
+            return [Finding("gke", subject, UNKNOWN, NOT_AN_OBJECT + " with a status")]
         found = []
-        version = cluster.get("currentMasterVersion", "")
+        version = cluster.get("currentMasterVersion") or ""
         newer = d.version_at_least(version, computeclass.MIN_GKE_VERSION)
         status = OK if newer else UNKNOWN if newer is None else PROBLEM
         fix = "" if newer else f"gcloud container clusters upgrade {spec.gke_cluster} --master --cluster-version ..."
         found.append(
             Finding("gke", f"{subject} version", status, f"{version} (needs {computeclass.MIN_GKE_VERSION})", fix)
         )
-        ray = cluster.get("addonsConfig", {}).get("rayOperatorConfig", {}).get("enabled", False)
+        ray = ((cluster.get("addonsConfig") or {}).get("rayOperatorConfig") or {}).get("enabled") is True
         found.append(
             Finding("gke", f"{subject} Ray operator add-on", OK)
             if ray
@@ -279,6 +314,15 @@ class Doctor:
         try:
             kube.apply(obj, dry_run=True)
         except errors.PermanentError as exc:
+            if exc.status in (401, 403):
+                # A dry run is authorized as the write it stands for: the operators' container.viewer may not.
+                return Finding(
+                    check,
+                    subject,
+                    UNKNOWN,
+                    f"may not dry-run its apply ({exc.status}): it needs {DRY_RUN_PERMISSIONS} (roles/container.developer "
+                    "has them; container.viewer does not)",
+                )
             return Finding(check, subject, PROBLEM, str(exc)[:400])
         except errors.ControllerError as exc:
             return Finding(check, subject, UNKNOWN, f"could not ask: {errors.describe(exc, 300)}")
@@ -302,7 +346,8 @@ class Doctor:
 
     def present(self, check: str, subject: str, service: str, path: str, fix: str, missing: str = "missing") -> Finding:
         def ask() -> Finding:
-            self.rest.get(service, path)
+            if not isinstance(self.rest.get(service, path), dict):
+                return Finding(check, subject, UNKNOWN, NOT_AN_OBJECT)
             return Finding(check, subject, OK)
 
         return _asked(check, subject, ask, missing, fix)
@@ -326,6 +371,13 @@ def cloud_doctor(settings: CliSettings, config: RunConfig | None, create_cluster
     server as the controller reaches it."""
     from functions.adapters.gke import GkeClusters, GkePlatform
 
+    rest = GoogleRest()
+    signed_in = rest.sign_in(settings.project)  # NoCredentials: nothing to ask, said once by the CLI
+    quota = (
+        f"quota project {signed_in.quota_project} (from {signed_in.quota_from})"
+        if signed_in.quota_project
+        else "a service account: no quota project needed"
+    )
     platform = GkePlatform(settings.project or "", None, clusters=GkeClusters(settings.project or ""))
 
     def kube_for(spec: ClusterSpec) -> Any:
@@ -334,4 +386,5 @@ def cloud_doctor(settings: CliSettings, config: RunConfig | None, create_cluster
             raise errors.TransientError(f"GKE cluster {spec.region}/{spec.gke_cluster} is not reachable")
         return kube
 
-    return Doctor(settings, GoogleRest(), kube_for, config, create_clusters)
+    caller = Finding("credentials", "application default credentials", OK, quota)
+    return Doctor(settings, rest, kube_for, config, create_clusters, caller=caller)

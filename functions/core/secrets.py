@@ -71,12 +71,21 @@ def _pattern(secret: str) -> re.Pattern[str]:
     return re.compile("|".join(spread))
 
 
+# Credentials an API error or a client can quote: an Authorization header's value (whatever its scheme), and
+# Google's OAuth access tokens (ya29.) and refresh tokens (1//) wherever they stand.
+CREDENTIAL_PATTERN = re.compile(
+    r"(?i)(?<=authorization)(['\"]?\s*[:=]\s*['\"]?)(?:bearer|basic)?\s*[^\s'\",}]+"
+    r"|\bbearer\s+[A-Za-z0-9._~+/=-]{8,}|\bya29\.[A-Za-z0-9._-]+|\b1//[A-Za-z0-9._-]{20,}"
+)
+
+
 def redact(text: str) -> str:
     text = visible(text)
     with _lock:
         secrets = list(_secrets)
     for secret in secrets:
         text = _pattern(secret).sub(REDACTED, text)
+    text = CREDENTIAL_PATTERN.sub(lambda m: (m.group(1) or "") + REDACTED if m.group(1) else REDACTED, text)
     return HF_TOKEN_PATTERN.sub(REDACTED, text)
 
 
