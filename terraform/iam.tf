@@ -309,6 +309,16 @@ resource "google_project_iam_custom_role" "pod_logs" {
   permissions = ["container.pods.getLogs"]
 }
 
+# `raytune doctor` evaluates the trainer's Workload Identity grants from the allow policies themselves: Policy
+# Troubleshooter does not take a principal:// identifier (its AccessTuple.principal). Reading a policy is all this
+# role does, on the project and, through it, on its buckets and topics.
+resource "google_project_iam_custom_role" "policy_reader" {
+  role_id     = "${replace(var.name, "-", "_")}_policy_reader"
+  title       = "raytune policy reader"
+  description = "Read the allow policies of the project, its buckets and topics (raytune doctor); nothing else."
+  permissions = ["resourcemanager.projects.getIamPolicy", "storage.buckets.getIamPolicy", "pubsub.topics.getIamPolicy"]
+}
+
 locals {
   # Keys are labels known at plan time; the custom role's name is known only after it is created.
   operator_bucket_roles = {
@@ -321,6 +331,7 @@ locals {
     viewer = "roles/container.viewer"
     builds = "roles/cloudbuild.builds.editor"
     logs   = google_project_iam_custom_role.pod_logs.name
+    policy = google_project_iam_custom_role.policy_reader.name
   }
   operator_topics = { launch = google_pubsub_topic.launch.id, watch = google_pubsub_topic.watch.id }
 }

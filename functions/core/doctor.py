@@ -132,6 +132,20 @@ class Access:
     why: str
 
 
+# The trainer's object permissions in the runs bucket hold under checkpoints/ alone (terraform/iam.tf's IAM
+# Conditions on the object's name): asked of an object there, as Ray Train writes them, never of the bucket, where
+# no condition holds. objects.list is checked on the bucket (its grant there is unconditioned).
+TRAINER_OBJECT = "checkpoints/raytune-doctor-probe"
+
+
+def asked_on(use: p.Use, full_name: str) -> str:
+    """The resource a use is asked about: the object inside the granted prefix for the trainer's object uses."""
+    object_use = use.permission.startswith("storage.objects.") and use.permission != "storage.objects.list"
+    if use.identity == p.TRAINER and use.resource == "bucket:runs" and object_use:
+        return f"{full_name}/objects/{TRAINER_OBJECT}"
+    return full_name
+
+
 def accesses(deployment: Deployment, create_clusters: bool = False) -> tuple[list[Access], list[p.Use]]:
     """Every use of the permission table this deployment's names let us ask about, and the ones they do not."""
     asked, skipped = [], []
@@ -140,6 +154,7 @@ def accesses(deployment: Deployment, create_clusters: bool = False) -> tuple[lis
         if full is None:
             skipped.append(use)
             continue
+        full = asked_on(use, full)
         principal = deployment.account(use.identity)
         asked.append(Access(use.identity, principal, use.resource, full, use.permission, use.why))
     return asked, skipped

@@ -536,6 +536,17 @@ USES: tuple[Use, ...] = tuple(
         "storage.objects.get",
         "storage.objects.list",
     )
+    + _uses(
+        OPERATOR,
+        "project",
+        "Resource Manager, Cloud Storage and Pub/Sub getIamPolicy",
+        "raytune doctor: the trainer's Workload Identity grants, evaluated from the allow policies (Policy "
+        "Troubleshooter does not take a principal:// identifier)",
+        "resourcemanager.projects.getIamPolicy",
+        "storage.buckets.getIamPolicy",
+        "pubsub.topics.getIamPolicy",
+        source="https://cloud.google.com/policy-intelligence/docs/reference/policytroubleshooter/rest/v3/AccessTuple",
+    )
     + _uses(OPERATOR, "topic:launch", "Pub/Sub publish", "raytune submit --via-topic", "pubsub.topics.publish")
     + _uses(OPERATOR, "topic:watch", "Pub/Sub publish", "raytune cancel", "pubsub.topics.publish")
     + _uses(

@@ -43,7 +43,8 @@ def stand_ins(gcs_emulator, broken: Breakage | None = None, buckets=("runs", "co
     for name in buckets:
         admin.create_bucket(deployment.bucket(name))
     google = FakeGoogle(deployment, CALLER, broken=broken).start()
-    storage = IamGcs(gcs_emulator.url, CALLER, deployment.storage_permissions(p.OPERATOR, CALLER)).start()
+    allowed = deployment.storage_permissions(p.OPERATOR, CALLER)
+    storage = IamGcs(gcs_emulator.url, CALLER, allowed, policy=google.bucket_policy).start()
     fake_kube = kube or FakeKube().start()
     try:
         settings = CliSettings(
@@ -152,10 +153,42 @@ def test_what_is_missing_old_or_off_is_a_problem(gcs_emulator):
 def test_what_the_caller_may_not_ask_is_unknown_never_ok(gcs_emulator):
     with stand_ins(gcs_emulator, Breakage(troubleshooter_forbidden=True)) as (settings, rest, _google, kube):
         findings, _ = doctor(settings, rest, kube)
-    others = [f for f in findings if f.check == "iam" and not f.subject.startswith("operator ")]
+    others = [f for f in findings if f.check == "iam" and not f.subject.startswith(("operator ", "trainer "))]
     assert others and {f.status for f in others} == {d.UNKNOWN}
     assert all("iam.roles.get" in f.detail for f in others)
     assert not problems(findings) and d.exit_code(findings) == 2
+    # the trainer's Workload Identity principal is evaluated from the policies, which the caller may read
+    assert {f.status for f in findings if f.subject.startswith("trainer ")} == {d.OK}
+
+
+def test_the_trainers_workload_identity_is_evaluated_from_the_policies_troubleshooter_refuses_it(gcs_emulator):
+    """Troubleshooter (the stand-in refuses what it refuses) is never asked about the principal:// identifier; the
+    grants are read from the bucket's, topic's and project's policies, conditions included, and asked about an
+    object inside checkpoints/, where Terraform grants them. A grant never applied is a problem; policies the caller
+    may not read are unknown."""
+    with stand_ins(gcs_emulator) as (settings, rest, _google, kube):
+        findings, _ = doctor(settings, rest, kube)
+    trainer = [f for f in findings if f.subject.startswith("trainer ")]
+    assert trainer and {f.status for f in trainer} == {d.OK}
+    assert any("/objects/checkpoints/raytune-doctor-probe" in f.subject for f in trainer)
+    writes = [f.subject for f in trainer if "storage.objects.create" in f.subject]
+    assert writes and all(w.endswith("/objects/checkpoints/raytune-doctor-probe") for w in writes)  # never the bucket
+    deployment = Deployment(project_id="p", operators=[CALLER])
+    [objects] = [
+        g.address for g in deployment.grants() if g.identity == p.TRAINER and g.role == "roles/storage.objectUser"
+    ]
+    [reader] = [g.address for g in deployment.grants() if g.identity == p.OPERATOR and "policy_reader" in g.role]
+    with stand_ins(gcs_emulator, Breakage(dropped={objects})) as (settings, rest, _google, kube):
+        found = problems(doctor(settings, rest, kube)[0])
+    assert {k for k in found if k.startswith("iam trainer storage.objects.")} == {
+        f"iam trainer storage.objects.{verb} on //storage.googleapis.com/projects/_/buckets/{settings.runs_bucket}"
+        f"/objects/checkpoints/raytune-doctor-probe"
+        for verb in ("get", "create", "delete")
+    }
+    with stand_ins(gcs_emulator, Breakage(dropped={reader})) as (settings, rest, _google, kube):
+        findings, _ = doctor(settings, rest, kube)
+    trainer = [f for f in findings if f.subject.startswith("trainer ")]
+    assert {f.status for f in trainer} == {d.UNKNOWN} and all("IAM policies" in f.detail for f in trainer)
 
 
 def test_the_trainer_image_a_config_names_is_looked_up(gcs_emulator):

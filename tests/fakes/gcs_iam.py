@@ -79,10 +79,11 @@ class IamGcs(BackgroundServer):
     """A principal's view of GCS: `allowed(resource, permission)` is what its IAM grants (and their conditions)
     say."""
 
-    def __init__(self, upstream: str, principal: str, allowed: Authorizer):
+    def __init__(self, upstream: str, principal: str, allowed: Authorizer, policy: Callable[[str], dict] | None = None):
         self.upstream = urlsplit(upstream)
         self.principal = principal
         self.allowed = allowed
+        self.policy = policy  # a bucket's allow policy, as GET b/BUCKET/iam answers it (fake-gcs-server keeps none)
         self.accesses: list[Access] = []
         self._lock = threading.Lock()
         proxy = self
@@ -234,6 +235,10 @@ class IamGcs(BackgroundServer):
         self._record(Access(method, path, tuple(needs), denied))
         if denied is not None:
             return self.forbidden(denied, xml=not path.startswith(("/storage/", "/upload/", "/download/", "/batch/")))
+        bucket_policy = request.segments[:3] == ["storage", "v1", "b"] and request.segments[4:] == ["iam"]
+        if self.policy is not None and method == "GET" and bucket_policy:
+            answer = json.dumps(self.policy(request.segments[3])).encode()
+            return 200, [("Content-Type", "application/json")], answer
         return self._forward(method, target, headers, body)
 
     def test_permissions(self, request: _Request) -> tuple[int, list[tuple[str, str]], bytes]:

@@ -135,6 +135,46 @@ class FakeGoogle(BackgroundServer):
         resource, name = where
         return bool(self.d.covering(grants, self.d.roles(), *who, resource, name, permission))
 
+    def member_of(self, identity: str, subject: str | None) -> str:
+        """How an allow policy names an identity of the permission table (as terraform/ grants it)."""
+        if identity == p.TRAINER:
+            return (
+                f"principal://iam.googleapis.com/projects/{self.number}/locations/global/workloadIdentityPools/"
+                f"{self.d.project}.svc.id.goog/subject/ns/{subject}/sa/default"
+            )
+        if identity == p.OPERATOR:
+            return str(subject)
+        if identity == p.NODES:
+            return f"serviceAccount:{self.number}-compute@developer.gserviceaccount.com"
+        for sa in self.d.module.instances("google_service_account"):
+            if SERVICE_ACCOUNTS.get(sa.name) == identity:
+                return f"serviceAccount:{sa.get('account_id')}@{self.d.project}.iam.gserviceaccount.com"
+        return "serviceAccount:" + p.agent(identity).email.format(number=self.number)
+
+    def policy(self, resource: str, name: str | None = None) -> dict:
+        """The allow policy (version 3) of a resource of the permission table, as getIamPolicy answers it: the
+        grants made on it (a bucket's by its name), members grouped by role and condition."""
+        grants = [
+            g
+            for g in self.d.grants()
+            if g.address not in self.broken.dropped and g.resource == resource and g.name in (None, name)
+        ]
+        bindings: dict[tuple[str, str | None], list[str]] = {}
+        for g in grants:
+            bindings.setdefault((g.role, g.condition), []).append(self.member_of(g.identity, g.subject))
+        return {
+            "version": 3,
+            "bindings": [
+                {"role": self.text(role), "members": sorted(set(members))}
+                | ({"condition": {"title": "raytune", "expression": condition}} if condition else {})
+                for (role, condition), members in bindings.items()
+            ],
+        }
+
+    def bucket_policy(self, bucket: str) -> dict:
+        resource = self.d.buckets(bucket)[0]
+        return self.policy(resource, bucket)
+
     # -- answering ------------------------------------------------------------------------------------------
 
     def answer(self, method: str, path: str, query: dict, body: dict) -> tuple[int, object]:
@@ -143,6 +183,8 @@ class FakeGoogle(BackgroundServer):
         if f"{service}.googleapis.com" in self.broken.disabled:
             return 403, {"error": {"code": 403, "message": f"{service} API has not been used in project {project}"}}
         if service == "cloudresourcemanager":
+            if rest == f"v1/projects/{project}:getIamPolicy":
+                return self.policy_read(f"//cloudresourcemanager.googleapis.com/projects/{project}", "project")
             if rest == f"v1/projects/{project}":
                 return 200, {"projectId": project, "projectNumber": self.number}
             if rest == f"v1/projects/{project}:testIamPermissions":
@@ -151,6 +193,13 @@ class FakeGoogle(BackgroundServer):
             enabled = [s for s in self.names("google_project_service", "service") if s not in self.broken.disabled]
             return 200, {"services": [{"config": {"name": s}, "state": "ENABLED"} for s in enabled]}
         if service == "pubsub":
+            if rest.endswith(":getIamPolicy"):
+                topic = rest.removeprefix(f"v1/projects/{project}/topics/").removesuffix(":getIamPolicy")
+                for instance in self.d.module.instances("google_pubsub_topic"):
+                    if instance.get("name") == topic:
+                        word = "topic:" + instance.name.replace("_", "-")
+                        full = f"//pubsub.googleapis.com/projects/{project}/topics/{topic}"
+                        return self.policy_read(full, word, None, "pubsub.topics.getIamPolicy")
             if rest.endswith(":testIamPermissions"):
                 return 200, self.tested(
                     "//pubsub.googleapis.com/" + rest.removeprefix("v1/").removesuffix(":testIamPermissions"), body
@@ -159,6 +208,12 @@ class FakeGoogle(BackgroundServer):
             made = self.names("google_pubsub_topic" if kind == "topics" else "google_pubsub_subscription")
             if name in made and self.exists(name):
                 return 200, {"name": f"projects/{project}/{kind}/{name}"}
+        if service == "iam" and rest.startswith(("v1/roles/", f"v1/projects/{project}/roles/")):
+            role = rest.removeprefix("v1/")
+            found = self.d.roles().get(role) or self.d.roles().get(role.replace(project, "${var.project_id}"))
+            if found is None:
+                return 404, {"error": {"code": 404, "message": f"role {role} not found"}}
+            return 200, {"name": role, "includedPermissions": sorted(found)}
         if service == "iam" and rest.endswith(":testIamPermissions"):
             email = rest.removesuffix(":testIamPermissions").rsplit("/", 1)[1]
             return 200, self.tested(f"//iam.googleapis.com/projects/{project}/serviceAccounts/{email}", body)
@@ -205,10 +260,27 @@ class FakeGoogle(BackgroundServer):
             if self.broken.troubleshooter_forbidden:
                 return 403, {"error": {"code": 403, "message": "Permission 'iam.roles.get' denied"}}
             access = body["accessTuple"]
+            if not re.fullmatch(r"[^:/@\s]+@[^:/@\s]+", access["principal"]):
+                # AccessTuple.principal: "the email address of a Google account, service account or group"; a
+                # Workload Identity principal:// identifier is not one it evaluates
+                message = f"Invalid principal: {access['principal']}. Principal must be an email address."
+                return 400, {"error": {"code": 400, "message": message, "status": "INVALID_ARGUMENT"}}
             verdict = self.may(access["principal"], access["fullResourceName"], access["permission"])
             state = {True: "CAN_ACCESS", False: "CANNOT_ACCESS", None: "UNKNOWN_INFO"}[verdict]
             return 200, {"overallAccessState": state}
         return 404, {"error": {"code": 404, "message": f"{path} not found"}}
+
+    def policy_read(
+        self,
+        full_name: str,
+        resource: str,
+        name: str | None = None,
+        permission: str = "resourcemanager.projects.getIamPolicy",
+    ) -> tuple[int, object]:
+        """getIamPolicy, for a caller the grants let read it."""
+        if not self.may(self.caller, full_name, permission):
+            return 403, {"error": {"code": 403, "message": f"Permission '{permission}' denied on {full_name}"}}
+        return 200, self.policy(resource, name)
 
     def tested(self, full_name: str, body: dict) -> dict:
         held = [perm for perm in body.get("permissions", []) if self.may(self.caller, full_name, perm)]
