@@ -1,13 +1,16 @@
 """Checks the job driver makes before any worker starts: what no retry can fix (a dataset or model that
-does not exist, a gated model without a token) fails the job at once with one clear line, instead of
-restarting the worker group `scaling.max_failures` times."""
+does not exist, a gated model without a token, a GPU node whose driver cannot run the image's CUDA) fails the job
+at once with one clear line, instead of restarting the worker group `scaling.max_failures` times."""
 
 from __future__ import annotations
 
 import logging
 import os
 
-from functions.core.config import DatasetSpec, ModelSpec
+from functions.core import gpu_driver
+from functions.core.config import DatasetSpec, ModelSpec, ScalingSpec
+from functions.core.gpu_support import torch_cuda
+from functions.core.result import WORKER_RESOURCE_ENV
 
 log = logging.getLogger("raytune.trainer")
 
@@ -89,3 +92,44 @@ def check(model: ModelSpec, dataset: DatasetSpec) -> None:
             check_rows(dataset)
         except DataError as err:
             raise PreflightError(str(err)) from err
+
+
+DRIVER_VERSION_FILE = "/proc/driver/nvidia/version"
+CUDA_PACKAGES = ("torch", "cuda-toolkit", "nvidia-cuda-runtime-cu12")  # what tells a torch build's CUDA
+
+
+def node_driver(version_file: str = DRIVER_VERSION_FILE) -> tuple[str, dict[str, str]]:
+    """On a GPU node, in the image the workers run: the driver's version text and the packages that tell the CUDA
+    the torch build needs (its metadata alone: torch is not imported)."""
+    from importlib import metadata
+
+    try:
+        with open(version_file) as found:
+            text = found.read(4096)
+    except OSError:
+        text = ""
+    packages = {}
+    for name in CUDA_PACKAGES:
+        try:
+            packages[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return text, packages
+
+
+def driver_problem(text: str, packages: dict[str, str]) -> str | None:
+    """Why the node's driver cannot run the image's torch build; None when it can or nothing says otherwise."""
+    return gpu_driver.problem(torch_cuda(packages), gpu_driver.version(text))
+
+
+def gpu_driver_check(scaling: ScalingSpec) -> None:
+    """One task on one of the run's GPU nodes (its group's resource, one GPU of the run's accelerator) reads the
+    node's driver and the image's CUDA; a driver too old fails the job here, before any worker starts CUDA."""
+    import ray
+
+    resources = {own: 0.001} if (own := os.environ.get(WORKER_RESOURCE_ENV)) else {}
+    task = ray.remote(node_driver).options(num_gpus=1, accelerator_type=scaling.accelerator, resources=resources)
+    text, packages = ray.get(task.remote())
+    if why := driver_problem(text, packages):
+        raise PreflightError(why)
+    log.info("GPU driver: %s", " ".join(text.split()[:12]) or "not found on the node")

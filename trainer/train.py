@@ -504,6 +504,9 @@ def run(cfg: RunConfig, run_id: str) -> RunResult:
         # this job alone (no RAY_ADDRESS: `python -m trainer.train` by hand) is given it too.
         own = {} if os.environ.get("RAY_ADDRESS") else {"resources": {TRIAL_DRIVER_RESOURCE: TRIAL_DRIVERS}}
         ray.init(ignore_reinit_error=True, log_to_driver=True, **own)
+    if cfg.scaling.use_gpu:
+        with timeline.phase("checking the GPU driver"):
+            preflight.gpu_driver_check(cfg.scaling)
     os.environ.setdefault(PRINT_PATCH_ENV, "0")
     # The champion to warm-start from and evaluate against: the driver's environment, not every worker's.
     champion = json.loads(os.environ[CHAMPION_ENV]) if os.environ.get(CHAMPION_ENV) else None
