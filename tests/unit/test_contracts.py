@@ -53,4 +53,6 @@ def test_the_trainer_ships_only_the_shared_contracts_and_what_they_import():
         "functions/core/result.py",
         "functions/core/gpu_shapes.py",  # config.py: which machine types carry each accelerator
         "functions/core/sweep.py",  # config.py's sweep section; the trainer draws each trial's config with it
+        "functions/core/gpu_driver.py",  # the preflight: the oldest driver that runs the image's CUDA
+        "functions/core/gpu_support.py",  # the preflight: the CUDA a torch build needs, from its packages
     }
