@@ -404,11 +404,18 @@ class RunStore:
                 self.blobs.delete(marker.name)
         return sorted(fresh.values(), key=lambda r: r.created_at)
 
-    def read_again(self, run_ids: builtins.list[str], now: dt.datetime | None = None) -> builtins.list[RunRecord]:
-        """The records of these watched runs read from the bucket, whatever this process remembers of them."""
+    def read_again(
+        self,
+        run_ids: builtins.list[str],
+        now: dt.datetime | None = None,
+        quarantined: builtins.list[tuple[str, str]] | None = None,
+    ) -> builtins.list[RunRecord]:
+        """The records of these watched runs read from the bucket, whatever this process remembers of them (one that
+        cannot be read is moved aside, as by watched())."""
         for run_id in run_ids:
             self.remembered.pop(run_id, None)
-        return self._records([self.markers[r] for r in run_ids if r in self.markers], now, None, described=False)
+        markers = [self.markers[r] for r in run_ids if r in self.markers]
+        return self._records(markers, now, quarantined, described=False)
 
     def _noted_again(self, marker: Listed, record: RunRecord, described: bool) -> None:
         """A record read because its marker did not describe it (an older release's marker, a failed note): noted on

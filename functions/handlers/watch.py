@@ -152,7 +152,7 @@ def reconcile_all(ctx: Context) -> list[RunRecord]:
         r.run_id for r in records if r.run_id in ctx.store.recalled and not quiet.agrees(r, listed.get(r.job_name))
     ]
     if doubted:
-        again = {r.run_id: r for r in ctx.store.read_again(doubted, ctx.clock())}
+        again = {r.run_id: r for r in ctx.store.read_again(doubted, ctx.clock(), moved_aside)}
         records = [again.get(r.run_id, r) for r in records if r.run_id not in doubted or r.run_id in again]
     # A run whose marker notes it quiet, and whose job the listing shows as noted, has nothing to do: not read.
     passing = [n for n in notes if n.where[:3] in surveyed and quiet.still(n, listed.get(n.job))]
