@@ -201,7 +201,6 @@ def _missing_crd(kind: str, exc: Exception) -> errors.PermanentError | None:
 # Every call has connect and read timeouts: an API server that accepts and never answers must not hold a
 # handler until the platform kills it.
 TIMEOUT_S = (5.0, 20.0)
-LOG_READ_BYTES = 1 << 16  # a log is read in pieces this size, so its tail is kept without holding the whole
 
 
 class Kube:
@@ -452,7 +451,7 @@ class Kube:
             translate=translate,
         )
         try:
-            data = response.data if limit is None else joblog.tail(response.stream(LOG_READ_BYTES), limit)
+            data = response.data if limit is None else joblog.tail(response.stream(joblog.LOG_READ_BYTES), limit)
         finally:
             response.release_conn()
         return str(data.decode("utf-8", "replace"))

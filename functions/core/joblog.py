@@ -26,6 +26,7 @@ WRAPPERS = re.compile(
 )
 REASON_LIMIT = 300
 KEPT_LOG_BYTES = 8 * 1024 * 1024  # an ended attempt's driver log is kept in the bucket up to its last this many
+LOG_READ_BYTES = 1 << 16  # a log whose tail alone is kept is read in pieces this size (tail)
 
 
 def tail(chunks: Iterable[bytes], limit: int) -> bytes:

@@ -260,11 +260,6 @@ class RunRecord(BaseModel):
         return {name: NodeSeen(capacity, self.node_ids.get(name, "")) for name, capacity in self.nodes.items()}
 
     @property
-    def seen_identities(self) -> dict[str, str]:
-        """The current attempt's nodes, each with its identity as first seen ('' where never read)."""
-        return {name: self.node_ids.get(name, "") for name in self.nodes}
-
-    @property
     def attempt(self) -> int:
         return self.current.number
 

@@ -124,10 +124,11 @@ def lost(ctx: Context, cfg: RunConfig, record: RunRecord, job: dict[str, Any] | 
     a failed read makes it a training failure, never a retry storm."""
     if job is not None and job.get("jobStatus") != "FAILED" and job.get("jobDeploymentStatus") != "Failed":
         return ()
+    identities = {name: seen.identity for name, seen in record.seen_nodes.items()}
     lines: list[str] = best_effort(
         record.run_id,
         "what happened to its nodes",
-        lambda: ctx.platform.disruptions(cfg, record.run_id, record.submitted_at, record.seen_identities),
+        lambda: ctx.platform.disruptions(cfg, record.run_id, record.submitted_at, identities),
         [],
     )
     return tuple(redact(line) for line in lines)

@@ -60,7 +60,6 @@ START_ATTEMPTS = 3
 # are copied before), so it gets a second, then SIGKILL. Within that second its raylet tells the GCS it leaves,
 # so Ray stops counting its resources at once (as when KubeRay deletes a worker pod).
 STOP_GRACE_S = 1.0
-LOG_READ_BYTES = 1 << 16  # a driver log is read in pieces this size where only its tail is kept
 # Ray Train's controller looks at its workers every 2 s by default, and the end of a run waits for several of
 # those looks (the last report to fit() returning: 6.8 s). Four times a second costs a local run nothing it notices.
 TRAIN_HEALTH_CHECK_INTERVAL_S = "0.25"
@@ -441,7 +440,7 @@ class LocalRay:
         if path is None:
             return ""
         with path.open("rb") as log:
-            return joblog.tail(iter(lambda: log.read(LOG_READ_BYTES), b""), limit).decode("utf-8", "replace")
+            return joblog.tail(iter(lambda: log.read(joblog.LOG_READ_BYTES), b""), limit).decode("utf-8", "replace")
 
     def job_logs(self, run_id: str) -> str:
         """The driver's log so far, read from the file rather than through the dashboard: no HTTP call to

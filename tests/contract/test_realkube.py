@@ -517,27 +517,28 @@ def preempt_worker(real, pod) -> None:
     real.core.patch_namespaced_pod_status(pod.metadata.name, real.namespace, {"status": status})
 
 
-def test_a_preempted_worker_the_operator_replaced_gives_the_run_its_next_attempt(real):
-    """The real KubeRay deletes the failed worker within a second and makes a new one; the Ray job then fails
-    with a collective-communication error that names no node. The run's attempt 2 is submitted (its own RayJob,
-    resuming from the run's checkpoints) because KubeRay's Event on the RayCluster outlives the pod."""
-    run_id = real.launch("spot", real.config("spot"))
+def running_run(real, name: str) -> str:
+    """A run launched onto its own worker, its Ray job RUNNING, and the record saying so."""
+    run_id = real.launch(name, real.config(name))
     running_workers(real, 1)
     real.end_job(run_id, "RUNNING")
     real.until_state(run_id, State.RUNNING)
-    [pod] = real.pods("ray.io/node-type=worker")
+    return run_id
+
+
+def preempted_and_replaced(real, pod) -> None:
+    """The worker preempted (preempt_worker), and the real KubeRay deleting it."""
     preempt_worker(real, pod)
     eventually(
         lambda: pod.metadata.name not in {p.metadata.name for p in real.pods("ray.io/node-type=worker")},
         "the failed worker deleted by KubeRay",
         30,
     )
-    real.end_job(run_id, "FAILED", COLLECTIVE)
-    assert real.until_state(run_id, State.QUEUED, State.FAILED) == State.QUEUED, real.h.ctx.store.get(run_id).reason
-    record = real.h.ctx.store.get(run_id)
-    [first] = record.attempts[:1]
-    assert any(pod.metadata.name in line and "KubeRay deleted it" in line for line in first.lost), first.lost
-    assert "attempt 1 of 3 lost its nodes" in record.reason
+
+
+def attempt_two_resumes_and_succeeds(real, run_id: str) -> None:
+    """After the backoff, the run's attempt 2 is its own RayJob on the same run's storage (it resumes), submitted to
+    the head, and the run succeeds in it."""
     real.h.clock.advance(61)
     assert real.until_state(run_id, State.SUBMITTED) == State.SUBMITTED
     assert f"{run_id}-2" in real.rayjobs()
@@ -548,6 +549,30 @@ def test_a_preempted_worker_the_operator_replaced_gives_the_run_its_next_attempt
     real.end_job(f"{run_id}-2", "SUCCEEDED")
     assert real.until_state(run_id, State.SUCCEEDED, State.FAILED) == State.SUCCEEDED
     assert [a.number for a in real.h.ctx.store.get(run_id).attempts] == [1, 2]
+
+
+def fails_in_training_in_one_attempt(real, name: str) -> None:
+    run_id = running_run(real, name)
+    real.end_job(run_id, "FAILED", "ValueError: no image in row 3 of the dataset")
+    assert real.until_state(run_id, State.FAILED, State.QUEUED) == State.FAILED
+    record = real.h.ctx.store.get(run_id)
+    assert record.attempts == [] and "no image in row 3" in record.reason
+
+
+def test_a_preempted_worker_the_operator_replaced_gives_the_run_its_next_attempt(real):
+    """The real KubeRay deletes the failed worker within a second and makes a new one; the Ray job then fails
+    with a collective-communication error that names no node. The run's attempt 2 is submitted (its own RayJob,
+    resuming from the run's checkpoints) because KubeRay's Event on the RayCluster outlives the pod."""
+    run_id = running_run(real, "spot")
+    [pod] = real.pods("ray.io/node-type=worker")
+    preempted_and_replaced(real, pod)
+    real.end_job(run_id, "FAILED", COLLECTIVE)
+    assert real.until_state(run_id, State.QUEUED, State.FAILED) == State.QUEUED, real.h.ctx.store.get(run_id).reason
+    record = real.h.ctx.store.get(run_id)
+    [first] = record.attempts[:1]
+    assert any(pod.metadata.name in line and "KubeRay deleted it" in line for line in first.lost), first.lost
+    assert "attempt 1 of 3 lost its nodes" in record.reason
+    attempt_two_resumes_and_succeeds(real, run_id)
 
 
 def kuberay_said(real, pod: str) -> list[str]:
@@ -570,55 +595,27 @@ def test_a_preemption_on_a_raycluster_that_served_runs_gives_the_run_its_next_at
     deletes after a Spot preemption; the Spot VM comes back under its name (its Node boots again). The run's
     attempt 2 is submitted and resumes, told by the node's identity recorded while it ran."""
     serve_earlier_runs(real)
-    run_id = real.launch("spot-used", real.config("spot-used"))
-    running_workers(real, 1)
-    real.end_job(run_id, "RUNNING")
-    real.until_state(run_id, State.RUNNING)
+    run_id = running_run(real, "spot-used")
     eventually(lambda: real.h.ctx.store.get(run_id).node_ids, "the run's node and its identity recorded", 30)
     [pod] = real.pods("ray.io/node-type=worker")
     node = pod.spec.node_name
     real.core.patch_node_status(node, {"status": {"nodeInfo": {"bootID": str(uuid.uuid4())}}})  # a new VM, same name
-    preempt_worker(real, pod)
-    eventually(
-        lambda: pod.metadata.name not in {p.metadata.name for p in real.pods("ray.io/node-type=worker")},
-        "the failed worker deleted by KubeRay",
-        30,
-    )
+    preempted_and_replaced(real, pod)
     time.sleep(3)  # the recorder writes Events in the background: give it time to write one, were it let through
     assert kuberay_said(real, pod.metadata.name) == []  # the premise: the platform dropped the Event
     real.end_job(run_id, "FAILED", COLLECTIVE)
     assert real.until_state(run_id, State.QUEUED, State.FAILED) == State.QUEUED, real.h.ctx.store.get(run_id).reason
     record = real.h.ctx.store.get(run_id)
     assert f"attempt 1 of 3 lost its nodes: node {node}: booted again since the run ran there" in record.reason
-    real.h.clock.advance(61)
-    assert real.until_state(run_id, State.SUBMITTED) == State.SUBMITTED
-    job = real.custom.get_namespaced_custom_object("ray.io", "v1", real.namespace, "rayjobs", f"{run_id}-2")
-    assert f"--run-id {run_id}" in job["spec"]["entrypoint"]  # the same run's storage: it resumes
-    assert real.submitted(f"{run_id}-2") == f"{run_id}-2"
-    real.write_result(run_id)
-    real.end_job(f"{run_id}-2", "SUCCEEDED")
-    assert real.until_state(run_id, State.SUCCEEDED, State.FAILED) == State.SUCCEEDED
+    attempt_two_resumes_and_succeeds(real, run_id)
     # Nothing of it lingers: the signal is read, never held (no finalizer), so the group's release is KubeRay's own
     eventually(lambda: not real.pods("ray.io/node-type=worker"), "its workers gone, none left Terminating", 60)
     # ... and a real training failure on that same RayCluster still ends in one attempt
-    bad = real.launch("bad-data-used", real.config("bad-data-used"))
-    running_workers(real, 1)
-    real.end_job(bad, "RUNNING")
-    real.until_state(bad, State.RUNNING)
-    real.end_job(bad, "FAILED", "ValueError: no image in row 3 of the dataset")
-    assert real.until_state(bad, State.FAILED, State.QUEUED) == State.FAILED
-    assert real.h.ctx.store.get(bad).attempts == []
+    fails_in_training_in_one_attempt(real, "bad-data-used")
 
 
 def test_a_training_failure_on_the_real_operator_ends_in_one_attempt(real):
-    run_id = real.launch("bad-data", real.config("bad-data"))
-    running_workers(real, 1)
-    real.end_job(run_id, "RUNNING")
-    real.until_state(run_id, State.RUNNING)
-    real.end_job(run_id, "FAILED", "ValueError: no image in row 3 of the dataset")
-    assert real.until_state(run_id, State.FAILED, State.QUEUED) == State.FAILED
-    record = real.h.ctx.store.get(run_id)
-    assert record.attempts == [] and "no image in row 3" in record.reason
+    fails_in_training_in_one_attempt(real, "bad-data")
 
 
 # -- many launches onto one RayCluster (issue 38) --------------------------------------------------------------
