@@ -92,10 +92,11 @@ resource "google_cloudfunctions2_function" "fn" {
       }
     }
   }
-  # The build's grants have propagated (iam.tf, time_sleep.function_build_grants) before a build starts.
+  # The build identity's grants are effective (iam.tf, terraform_data.function_build_access) before a build starts.
+  # vs cloudfunctions2_basic_builder: order after time_sleep: a fixed 60 s fails about half the time (hashicorp/terraform-provider-google#20571); the access probe waits until the build identity is let in
   depends_on = [
     google_project_iam_member.gcs_pubsub_publisher,
     google_project_iam_member.trigger_event_receiver,
-    time_sleep.function_build_grants,
+    terraform_data.function_build_access,
   ]
 }

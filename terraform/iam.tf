@@ -222,7 +222,7 @@ resource "google_service_account" "function_build" {
 resource "google_project_iam_member" "function_build" {
   # vs cloudfunctions2_basic_builder: grant roles/storage.objectAdmin to function-build: read of gcf-v2-sources alone (function_build_sources below), not every bucket's objects to write
   # vs cloudfunctions2_basic_gcs: grant roles/artifactregistry.reader to functions: the runtime never pulls its image; Cloud Run's service agent does (functions/core/permissions.py)
-  # vs cloudfunctions2_basic_gcs: order after google_project_iam_member: the functions wait on every grant they need (functions.tf, time_sleep); grants need no order among them
+  # vs cloudfunctions2_basic_gcs: order after google_project_iam_member: the functions wait until every grant their build needs is effective (terraform_data.function_build_access); grants need no order among them
   for_each = toset(["roles/logging.logWriter", "roles/artifactregistry.writer"])
   project  = var.project_id
   role     = each.value
@@ -240,14 +240,25 @@ resource "google_project_iam_member" "function_build" {
 # functions/core/permissions.py with its source; `raytune doctor` asks Google whether the build can read it.
 locals {
   function_sources_bucket = "projects/_/buckets/gcf-v2-sources-${data.google_project.this.number}-${var.region}"
+  # Where the apply's access probe (function_build_access below) stages its source, read under the same grant.
+  function_build_probe = "function-build-probe"
   # IAM Conditions on Cloud Storage match resource.name (projects/_/buckets/B[/objects/O]): each conditioned grant
-  # here reaches one name and everything under it, in this one form.
-  within = {
-    for key, name in merge(
-      { for prefix in values(local.trainer_runs_bucket) : prefix => "${local.runs_objects}/${prefix}" },
-      { function_sources = local.function_sources_bucket },
-    ) : key => join(" || ", ["resource.name == \"${name}\"", "resource.name.startsWith(\"${name}/\")"])
-  }
+  # here reaches one name and everything under it, in this one form; the function build's also the probe's prefix.
+  within = merge(
+    {
+      for prefix in values(local.trainer_runs_bucket) : prefix => join(" || ", [
+        "resource.name == \"${local.runs_objects}/${prefix}\"",
+        "resource.name.startsWith(\"${local.runs_objects}/${prefix}/\")",
+      ])
+    },
+    {
+      function_sources = join(" || ", [
+        "resource.name == \"${local.function_sources_bucket}\"",
+        "resource.name.startsWith(\"${local.function_sources_bucket}/\")",
+        "resource.name.startsWith(\"projects/_/buckets/${google_storage_bucket.build.name}/objects/${local.function_build_probe}/\")",
+      ])
+    },
+  )
 }
 
 resource "google_project_iam_member" "function_build_sources" {
@@ -261,15 +272,33 @@ resource "google_project_iam_member" "function_build_sources" {
   }
 }
 
-# IAM grants take effect after they are written (up to minutes; https://cloud.google.com/iam/docs/access-change-propagation):
-# a function created at once may build before its build identity can read its source, log or push, and fail. The
-# provider's example waits 60 s for the same reason. The wait runs again whenever one of the grants is replaced.
-resource "time_sleep" "function_build_grants" {
-  create_duration = "60s"
-  triggers = merge(
+# IAM grants take effect after they are written: typically within 2 minutes, possibly 7 or more
+# (https://cloud.google.com/iam/docs/access-change-propagation). A function whose build starts before then is
+# refused its source ("Access to bucket gcf-v2-sources-... denied") and left FAILED: the provider's own example
+# waits a fixed 60 s and still fails about half the time in its CI (hashicorp/terraform-provider-google#20571).
+# So the apply waits for the fact, not for a time: scripts/await-function-build-access runs a one-step build as
+# the build identity, its source staged under function-build-probe/ (read under the very binding that reads
+# gcf-v2-sources, so both are effective together; logs written as the real build writes them), again every
+# 15 s until Google lets it fetch and log, and only then are the functions created. Its cost: one build of a
+# few seconds when the grants are already effective, else the propagation itself; it gives up after 20 minutes
+# naming what it was refused. It runs again whenever one of the grants is replaced. Runs where `terraform apply`
+# runs, as whoever runs it (gcloud's credentials): cloudbuild.builds.create, iam.serviceAccounts.actAs on the
+# build identity and object create on the build bucket, all in roles/owner and roles/editor.
+resource "terraform_data" "function_build_access" {
+  triggers_replace = merge(
     { for role, grant in google_project_iam_member.function_build : role => grant.id },
     { sources = google_project_iam_member.function_build_sources.id },
   )
+  provisioner "local-exec" {
+    interpreter = ["bash"]
+    command     = "${path.module}/scripts/await-function-build-access"
+    environment = {
+      PROJECT       = var.project_id
+      REGION        = var.region
+      BUILD_ACCOUNT = google_service_account.function_build.email
+      STAGING       = "gs://${google_storage_bucket.build.name}/${local.function_build_probe}"
+    }
+  }
 }
 
 # `raytune image`: its build reads the source gcloud staged in the build bucket, nothing else of storage.

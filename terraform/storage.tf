@@ -78,7 +78,7 @@ resource "google_storage_bucket" "build" {
   lifecycle_rule {
     condition {
       age            = 7
-      matches_prefix = ["image-source/"]
+      matches_prefix = ["image-source/", "${local.function_build_probe}/"]
     }
     action {
       type = "Delete"

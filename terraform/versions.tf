@@ -5,10 +5,6 @@ terraform {
       source  = "hashicorp/google"
       version = ">= 6.20, < 8"
     }
-    time = {
-      source  = "hashicorp/time"
-      version = ">= 0.9, < 1"
-    }
     random = {
       source  = "hashicorp/random"
       version = ">= 3.5, < 4"

@@ -175,9 +175,11 @@ class Doctor:
 
     def functions(self, deployment: d.Deployment) -> list[Finding]:
         base = f"v2/projects/{deployment.project}/locations/{deployment.region}/functions"
-        return [self.function(f"{base}/{deployment.name}-{key}", entry) for key, entry in d.FUNCTIONS.items()]
+        return [
+            self.function(f"{base}/{deployment.name}-{key}", entry, deployment) for key, entry in d.FUNCTIONS.items()
+        ]
 
-    def function(self, path: str, entry: str) -> Finding:
+    def function(self, path: str, entry: str, deployment: d.Deployment) -> Finding:
         subject = path.rsplit("/", 1)[1]
 
         def ask() -> Finding:
@@ -189,13 +191,8 @@ class Doctor:
             if fn.get("state") != "ACTIVE":
                 said = "; ".join(m.get("message", "") for m in fn.get("stateMessages", []) if m.get("message"))
                 where = f" (build {build['build']})" if build.get("build") else ""
-                return Finding(
-                    "function",
-                    subject,
-                    PROBLEM,
-                    f"state {fn.get('state')}{where}: {said or 'no message'}",
-                    "read the build's log (gcloud builds log), fix what it says, terraform apply",
-                )
+                grant = self.access(d.source_read(deployment)) if d.SOURCE_REFUSED.search(said) else None
+                return d.function_failed(subject, f"state {fn.get('state')}{where}: {said or 'no message'}", grant)
             if build.get("entryPoint") not in (None, entry):
                 return Finding("function", subject, PROBLEM, f"entry point {build.get('entryPoint')}, not {entry}")
             return Finding("function", subject, OK, "ACTIVE")

@@ -132,18 +132,21 @@ class Access:
     why: str
 
 
-# The trainer's object permissions in the runs bucket hold under checkpoints/ alone (terraform/iam.tf's IAM
-# Conditions on the object's name): asked of an object there, as Ray Train writes them, never of the bucket, where
-# no condition holds. objects.list is checked on the bucket (its grant there is unconditioned).
-TRAINER_OBJECT = "checkpoints/raytune-doctor-probe"
+# Object permissions granted under a prefix alone (terraform/iam.tf's IAM Conditions on the object's name) are
+# asked of an object there, never of the bucket, where no condition holds: the trainer's in the runs bucket (as
+# Ray Train writes checkpoints), the function build's in the build bucket (the apply's access probe).
+# objects.list is checked on the bucket (its grants there are unconditioned).
+OBJECT_ASKED = {
+    (p.TRAINER, "bucket:runs"): "checkpoints/raytune-doctor-probe",
+    (p.FUNCTION_BUILD, "bucket:build"): "function-build-probe/raytune-doctor-probe",
+}
 
 
 def asked_on(use: p.Use, full_name: str) -> str:
-    """The resource a use is asked about: the object inside the granted prefix for the trainer's object uses."""
+    """The resource a use is asked about: an object inside the granted prefix for conditioned object uses."""
     object_use = use.permission.startswith("storage.objects.") and use.permission != "storage.objects.list"
-    if use.identity == p.TRAINER and use.resource == "bucket:runs" and object_use:
-        return f"{full_name}/objects/{TRAINER_OBJECT}"
-    return full_name
+    name = OBJECT_ASKED.get((use.identity, use.resource))
+    return f"{full_name}/objects/{name}" if object_use and name else full_name
 
 
 def accesses(deployment: Deployment, create_clusters: bool = False) -> tuple[list[Access], list[p.Use]]:
@@ -158,6 +161,40 @@ def accesses(deployment: Deployment, create_clusters: bool = False) -> tuple[lis
         principal = deployment.account(use.identity)
         asked.append(Access(use.identity, principal, use.resource, full, use.permission, use.why))
     return asked, skipped
+
+
+# A gen2 build refused its source, as Cloud Build words it (hashicorp/terraform-provider-google#20571).
+SOURCE_REFUSED = re.compile(r"Access to bucket gcf-v2-sources-\S+ denied")
+
+
+def source_read(deployment: Deployment) -> Access:
+    """The function build identity's read of Cloud Functions' copy of its source, as the table lists it."""
+    [access] = [
+        a
+        for a in accesses(deployment)[0]
+        if a.identity == p.FUNCTION_BUILD
+        and a.resource == "bucket:gcf-sources"
+        and a.permission == "storage.objects.get"
+    ]
+    return access
+
+
+def function_failed(subject: str, said: str, grant: Finding | None) -> Finding:
+    """A function that is not ACTIVE. When its build was refused its source, the grant's state now tells why: a
+    grant that exists was not yet effective when it built (IAM propagation takes minutes), or there is none."""
+    rebuild = "terraform apply (it rebuilds the function, once its build identity is let in)"
+    if grant is None:
+        return Finding(
+            "function", subject, PROBLEM, said, "read the build's log (gcloud builds log), fix it, " + rebuild
+        )
+    if grant.status == OK:
+        why = "its build identity is granted that read now: the grant had not taken effect when it built"
+        return Finding("function", subject, PROBLEM, f"{said}; {why}", rebuild)
+    if grant.status == PROBLEM:
+        why = f"its build identity has no grant to read it ({grant.subject})"
+        return Finding("function", subject, PROBLEM, f"{said}; {why}", "terraform apply (terraform/iam.tf grants it)")
+    why = f"whether its build identity may read it could not be asked ({grant.detail})"
+    return Finding("function", subject, PROBLEM, f"{said}; {why}", rebuild)
 
 
 # Policy Troubleshooter's overallAccessState (https://cloud.google.com/policy-intelligence/docs/reference/

@@ -81,6 +81,10 @@ def _uses(
 # -- What Google's services create and act as ---------------------------------------------------------------
 
 _GCF_BUILD_DOCS = "https://cloud.google.com/functions/docs/securing/build-custom-sa"
+_IAM_PROPAGATION = (
+    "https://cloud.google.com/iam/docs/access-change-propagation (typically 2 minutes, 7 or more possible); "
+    "hashicorp/terraform-provider-google#20571 (a fixed 60 s wait fails about half the time)"
+)
 _GCF_SOURCES_ISSUES = (
     "hashicorp/terraform-provider-google#20571; GoogleCloudPlatform/terraform-google-cloud-functions#129; "
     "magic-modules cloudfunctions2_basic_builder.tf.tmpl (grants storage object read, waits 60 s)"
@@ -355,6 +359,15 @@ USES: tuple[Use, ...] = tuple(
         "the source archive, as Cloud Functions copied it into its own bucket (not the build bucket)",
         "storage.objects.get",
         source=_GCF_SOURCES_ISSUES,
+    )
+    + _uses(
+        FUNCTION_BUILD,
+        "bucket:build",
+        "the apply's access probe: fetch",
+        "a one-step build's source under function-build-probe/, read under the grant that reads gcf-v2-sources "
+        "(terraform/scripts/await-function-build-access: the functions are created once it is let in)",
+        "storage.objects.get",
+        source=_IAM_PROPAGATION,
     )
     + _uses(
         FUNCTION_BUILD,

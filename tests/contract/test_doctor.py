@@ -122,11 +122,16 @@ def test_three_faults_each_found_with_its_fix(gcs_emulator):
     assert set(found) == {
         "iam function-build storage.objects.get on //storage.googleapis.com/projects/_/buckets/"
         "gcf-v2-sources-123456789012-us-central1",
+        # the same grant reads the apply's access probe
+        f"iam function-build storage.objects.get on //storage.googleapis.com/projects/_/buckets/{settings.build_bucket}"
+        "/objects/function-build-probe/raytune-doctor-probe",
         "api cloudscheduler.googleapis.com",
         "function raytune-watch",
         "secret raytune-hf-token",
     }, report
     assert "You must grant Storage Object Viewer" in found["function raytune-watch"].detail
+    assert "its build identity has no grant to read it" in found["function raytune-watch"].detail
+    assert found["function raytune-watch"].fix == "terraform apply (terraform/iam.tf grants it)"
     assert found["api cloudscheduler.googleapis.com"].fix == (
         "gcloud services enable cloudscheduler.googleapis.com (terraform apply does)"
     )
@@ -135,6 +140,21 @@ def test_three_faults_each_found_with_its_fix(gcs_emulator):
     [job] = [f for f in findings if f.check == "scheduler"]
     assert job.status == d.UNKNOWN
     assert d.exit_code(findings) == 1
+
+
+def test_a_build_refused_by_a_grant_that_exists_is_told_from_a_missing_one(gcs_emulator):
+    """The first apply's other failure: the grant is written but had not taken effect when the build ran (IAM
+    propagation). The policy grants the read now, so the fix is a rebuild, not a grant."""
+    broken = Breakage()
+    with stand_ins(gcs_emulator, broken) as (settings, rest, _google, kube):
+        broken.failed["raytune-watch"] = BLOCKER.format(project=settings.project)
+        findings, _ = doctor(settings, rest, kube)
+    found = problems(findings)
+    assert set(found) == {"function raytune-watch"}, d.report(findings)
+    assert (
+        "granted that read now: the grant had not taken effect when it built" in found["function raytune-watch"].detail
+    )
+    assert found["function raytune-watch"].fix.startswith("terraform apply (it rebuilds the function")
 
 
 def test_what_is_missing_old_or_off_is_a_problem(gcs_emulator):

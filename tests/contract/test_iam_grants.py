@@ -142,23 +142,22 @@ def addresses(value) -> list:
     return found
 
 
-def test_functions_are_created_after_their_build_grants_have_propagated():
-    """IAM grants take minutes to propagate: a function whose build starts at once can be refused its source
-    (the provider's own builder example waits 60 s). Every function waits on a time_sleep of at least 60 s that
-    is triggered by every grant its build identity holds, so a replaced grant waits again too."""
+def test_functions_are_created_once_their_build_grants_are_effective():
+    """IAM grants take minutes to take effect: a function whose build starts at once can be refused its source
+    (the provider's own builder example waits 60 s and still fails: hashicorp/terraform-provider-google#20571).
+    Every function waits on the apply's access probe (tests/contract/test_build_access.py runs it), which runs
+    again whenever a grant its build identity holds is replaced."""
     deployment = Deployment()
     build_grants = {
         g.address for g in deployment.grants() if g.identity == p.FUNCTION_BUILD and not g.address.startswith("google:")
     }
-    assert len(build_grants) == 3, build_grants  # logs, Artifact Registry, the sources bucket
+    assert len(build_grants) == 3, build_grants  # logs, Artifact Registry, the sources bucket (and the probe)
+    [probe] = deployment.module.instances("terraform_data")
+    triggered = {str(v.ref).removesuffix(".id") for v in probe.get("triggers_replace").values()}
+    assert build_grants <= triggered, build_grants - triggered
     for function in deployment.module.instances("google_cloudfunctions2_function"):
-        waits = [i for i in addresses(function.get("depends_on")) if i.kind == "time_sleep"]
+        waits = [i for i in addresses(function.get("depends_on")) if i.kind == "terraform_data"]
         assert waits, f"{function.address} is created as soon as its build identity's grants are written"
-        for wait in waits:
-            seconds = str(wait.get("create_duration"))
-            assert seconds.endswith("s") and int(seconds[:-1]) >= 60, seconds
-            triggered = {str(v.ref).removesuffix(".id") for v in wait.get("triggers").values()}
-            assert build_grants <= triggered, build_grants - triggered
 
 
 def test_the_function_build_reads_only_cloud_functions_copy_of_its_source():
@@ -173,4 +172,9 @@ def test_the_function_build_reads_only_cloud_functions_copy_of_its_source():
     for bucket in ("runs", "configs", "build"):
         name = f"projects/_/buckets/{deployment.bucket(bucket)}/objects/x"
         assert not any(g.applies_to(name) and g.resource == "project" for g in readers), bucket
+    # Of ours, only what the apply's access probe stages (terraform/iam.tf, function_build_access).
+    build = f"projects/_/buckets/{deployment.bucket('build')}/objects/"
+    assert all(g.applies_to(build + "function-build-probe/1-a.tgz") for g in readers)
+    for other in ("function-source.zip", "image-source/1.tgz", "function-build-probe", "function-build-probex/a"):
+        assert not any(g.applies_to(build + other) for g in readers), other
     assert not any(g.resource.startswith("bucket:") for g in grants)

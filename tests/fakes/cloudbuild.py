@@ -1,18 +1,28 @@
 """A Cloud Build API stand-in for gcloud itself (`api_endpoint_overrides/cloudbuild`): it keeps each
 CreateBuild request as gcloud sent it and answers as Cloud Build does, a long-running operation whose
-metadata carries the build, then the build SUCCESS when gcloud polls it."""
+metadata carries the build, then the build's end when gcloud describes it. `run` plays the build: given the
+request, it answers the end status and the failureInfo (Cloud Build's Build.FailureInfo: FETCH_SOURCE_FAILED
+when its identity is refused the source); by default every build succeeds."""
 
 from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 
 from tests.fakes.http import BackgroundServer, JsonHandler
 
+Outcome = tuple[str, dict]  # (status, failureInfo)
+
+
+def succeeds(build: dict) -> Outcome:
+    return "SUCCESS", {}
+
 
 class FakeCloudBuild(BackgroundServer):
-    def __init__(self):
+    def __init__(self, run: Callable[[dict], Outcome] = succeeds):
         self.builds: list[dict] = []  # the request bodies, in order
+        self.ends: dict[int, Outcome] = {}  # a build's end, played once, when it is first described
         self.unknown: list[str] = []
         fake = self
 
@@ -45,6 +55,12 @@ class FakeCloudBuild(BackgroundServer):
                     return self.reply(404, {"error": {"code": 404, "message": "not served"}})
                 index = int(found.group(3).removeprefix("build-")) - 1
                 body = fake.builds[index]
-                self.reply(200, {**body, "id": found.group(3), "projectId": found.group(1), "status": "SUCCESS"})
+                if index not in fake.ends:
+                    fake.ends[index] = run(body)
+                status, failure = fake.ends[index]
+                answer = {**body, "id": found.group(3), "projectId": found.group(1), "status": status}
+                if failure:
+                    answer |= {"failureInfo": failure, "statusDetail": failure.get("detail", "")}
+                self.reply(200, answer)
 
         super().__init__(Handler)

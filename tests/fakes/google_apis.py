@@ -97,7 +97,7 @@ class FakeGoogle(BackgroundServer):
         if service == "cloudresourcemanager.googleapis.com":
             return ("project", None) if name == f"projects/{self.d.project}" else None
         if service == "storage.googleapis.com":
-            bucket = name.removeprefix("projects/_/buckets/")
+            bucket = name.removeprefix("projects/_/buckets/").split("/", 1)[0]
             [made] = self.d.names("bucket:gcf-sources")
             if bucket == self.text(made):
                 return "bucket:gcf-sources", made
@@ -133,7 +133,10 @@ class FakeGoogle(BackgroundServer):
             return None
         grants = [g for g in self.d.grants() if g.address not in self.broken.dropped]
         resource, name = where
-        return bool(self.d.covering(grants, self.d.roles(), *who, resource, name, permission))
+        covering = self.d.covering(grants, self.d.roles(), *who, resource, name, permission)
+        # A conditioned grant holds where its condition admits this very name (an object's, a bucket's).
+        iam_name = full_name.removeprefix("//").partition("/")[2].replace(self.number, NUMBER_REF)
+        return any(g.applies_to(iam_name) for g in covering)
 
     def member_of(self, identity: str, subject: str | None) -> str:
         """How an allow policy names an identity of the permission table (as terraform/ grants it)."""

@@ -46,10 +46,13 @@ def test_what_google_does_and_makes_says_where_google_says_so():
 
 
 def test_the_function_build_reads_its_source_where_cloud_functions_put_it():
-    """Not the build bucket (Cloud Functions' service agent reads that and copies it): gcf-v2-sources."""
+    """Not the build bucket (Cloud Functions' service agent reads that and copies it): gcf-v2-sources. Of the
+    build bucket, only the apply's access probe (its own prefix, tests/contract/test_iam_grants.py)."""
     build = {(u.resource, u.permission) for u in p.uses_of(p.FUNCTION_BUILD)}
     assert ("bucket:gcf-sources", "storage.objects.get") in build
-    assert not {r for r, _ in build} & {"bucket:build", "bucket:runs", "bucket:configs"}
+    assert not {r for r, _ in build} & {"bucket:runs", "bucket:configs"}
+    [probe] = [u for u in p.uses_of(p.FUNCTION_BUILD) if u.resource == "bucket:build"]
+    assert probe.permission == "storage.objects.get" and "function-build-probe/" in probe.why
     assert ("bucket:build", "storage.objects.get") in {(u.resource, u.permission) for u in p.uses_of(p.FUNCTIONS_AGENT)}
 
 
