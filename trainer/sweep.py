@@ -1,5 +1,5 @@
 """A sweep's driver: Ray Tune's Tuner runs the config's trials on the run's worker group, each trial the
-trainer's own Ray Train run (train.fit) whose reports reach Tune through Ray's TuneReportCallback.
+trainer's own Ray Train run (one_fit.fit) whose reports reach Tune through Ray's TuneReportCallback.
 
 - Draws: Tune's BasicVariantGenerator over the config's space, seeded by sweep.seed.
 - Early stopping: Tune's ASHA on the loss reported at each evaluation (a trial stopped early has no adapter).
@@ -20,9 +20,9 @@ import os
 from typing import Any
 
 from functions.core.config import RunConfig
-from functions.core.result import TRIAL_DRIVER_RESOURCE, RunResult, SweepResult, TrialResult
+from functions.core.result import RESULT_FILE, TRIAL_DRIVER_RESOURCE, RunResult, SweepResult, TrialResult
 from functions.core.sweep import Choice, LogUniform, RandInt, SweepSpec, Uniform, shown_values, trial_config
-from trainer import train
+from trainer import fit as one_fit
 
 TRIALS_DIR = "trials"
 TRIAL_KEY = "trial"  # each trial's number in the search space
@@ -97,7 +97,7 @@ def check_head() -> None:
 
 def trials_config(cfg: RunConfig, run_id: str, params: dict[str, Any]) -> RunConfig:
     """A trial's config: the run's with the trial's values, training under the run's trials folder."""
-    storage = f"{train.run_folder(cfg, run_id)}/{TRIALS_DIR}"
+    storage = f"{one_fit.run_folder(cfg, run_id)}/{TRIALS_DIR}"
     return trial_config(cfg, params).model_copy(update={"storage_path": storage})
 
 
@@ -108,17 +108,17 @@ def trainable(cfg: RunConfig, run_id: str, champion: dict | None) -> Any:
         from trainer import progress
 
         # Ray Train takes it from the process that starts the run: here the trial's, not the job's driver.
-        os.environ.setdefault(train.PRINT_PATCH_ENV, "0")
+        os.environ.setdefault(one_fit.PRINT_PATCH_ENV, "0")
         trial_id = trial_name(params)
         trained = trials_config(cfg, run_id, drawn(params))
         if finished(trained, trial_id) is not None:  # ended after Tune last saved its state, before a lost node
             print(f"{trial_id}: finished in an earlier attempt, not trained again", flush=True)
             return
         print(f"{trial_id}: {shown_values(drawn(params))}", flush=True)
-        summary = train.fit(
+        summary = one_fit.fit(
             trained, trial_id, champion, progress.Timeline(shown=False), [TuneReportCallback()], trial=True
         )
-        train.write_result(summary, trained, trial_id)
+        one_fit.write_result(summary, trained, trial_id)
 
     # The trial's process only drives its Ray Train run, on the head: the workers hold the group's CPUs and GPUs.
     from ray import tune
@@ -137,7 +137,7 @@ def run(cfg: RunConfig, run_id: str, champion: dict | None, timeline: Any) -> Ru
     check_head()
     os.environ[STRICT_METRICS_ENV] = "1"
     os.environ.setdefault(STATE_PERIOD_ENV, STATE_PERIOD_S)
-    fs, path = filesystem(train.storage_of(cfg))
+    fs, path = filesystem(one_fit.storage_of(cfg))
     experiment = f"{path.rstrip('/')}/{run_id}"
     stops_on = sweep.stops_on(cfg.evaluation) if sweep.scheduler == "asha" else None
     work = trainable(cfg, run_id, champion)
@@ -198,7 +198,7 @@ def write_report(cfg: RunConfig, run_id: str, summary: RunResult) -> str:
     from trainer.sweep_report import render
 
     assert summary.sweep is not None
-    folder = train.run_folder(cfg, run_id)
+    folder = one_fit.run_folder(cfg, run_id)
     best_report = summary.evaluation.report_path if summary.evaluation else None
     relative = best_report.removeprefix(f"{folder}/") if best_report and best_report.startswith(f"{folder}/") else None
     page = render(run_id, cfg, summary.sweep, relative)
@@ -242,7 +242,7 @@ def finished(trained: RunConfig, trial_id: str) -> RunResult | None:
     """A trial's own result.json, which it writes when it has finished (None: it has not)."""
     from trainer.storage import filesystem
 
-    fs, path = filesystem(f"{train.run_folder(trained, trial_id)}/{train.RESULT_FILE}")
+    fs, path = filesystem(f"{one_fit.run_folder(trained, trial_id)}/{RESULT_FILE}")
     if fs.get_file_info(path).type.name != "File":
         return None
     with fs.open_input_stream(path) as stream:
@@ -289,6 +289,6 @@ def best_of(trials: list[TrialResult], cfg: RunConfig, run_id: str, stops_on: st
     summary = finished(trials_config(cfg, run_id, best.params), best.trial_id)
     assert summary is not None  # ranked: finished
     summary.run_id, summary.name = run_id, cfg.name
-    summary.storage_path = train.run_folder(cfg, run_id)
+    summary.storage_path = one_fit.run_folder(cfg, run_id)
     summary.sweep = SweepResult(metric=metric, mode=mode, stopped_on=stops_on, best_trial=best.trial_id, trials=trials)
     return summary

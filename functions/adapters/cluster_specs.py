@@ -5,15 +5,16 @@ next listing asks for their metadata alone (Accept ...;as=PartialObjectMetadataL
 the API server moves a custom resource's generation on every change to its spec and never on a status write
 (tests/contract/test_kube_servers.py holds the real one to it), so a RayCluster at the remembered uid and
 generation has the remembered spec, and the rest comes fresh from the listing (resourceVersion, labels,
-annotations: what writes are conditional on). Those that changed are read again."""
+annotations: what writes are conditional on). Those that changed are read again. A plain value: the client that
+owns it (functions/adapters/kube.py) hands it its three reads."""
 
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING, Any, NamedTuple
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
-if TYPE_CHECKING:
-    from functions.adapters.kube import Kube
+Listing = Callable[[], list[dict[str, Any]]]
 
 # More changed RayClusters than this in one namespace are read by one listing, not one read each.
 CHANGED_READS_MAX = 4
@@ -32,28 +33,35 @@ class ClusterSpecs:
         self._kept: dict[tuple[str, str], Kept] = {}
         self._lock = threading.Lock()  # the tick lists its namespaces from several threads
 
-    def listed(self, kube: Kube, namespace: str, labels: dict[str, str]) -> list[dict[str, Any]]:
-        """The namespace's RayClusters carrying these labels, each its metadata and spec (not its status)."""
+    def listed(
+        self,
+        namespace: str,
+        metadata: Listing,
+        whole: Listing,
+        read: Callable[[str], dict[str, Any] | None],
+    ) -> list[dict[str, Any]]:
+        """The namespace's RayClusters, each its metadata and spec (not its status): `metadata` lists their metadata
+        alone, `whole` lists them whole, `read` reads one by name (None: gone)."""
         with self._lock:
             known = {name: kept for (ns, name), kept in self._kept.items() if ns == namespace}
         found = None
         if known:  # a namespace never read (a fresh instance) is listed whole at once
-            partial = kube.owned(namespace, "RayCluster", labels, metadata_only=True)
+            partial = metadata()
             changed = [item["metadata"]["name"] for item in partial if not _same(known, item["metadata"])]
             if len(changed) <= CHANGED_READS_MAX:
-                read = {name: kube.raycluster(namespace, name) for name in changed}
+                fresh = {name: read(name) for name in changed}
                 found = []
                 for item in partial:
                     meta = item["metadata"]
                     cluster = (
-                        read[meta["name"]]
-                        if meta["name"] in read
+                        fresh[meta["name"]]
+                        if meta["name"] in fresh
                         else {"metadata": meta, "spec": known[meta["name"]].spec}
                     )
                     if cluster is not None:  # None: deleted since it was listed
                         found.append(cluster)
         if found is None:
-            found = kube.owned(namespace, "RayCluster", labels)
+            found = whole()
         with self._lock:
             for key in [key for key in self._kept if key[0] == namespace]:
                 del self._kept[key]

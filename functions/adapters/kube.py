@@ -398,7 +398,12 @@ class Kube:
     def ray_clusters(self, namespace: str, labels: dict[str, str]) -> list[dict[str, Any]]:
         """The RayClusters carrying these labels, their metadata and spec; those unchanged since this client's
         last call are not sent again (functions/adapters/cluster_specs.py)."""
-        return self.cluster_specs.listed(self, namespace, labels)
+        return self.cluster_specs.listed(
+            namespace,
+            metadata=lambda: self.owned(namespace, "RayCluster", labels, metadata_only=True),
+            whole=lambda: self.owned(namespace, "RayCluster", labels),
+            read=lambda name: self.raycluster(namespace, name),
+        )
 
     def raycluster(self, namespace: str, name: str) -> dict[str, Any] | None:
         return self._get("RayCluster", namespace, name)

@@ -13,6 +13,7 @@ from typing import Any
 
 from functions.core import config as configs
 from functions.core import config_file
+from functions.core.fields import NotASection, with_value
 
 
 def overridden(path: str, sets: list[str] | None) -> str:
@@ -31,12 +32,10 @@ def overridden(path: str, sets: list[str] | None) -> str:
         parts = key.strip().split(".")
         if not sep or not all(parts):
             raise configs.ConfigError([f"--set {item!r}: use FIELD=VALUE, e.g. --set training.epochs=1"])
-        node = data
-        for part in parts[:-1]:
-            node = node.setdefault(part, {})
-            if not isinstance(node, dict):
-                raise configs.ConfigError([f"--set {item!r}: {part} is not a section"])
-        node[parts[-1]] = _typed(value)
+        try:
+            data = with_value(data, ".".join(parts), _typed(value))
+        except NotASection as section:
+            raise configs.ConfigError([f"--set {item!r}: {section} is not a section"]) from None
     try:
         config_file.parse_config(data)
     except configs.ConfigError as err:

@@ -8,6 +8,20 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+# The run folder, <storage_path>/<run_id>/ (a sweep's trial: <run folder>/trials/<trial id>/): Ray Train's
+# checkpoints, and from the best one the final adapter, its base model when tiny, its TensorBoard logs; result.json
+# beside them, the summary the watcher copies into the run record.
+RESULT_FILE = "result.json"
+ADAPTER_DIR = "adapter"
+BASE_DIR = "base-model"  # the tiny model's weights, kept with its adapter
+TENSORBOARD_DIR = "tensorboard"
+
+
+def run_folder(storage_path: str, run_id: str) -> str:
+    """Where a run (or a sweep's trial) keeps its checkpoints, adapter and result."""
+    return f"{storage_path.rstrip('/')}/{run_id}"
+
+
 # The champion at submission, given to the trainer (JSON {"run_id", "adapter_path"}): the baseline it
 # evaluates against and, with training.init_adapter "champion", its warm start.
 CHAMPION_ENV = "RAYTUNE_CHAMPION"

@@ -9,14 +9,12 @@ poor ones at an evaluation, and each trial is the trainer's own Ray Train run. P
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Protocol, Self, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
+from functions.core.fields import with_value
 from functions.core.result import SweepResult
-
-if TYPE_CHECKING:
-    from functions.core.config import EvaluationSpec, RunConfig
 
 # The fields a sweep may search: what changes how a trial trains, never where it runs or what it reads (the
 # sizing, the dataset and the storage are the run's and are shared by every trial).
@@ -40,6 +38,41 @@ LOWER_IS_BETTER = frozenset({"eval_loss", "loss"})
 # Reported at each evaluation (each checkpoint of a trial), so ASHA can compare trials at its rungs; ROUGE-L and
 # BLEU need generation and are measured once, at a finished trial's end.
 EACH_EVALUATION = ("eval_loss", "loss")
+
+# What a sweep reads of the config it belongs to (functions/core/config.py's RunConfig, which imports this module
+# and validates its sweep with `problems`): named here by shape, so the import runs one way.
+
+
+class Ranking(Protocol):
+    """The config's evaluation section: what the champion rule ranks by and how many samples it scores."""
+
+    @property
+    def metric(self) -> str: ...
+    @property
+    def samples(self) -> int: ...
+
+
+class HeldOut(Protocol):
+    @property
+    def eval_fraction(self) -> float: ...
+
+
+class Swept(Protocol):
+    """A run config, as far as a sweep reads it: its sweep, evaluation and held-out set, and the schema that
+    validates a trial's config (pydantic's)."""
+
+    @property
+    def sweep(self) -> SweepSpec | None: ...
+    @property
+    def evaluation(self) -> Ranking: ...
+    @property
+    def dataset(self) -> HeldOut: ...
+    def model_dump(self, *, mode: str = ..., exclude: Any = ...) -> dict[str, Any]: ...
+    @classmethod
+    def model_validate(cls, obj: Any, *, context: Any | None = None) -> Self: ...
+
+
+C = TypeVar("C", bound=Swept)
 
 Scalar = bool | int | float | Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.-]{1,64}$")]
 
@@ -111,27 +144,21 @@ class SweepSpec(Spec):
     max_cost: Annotated[float, Field(gt=0)] | None = None
     """A sweep whose upper cost estimate (every trial run to its end) is above this is REJECTED at launch."""
 
-    def ranked_by(self, evaluation: EvaluationSpec) -> str:
+    def ranked_by(self, evaluation: Ranking) -> str:
         if self.metric:
             return self.metric
         return evaluation.metric if evaluation.samples else "eval_loss"
 
-    def direction(self, evaluation: EvaluationSpec) -> Literal["min", "max"]:
+    def direction(self, evaluation: Ranking) -> Literal["min", "max"]:
         return "min" if self.ranked_by(evaluation) in LOWER_IS_BETTER else "max"
 
-    def stops_on(self, evaluation: EvaluationSpec) -> str:
+    def stops_on(self, evaluation: Ranking) -> str:
         """The metric ASHA compares trials on at each evaluation."""
         metric = self.ranked_by(evaluation)
         return metric if metric in EACH_EVALUATION else "eval_loss"
 
 
-def with_value(data: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
-    """A config's dict with one dotted field set (the sections copied, the input untouched)."""
-    section, name = path.split(".")
-    return {**data, section: {**data.get(section, {}), name: value}}
-
-
-def trial_config(cfg: RunConfig, params: dict[str, Any], context: dict[str, Any] | None = None) -> RunConfig:
+def trial_config(cfg: C, params: dict[str, Any], context: dict[str, Any] | None = None) -> C:
     """The config one trial trains: the run's with the trial's values and no sweep of its own."""
     data = cfg.model_dump(mode="json", exclude={"sweep"})
     for path, value in params.items():
@@ -146,7 +173,7 @@ def candidates(dimension: Dimension) -> list[Any]:
     return [dimension.low, dimension.high]
 
 
-def problems(cfg: RunConfig) -> list[str]:
+def problems(cfg: Swept) -> list[str]:
     """Why the config's sweep cannot run (empty: it can): unknown or unsweepable fields, a distribution the
     field's type refuses, ends or choices the field's bounds or the config's rules refuse, a metric nothing
     measures, more trials at once than trials."""

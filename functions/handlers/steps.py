@@ -13,7 +13,7 @@ from functions.core.config import RunConfig
 from functions.core.decide import Action, Facts, JobSeen, Move
 from functions.core.errors import ClusterGone, NotFound, PermanentError, TransientError, describe, is_transient
 from functions.core.platform import NodeSeen
-from functions.core.result import RunResult, SweepResult
+from functions.core.result import RESULT_FILE, RunResult, SweepResult, run_folder
 from functions.core.runs import Attempt, RunRecord, State
 from functions.core.secrets import redact, redact_json, redact_log
 from functions.handlers import lineage, sizing
@@ -262,7 +262,7 @@ def keep_log(ctx: Context, record: RunRecord) -> None:
 def collect_result(ctx: Context, cfg: RunConfig, run_id: str) -> RunResult | None:
     """The trainer's result.json (final and best checkpoints, metrics); None if it never wrote one."""
     assert cfg.storage_path is not None
-    uri = f"{cfg.storage_path.rstrip('/')}/{run_id}/result.json"
+    uri = f"{run_folder(cfg.storage_path, run_id)}/{RESULT_FILE}"
     try:
         return RunResult.model_validate_json(ctx.read_uri(uri, limit=RESULT_LIMIT))
     except NotFound:

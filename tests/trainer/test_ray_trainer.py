@@ -15,9 +15,9 @@ from ray.train.v2._internal.execution.scaling_policy.fixed import FixedScalingPo
 from ray.train.v2.api.data_parallel_trainer import DataParallelTrainer
 
 from functions.core.config import RunConfig
+from trainer.fit import ray_train_configs
 from trainer.ray_trainer import CleanerOnItsCluster, DataParallelTrainerWithoutHelpers, FixedScalingWithoutAutoscaler
 from trainer.torch_backend import TorchBackendConfig
-from trainer.train import ray_train_configs
 
 
 def trainer(cls: type[DataParallelTrainer], tmp_path, trial: bool = False, **datasets) -> DataParallelTrainer:

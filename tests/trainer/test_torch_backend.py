@@ -21,7 +21,7 @@ def test_the_driver_builds_its_trainer_without_torch(tmp_path):
     probe = f"""
 import sys
 from functions.core.config import RunConfig
-from trainer.train import ray_train_configs
+from trainer.fit import ray_train_configs
 from trainer.torch_backend import TorchBackendConfig
 from trainer.ray_trainer import DataParallelTrainerWithoutHelpers
 cfg = RunConfig.model_validate({{"scaling": {{"nodes": 2, "gpus_per_node": 0}}, "storage_path": {str(tmp_path)!r}}})

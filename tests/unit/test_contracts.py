@@ -53,6 +53,7 @@ def test_the_trainer_ships_only_the_shared_contracts_and_what_they_import():
         "functions/core/result.py",
         "functions/core/gpu_shapes.py",  # config.py: which machine types carry each accelerator
         "functions/core/sweep.py",  # config.py's sweep section; the trainer draws each trial's config with it
+        "functions/core/fields.py",  # sweep.py: a trial's fields set by their dotted names
         "functions/core/gpu_driver.py",  # the preflight: the oldest driver that runs the image's CUDA
         "functions/core/gpu_support.py",  # the preflight: the CUDA a torch build needs, from its packages
     }
