@@ -10,11 +10,12 @@ import re
 import signal
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from functions.cli import options, tokens
 from functions.cli import settings as cli_settings
-from functions.cli import tokens
 from functions.cli.backends import Backend, CloudBackend, LocalBackend, RetryEnded, records
 from functions.cli.checks import placeholders
 from functions.core import joblog
@@ -326,15 +327,12 @@ def cmd_cancel(args: argparse.Namespace) -> int:
         return 0
     backend.cancel(record, args.token)
     print(f"cancel requested for {record.run_id}; waiting up to {args.timeout}s")
-    deadline = time.monotonic() + args.timeout
-    while time.monotonic() < deadline:
-        record = _get(backend, args.run)
-        if record.state.terminal:
-            print(f"{record.run_id}: {record.state.value}" + (f" ({record.reason})" if record.reason else ""))
-            return 0 if record.state == State.CANCELLED else 1
-        time.sleep(args.interval)
-    print(f"{record.run_id} still {record.state.value} after {args.timeout}s (the watcher acts on its next tick)")
-    return 1
+    ended, done = wait_until(backend, args, lambda seen: seen.state.terminal)
+    if not done:
+        print(f"{ended.run_id} still {ended.state.value} after {args.timeout}s (the watcher acts on its next tick)")
+        return 1
+    print(f"{ended.run_id}: {ended.state.value}" + (f" ({ended.reason})" if ended.reason else ""))
+    return 0 if ended.state == State.CANCELLED else 1
 
 
 def cmd_retry(args: argparse.Namespace) -> int:
@@ -356,15 +354,23 @@ def cmd_retry(args: argparse.Namespace) -> int:
     before = record.attempt
     backend.retry(record, args.token)
     print(f"retry requested for {record.run_id} (attempt {before + 1}); waiting up to {args.timeout}s")
+    queued, done = wait_until(backend, args, lambda seen: seen.attempt > before)
+    if not done:
+        print(f"{record.run_id} still on attempt {before} after {args.timeout}s (the watcher acts on the message)")
+        return 1
+    print(f"{queued.run_id}: {queued.state.value} ({queued.reason})")
+    return 0
+
+
+def wait_until(backend: Backend, args: argparse.Namespace, done: Callable[[RunRecord], bool]) -> tuple[RunRecord, bool]:
+    """The run's record read every --interval until `done` holds of it or --timeout seconds pass: the last one
+    read, and whether it holds."""
     deadline = time.monotonic() + args.timeout
-    while time.monotonic() < deadline:
+    while True:
         record = _get(backend, args.run)
-        if record.attempt > before:
-            print(f"{record.run_id}: {record.state.value} ({record.reason})")
-            return 0
+        if done(record) or time.monotonic() >= deadline:
+            return record, done(record)
         time.sleep(args.interval)
-    print(f"{record.run_id} still on attempt {before} after {args.timeout}s (the watcher acts on the message)")
-    return 1
 
 
 def _flat(value: Any, prefix: str = "") -> dict[str, Any]:
@@ -432,16 +438,13 @@ def cmd_submit(args: argparse.Namespace) -> int:
     backend = deployment_for(args)
     backend.settings.need("launch_topic" if args.via_topic else "configs_bucket")  # before anything is said
     from functions.core.config_file import config_format, parse_config
-    from functions.core.estimate import estimate
+    from functions.core.estimate import beyond, estimate
 
     expected = estimate(parse_config(config.read_bytes(), config_format(config.name)), backend.settings.prices())
     for line in expected.lines():
         print(line, file=sys.stderr)
-    if args.max_cost is not None:
-        upper = expected.upper_cost
-        if upper is None or upper > args.max_cost:
-            why = "no estimate of its cost" if upper is None else f"its estimate is up to {upper:.2f}"
-            raise RuntimeError(f"not submitted: {why}, above --max-cost {args.max_cost:g} (nothing was uploaded)")
+    if why := beyond(expected, args.max_cost):
+        raise RuntimeError(f"not submitted: {why} (--max-cost; nothing was uploaded)")
     run_id = backend.submit(config, args.name, args.via_topic)
     print(run_id)
     print(f"cancel token kept in {tokens.folder() / run_id} (raytune cancel {run_id} uses it)", file=sys.stderr)
@@ -451,19 +454,12 @@ def cmd_submit(args: argparse.Namespace) -> int:
 
 
 def add_parsers(sub: Any) -> None:
-    def common(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
-        parser.add_argument(
-            "--local", action="store_true", help="the runs of `raytune local` (its workdir .raytune/local)"
-        )
-        parser.add_argument("--workdir", metavar="DIR", help="another raytune local workdir (implies --local)")
-        parser.add_argument("--project", help="GCP project (RAYTUNE_PROJECT, raytune.toml)")
-        parser.add_argument("--bucket", help="the runs bucket (RAYTUNE_BUCKET, raytune.toml)")
-        return parser
+    common = options.add_target
 
     submit = common(
         sub.add_parser("submit", help="launch a run: upload its config (or publish it) and print the run id")
     )
-    submit.add_argument("config", help="a run config, JSON or YAML")
+    options.add_config(submit)
     submit.add_argument("--name", help="run name (the uploaded object's name; run_name of a message)")
     submit.add_argument("--via-topic", action="store_true", help="publish a launch message instead of uploading")
     submit.add_argument("--wait", action="store_true", help="follow the run until it ends")
@@ -473,12 +469,7 @@ def add_parsers(sub: Any) -> None:
         metavar="AMOUNT",
         help="refuse the run (nothing uploaded) when its estimated cost may be above this, or cannot be estimated",
     )
-    submit.add_argument(
-        "--set",
-        action="append",
-        metavar="FIELD=VALUE",
-        help="override a config field by its dotted name, typed by the schema (repeatable): --set scaling.nodes=1",
-    )
+    options.add_set(submit)
     submit.add_argument("--interval", type=float, default=10.0, help=argparse.SUPPRESS)
     submit.set_defaults(func=cmd_submit)
 
@@ -493,7 +484,7 @@ def add_parsers(sub: Any) -> None:
     runs.add_argument(
         "--name", help="only runs of this config name, or whose id starts with it (the uploaded object's name)"
     )
-    runs.add_argument("--json", action="store_true", help="the rows as JSON")
+    options.add_json(runs, "the rows as JSON")
     runs.add_argument(
         "--all-workdirs", action="store_true", help="the runs of every raytune local workdir here (.raytune/local*)"
     )
@@ -519,8 +510,7 @@ def add_parsers(sub: Any) -> None:
         "--token",
         help="the run's cancel token (default: the one `submit` kept on this machine); operators need none",
     )
-    cancel.add_argument("--timeout", type=float, default=WAIT_LIMIT_S, help="seconds to wait for CANCELLED")
-    cancel.add_argument("--interval", type=float, default=3.0, help=argparse.SUPPRESS)
+    options.add_waiting(cancel, WAIT_LIMIT_S, "seconds to wait for CANCELLED")
     cancel.set_defaults(func=cmd_cancel)
 
     retry = common(
@@ -528,8 +518,7 @@ def add_parsers(sub: Any) -> None:
     )
     retry.add_argument("run", help="the run id")
     retry.add_argument("--token", help="the run's cancel token (default: the one `submit` kept); operators need none")
-    retry.add_argument("--timeout", type=float, default=WAIT_LIMIT_S, help="how long to wait for the watcher")
-    retry.add_argument("--interval", type=float, default=3.0, help=argparse.SUPPRESS)
+    options.add_waiting(retry, WAIT_LIMIT_S, "how long to wait for the watcher")
     retry.set_defaults(func=cmd_retry)
 
     compare = common(sub.add_parser("compare", help="configs' differences and metrics side by side"))

@@ -116,19 +116,26 @@ def estimate(cfg: RunConfig, prices: Mapping[str, float], rows: int | None = Non
     )
 
 
-def over_budget(cfg: RunConfig, expected: Estimate) -> str | None:
-    """Why a sweep is refused by its own sweep.max_cost (None: it has none, or is within it)."""
-    if cfg.sweep is None or cfg.sweep.max_cost is None:
+def beyond(expected: Estimate, cap: float | None) -> str | None:
+    """The budget rule: why an estimate is refused by a cost cap, its upper end above it or no estimate at all
+    (None: within it, or no cap). A sweep's own sweep.max_cost and `submit --max-cost` are both this rule."""
+    if cap is None:
         return None
     upper = expected.upper_cost
-    if upper is not None and upper <= cfg.sweep.max_cost:
+    if upper is not None and upper <= cap:
         return None
     why = (
         "no estimate of its cost (no node-hour price for its capacity)"
         if upper is None
         else f"its upper estimate is {upper:.2f}"
     )
-    return f"sweep.max_cost: {why}, above {cfg.sweep.max_cost:g}"
+    return f"{why}, above {cap:g}"
+
+
+def over_budget(cfg: RunConfig, expected: Estimate) -> str | None:
+    """Why a sweep is refused by its own sweep.max_cost (None: it has none, or is within it)."""
+    why = beyond(expected, cfg.sweep.max_cost) if cfg.sweep else None
+    return f"sweep.max_cost: {why}" if why else None
 
 
 def _extremes(cfg: RunConfig) -> tuple[dict[str, Any], dict[str, Any]]:

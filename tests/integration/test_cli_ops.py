@@ -219,7 +219,7 @@ def test_submit_prints_the_estimate_and_max_cost_refuses_before_uploading(deploy
     assert cli(["submit", str(config), "--name", "dear", "--max-cost", "1"]) == 2
     said = capsys.readouterr().err
     assert "estimate: 2 x 8 x B200 from on-demand" in said and "cost      on-demand: " in said
-    assert "not submitted: its estimate is up to" in said and "above --max-cost 1 (nothing was uploaded)" in said
+    assert "not submitted: its upper estimate is" in said and "above 1 (--max-cost; nothing was uploaded)" in said
     assert storage_client().bucket(bucket).get_blob("configs/dear.json") is None
     assert cli(["submit", str(config), "--name", "cheap", "--max-cost", "1000"]) == 0
     assert storage_client().bucket(bucket).get_blob("configs/cheap.json") is not None

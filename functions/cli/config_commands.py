@@ -1,0 +1,132 @@
+"""The commands about a run config file: validate (with its estimate), render (what a launch applies) and schema
+(the JSON Schema, or the field reference as Markdown)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+from functions.cli import options
+from functions.cli.checks import missing_paths, placeholders
+from functions.core import config as configs
+from functions.core import config_file, manifests
+
+
+class FileError(Exception):
+    """An error that names the file it is about."""
+
+
+def load(path: str) -> configs.RunConfig:
+    try:
+        return config_file.parse_config(Path(path).read_bytes(), config_file.config_format(path))
+    except configs.ConfigError as err:
+        raise configs.ConfigError([f"{path}: {line}" for line in err.errors]) from None
+
+
+def bucket_storage(bucket: str | None) -> str | None:
+    """--bucket as `b`, `gs://b` or `gs://b/`: the default checkpoint location in it."""
+    if not bucket:
+        return None
+    name = bucket.removeprefix("gs://").strip("/")
+    if not re.fullmatch(configs.BUCKET, name):
+        raise configs.ConfigError([f"--bucket: {bucket!r} is not a bucket name (b or gs://b)"])
+    return f"gs://{name}/checkpoints"
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    from functions.core.advice import right_sizing
+
+    cfg = load(args.config)
+    named = getattr(args, "named", args.config)
+    if missing := missing_paths(args.config, cfg):
+        for problem in missing:
+            print(f"error: {problem}", file=sys.stderr)
+        return 2
+    rows = None
+    if cfg.dataset.id.startswith("/"):  # a dataset of your own on this machine: every row read and checked
+        from trainer.data import DataError, check_rows
+
+        try:
+            rows = check_rows(cfg.dataset)
+        except DataError as err:
+            print(f"error: {named}: {err}", file=sys.stderr)
+            return 2
+    for left in placeholders(args.config):
+        print(f"warning: {left} (submit refuses it until it is edited)", file=sys.stderr)
+    scaling = cfg.scaling
+    hardware = f"{scaling.gpus_per_node} {scaling.accelerator}" if scaling.use_gpu else "CPU"
+    trials = f" a trial; a sweep of {cfg.sweep.trials} trials, {cfg.sweep.concurrent} at once" if cfg.sweep else ""
+    print(
+        f"ok: {named}: {cfg.model.id} on {scaling.nodes} x {hardware}"
+        f" ({scaling.num_workers} Ray Train workers), {cfg.training.epochs:g} epochs{trials}"
+    )
+    for warning in right_sizing(cfg):
+        print(f"warning: {named}: {warning}", file=sys.stderr)
+    from functions.cli import settings as cli_settings
+    from functions.core.estimate import estimate
+
+    prices = cli_settings.load({}).prices()
+    for line in estimate(cfg, prices, rows).lines():
+        print(line)
+    return 0
+
+
+def cmd_render(args: argparse.Namespace) -> int:
+    from trainer.codehash import code_files, code_sha256
+
+    cfg = load(args.config).with_storage(bucket_storage(args.bucket))
+    from functions.core.advice import local_only
+
+    for warning in local_only(cfg):
+        print(f"warning: {getattr(args, 'named', args.config)}: {warning}", file=sys.stderr)
+    if args.run_id and not re.fullmatch(configs.DNS_LABEL, args.run_id):
+        raise configs.ConfigError([f"--run-id: {args.run_id!r} is not a DNS label (a-z, 0-9, '-')"])
+    files = code_files()
+    objects = manifests.assemble(cfg, args.run_id or cfg.name, files, code_sha256(files))
+    sys.stdout.write(
+        f"# The Secret is not printed; create it once with:\n"
+        f"#   kubectl create secret generic {manifests.HF_SECRET} -n {cfg.cluster.namespace}"
+        f' --from-literal={manifests.HF_SECRET_KEY}="$HF_TOKEN"\n'
+    )
+    sys.stdout.write(manifests.to_yaml(objects.in_order()))
+    return 0
+
+
+def cmd_schema(args: argparse.Namespace) -> int:
+    if args.markdown:
+        from functions.cli.reference import markdown
+
+        text = markdown(config_file.json_schema())
+    else:
+        text = json.dumps(config_file.json_schema(), indent=2, sort_keys=True) + "\n"
+    if args.output:
+        Path(args.output).write_text(text)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+def add_parsers(sub: Any) -> None:
+    validate = sub.add_parser("validate", help="check a run config and summarise it")
+    options.add_config(validate)
+    options.add_set(validate)
+    validate.set_defaults(func=cmd_validate)
+
+    render = sub.add_parser(
+        "render",
+        help="print the ConfigMap, ComputeClass (with scaling.capacity), RayCluster and RayJob as YAML for kubectl",
+    )
+    options.add_config(render)
+    render.add_argument("--bucket", help="checkpoint bucket when the config sets no storage_path")
+    render.add_argument("--run-id", help="RayJob name (default: the config's name)")
+    options.add_set(render)
+    render.set_defaults(func=cmd_render)
+
+    schema = sub.add_parser("schema", help="print or write the run config JSON Schema")
+    schema.add_argument("--output", "-o", help="write it to this file (default: print it)")
+    schema.add_argument("--markdown", action="store_true", help="the field reference as a Markdown table")
+    schema.set_defaults(func=cmd_schema)

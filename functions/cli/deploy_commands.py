@@ -1,0 +1,147 @@
+"""The commands that build and check a deployment: package (the functions' source archive for Terraform),
+permissions (who calls what with which IAM permission), doctor (ask Google and the cluster whether it works) and
+image (the trainer image, built by Cloud Build)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from functions.cli import options
+from functions.cli.config_commands import FileError, load
+
+
+def cmd_package(args: argparse.Namespace) -> int:
+    from functions.cli import package
+
+    report = package.build(Path(args.output).resolve())
+    print(
+        f"{report['path']}: {report['files']} files, {report['bytes'] / 1024:.1f} KiB zipped "
+        f"({report['source_bytes'] / 1024:.1f} KiB of source)"
+    )
+    print("requirements.txt: " + ", ".join(report["requirements"]))
+    return 0
+
+
+def cmd_permissions(args: argparse.Namespace) -> int:
+    from dataclasses import asdict
+
+    from functions.core import permissions
+
+    if args.json:
+        print(json.dumps([asdict(u) for u in permissions.all_uses(args.create_clusters)], indent=2))
+    else:
+        print(permissions.table(args.create_clusters))
+    return 0
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from dataclasses import asdict
+
+    from functions.adapters.google_rest import NoCredentials
+    from functions.cli import doctor
+    from functions.cli import settings as cli_settings
+    from functions.core import doctor as verdicts
+
+    found = cli_settings.load({"project": args.project, "runs_bucket": args.bucket})
+    cfg = load(args.config) if args.config else None
+    try:
+        findings, skipped = doctor.cloud_doctor(found, cfg, args.create_clusters).run()
+    except NoCredentials as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps({"findings": [asdict(f) for f in findings], "not_asked": skipped}, indent=2))
+    else:
+        print(verdicts.report(findings, skipped))
+    return verdicts.exit_code(findings)
+
+
+def cmd_image(args: argparse.Namespace) -> int:
+    from functions.cli import image
+
+    if args.write_requirements:
+        print(f"wrote {image.write_requirements()}")
+        return 0
+    if args.write_resolved:
+        print(f"wrote {image.write_resolved()}")
+        return 0
+    from functions.cli import settings
+
+    given = settings.load(
+        {
+            "project": args.project,
+            "region": args.region,
+            "repository": args.repository,
+            "build_bucket": args.build_bucket,
+            "image_build_service_account": args.service_account,
+        }
+    )
+    if not given.project:
+        raise FileError("--project is required (or GOOGLE_CLOUD_PROJECT, RAYTUNE_PROJECT, project in raytune.toml)")
+    target = image.Target(
+        project=given.project,
+        region=given.region or "us-central1",
+        name=args.name,
+        repository=given.repository,
+        build_bucket=given.build_bucket,
+        service_account=given.image_build_service_account,
+    )
+    ref, command = image.build(target, args.dry_run)
+    print(("would run: " if args.dry_run else "built: ") + (command if args.dry_run else ref))
+    print(
+        f"use it in a run config:\n  cluster:\n    dependencies: image\n    worker_image: {ref}\n    head_image: {ref}"
+    )
+    return 0
+
+
+def add_parsers(sub: Any) -> None:
+    pack = sub.add_parser("package", help="build the Cloud Functions source archive for Terraform")
+    pack.add_argument("--output", "-o", default="build/raytune-functions.zip", help="the archive to write")
+    pack.set_defaults(func=cmd_package)
+
+    perms = sub.add_parser(
+        "permissions", help="who calls which Google API with which IAM permission (what Terraform grants)"
+    )
+    options.add_create_clusters(perms)
+    options.add_json(perms, "the table as JSON")
+    perms.set_defaults(func=cmd_permissions)
+
+    doc = sub.add_parser(
+        "doctor",
+        help="check a deployment on Google Cloud: APIs, what Terraform made, IAM asked of Google, the cluster "
+        "(exit 0 only when all is ok, 1 on a problem, 2 when something could not be asked)",
+    )
+    doc.add_argument("--config", help="a run config to check too: its images and what it renders")
+    doc.add_argument("--project", help="default: project in raytune.toml")
+    doc.add_argument("--bucket", help="the runs bucket (default: runs_bucket in raytune.toml)")
+    options.add_create_clusters(doc)
+    options.add_json(doc, "the findings as JSON")
+    doc.set_defaults(func=cmd_doctor)
+
+    img = sub.add_parser("image", help="build the trainer image with Cloud Build into Artifact Registry")
+    img.add_argument(
+        "--project", default=os.environ.get("GOOGLE_CLOUD_PROJECT"), help="GCP project (default: GOOGLE_CLOUD_PROJECT)"
+    )
+    img.add_argument("--region", help="default: region in raytune.toml, else us-central1")
+    img.add_argument("--name", default="raytune", help="Terraform's var.name: the default for the next three")
+    img.add_argument("--repository", help="the Artifact Registry repository (Terraform: var.name)")
+    img.add_argument("--build-bucket", help="where gcloud stages the source (Terraform: <name>-build-<project>)")
+    img.add_argument(
+        "--service-account",
+        help="the build's identity (Terraform: <name>-image-build@<project>.iam.gserviceaccount.com)",
+    )
+    img.add_argument("--dry-run", action="store_true", help="print the gcloud command instead of running it")
+    img.add_argument(
+        "--write-requirements", action="store_true", help="rewrite image/requirements.txt from TRAINER_PIP"
+    )
+    img.add_argument(
+        "--write-resolved",
+        action="store_true",
+        help="rewrite image/resolved.json: what pip resolves image/requirements.txt to on the image's platform",
+    )
+    img.set_defaults(func=cmd_image)

@@ -1,0 +1,91 @@
+"""The commands that run here: `raytune local` (a fine-tune end to end on the embedded local default, in the
+foreground or detached) and `raytune generate` (a description from a trained adapter)."""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+from pathlib import Path
+from typing import Any
+
+from functions.cli import options
+from functions.cli.config_commands import FileError, load
+
+
+def cmd_local(args: argparse.Namespace) -> int:
+    from functions.local import driver as local
+
+    if args.config:
+        load(args.config)  # a bad config fails here, naming the file, before any process starts
+    night = args.night or (dt.datetime.now(dt.UTC).date() if args.nightly else None)
+    workdir = Path(args.workdir) if args.workdir else None
+    if args.detach:
+        return local.detach(local_args(args), workdir)
+    return local.run(args.config, workdir, as_json=args.json, night=night, timings=args.timings)
+
+
+def local_args(args: argparse.Namespace) -> list[str]:
+    """`raytune local`'s own arguments as given, for the detached process."""
+    found = [args.config] if args.config else []
+    if args.nightly:
+        found.append("--nightly")
+    if args.night:
+        found += ["--night", args.night.isoformat()]
+    if args.json:
+        found.append("--json")
+    if args.timings:
+        found.append("--timings")
+    return found
+
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    from trainer import generate
+
+    for path in (args.adapter, args.image):
+        if not Path(path).exists():
+            raise FileError(f"{path}: no such file or folder")
+    print(generate.describe(args.adapter, args.image, args.product, args.category, max_new_tokens=args.max_new_tokens))
+    return 0
+
+
+def add_parsers(sub: Any) -> None:
+    run_local = sub.add_parser("local", help="run a fine-tune end to end on this machine (local Ray, fake-gcs-server)")
+    options.add_config(run_local, optional="the packaged quickstart")
+    run_local.add_argument(
+        "--workdir",
+        help="bucket data, checkpoints, logs and records, kept between runs "
+        "(default .raytune/local, or the next free .raytune/local-N while a run holds it)",
+    )
+    options.add_json(run_local, "print the final run record as JSON (progress to stderr)")
+    run_local.add_argument(
+        "--timings",
+        action="store_true",
+        help="at the end, print where the run's time went: the local cluster's start and stop, each state, "
+        "and the job's phases (the same timings are in the record)",
+    )
+    run_local.add_argument(
+        "--detach",
+        action="store_true",
+        help="run in the background (the terminal may close): prints the run id and its workdir, then "
+        "`raytune runs/status/logs -f/cancel --workdir DIR` from any terminal",
+    )
+    run_local.add_argument(
+        "--nightly",
+        action="store_true",
+        help="launch as the nightly scheduler does: trains only on new inputs, evaluates against the champion",
+    )
+    run_local.add_argument(
+        "--night",
+        type=dt.date.fromisoformat,
+        help="with --nightly: the night (YYYY-MM-DD) it stands for (default today, UTC); one run per night",
+    )
+    options.add_set(run_local)
+    run_local.set_defaults(func=cmd_local)
+
+    gen = sub.add_parser("generate", help="describe a product with a trained adapter (as `raytune local` writes it)")
+    gen.add_argument("--adapter", required=True, help="the run's adapter folder (adapter_path in its result)")
+    gen.add_argument("--image", required=True, help="the product photo")
+    gen.add_argument("--product", required=True, help="the product's name, as in the dataset's rows")
+    gen.add_argument("--category", required=True, help="its category, as in the dataset's rows")
+    gen.add_argument("--max-new-tokens", type=int, default=128, help="the longest description, in tokens")
+    gen.set_defaults(func=cmd_generate)

@@ -1,0 +1,45 @@
+"""Options several commands share, declared once."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def add_set(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--set",
+        action="append",
+        metavar="FIELD=VALUE",
+        help="override a config field by its dotted name, typed by the schema (repeatable): --set training.epochs=1",
+    )
+
+
+def add_config(parser: argparse.ArgumentParser, optional: str | None = None) -> None:
+    """The run config a command reads; `optional`: what stands in when none is given."""
+    if optional:
+        parser.add_argument("config", nargs="?", help=f"a run config, JSON or YAML (default: {optional})")
+    else:
+        parser.add_argument("config", help="a run config, JSON or YAML")
+
+
+def add_create_clusters(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--create-clusters", action="store_true", help="as with functions_create_clusters=true")
+
+
+def add_json(parser: argparse.ArgumentParser, what: str) -> None:
+    parser.add_argument("--json", action="store_true", help=what)
+
+
+def add_target(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """Which runs a command operates on: the deployment's (its project and runs bucket) or a local workdir's."""
+    parser.add_argument("--local", action="store_true", help="the runs of `raytune local` (its workdir .raytune/local)")
+    parser.add_argument("--workdir", metavar="DIR", help="another raytune local workdir (implies --local)")
+    parser.add_argument("--project", help="GCP project (RAYTUNE_PROJECT, raytune.toml)")
+    parser.add_argument("--bucket", help="the runs bucket (RAYTUNE_BUCKET, raytune.toml)")
+    return parser
+
+
+def add_waiting(parser: argparse.ArgumentParser, default_s: float, what: str) -> None:
+    """How long a command waits for the run's record to say what it asked for."""
+    parser.add_argument("--timeout", type=float, default=default_s, help=what)
+    parser.add_argument("--interval", type=float, default=3.0, help=argparse.SUPPRESS)
