@@ -1,5 +1,5 @@
 # The operator policy: what a run config or launch message may touch. Whoever may upload to the configs
-# bucket or publish to the launch topic can launch runs; these bound what such runs reach (README: Threat
+# bucket or publish to the launch topic can launch runs; these bound what such runs reach (docs/security.md: Threat
 # model). A breach is a REJECTED record naming the rule.
 
 variable "policy_namespaces" {

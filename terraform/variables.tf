@@ -32,7 +32,7 @@ variable "hf_token_secret_id" {
 }
 
 variable "create_gke_cluster" {
-  description = "Create the GKE Autopilot cluster with the Ray operator add-on here. If false, use an existing one (its Ray operator add-on enabled by hand, see README) or set functions_create_clusters."
+  description = "Create the GKE Autopilot cluster with the Ray operator add-on here. If false, use an existing one (its Ray operator add-on enabled by hand, see docs/deploy.md) or set functions_create_clusters."
   type        = bool
   default     = true
 }

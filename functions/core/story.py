@@ -11,7 +11,7 @@ from functions.core.result import Phase, Progress
 from functions.core.runs import RunRecord, State
 from functions.core.sweep import trial_lines
 
-# What a command that follows a run to its end exits with (README, "Exit codes").
+# What a command that follows a run to its end exits with (README, "Cheat-sheet").
 EXIT_CODES = {State.SUCCEEDED: 0, State.SKIPPED: 0, State.FAILED: 1, State.REJECTED: 2, State.CANCELLED: 3}
 ORPHANED = 4  # a local run whose raytune local is gone: it will not end by itself (`raytune cancel` settles it)
 STOPPED_FOLLOWING = 130  # Ctrl-C while following: the run goes on
