@@ -144,19 +144,19 @@ def processes_cpu(root_pid: int, done: threading.Event, found: dict[str, float])
         found[kind] = found.get(kind, 0.0) + cpu
 
 
+def raytune_local(args: list[str], env: dict[str, str], home: str, stderr: int) -> subprocess.Popen:
+    """`raytune local ARGS` as a user starts it, from `home`, its output piped (stderr: PIPE or STDOUT)."""
+    return subprocess.Popen(
+        [sys.executable, "-c", CLI, "local", *args], stdout=subprocess.PIPE, stderr=stderr, text=True, env=env, cwd=home
+    )
+
+
 def one_run(root: Path, processes: bool = False) -> dict:
     """The quickstart with `root`'s code (first on the path, its nodes and jobs given the same)."""
     with tempfile.TemporaryDirectory() as workdir, tempfile.TemporaryDirectory() as home, cpu_meter() as (cpu, join):
         env = {**os.environ, "HOME": home, "PYTHONPATH": str(root)}
         started = time.monotonic()
-        proc = subprocess.Popen(
-            [sys.executable, "-c", CLI, "local", "--workdir", workdir],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            env=env,
-            cwd=home,
-        )
+        proc = raytune_local(["--workdir", workdir], env, home, stderr=subprocess.STDOUT)
         join(proc.pid)
         done, by_kind = threading.Event(), {}
         sampler = threading.Thread(target=processes_cpu, args=(proc.pid, done, by_kind)) if processes else None

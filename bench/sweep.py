@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from local_e2e import CLI, cpu_meter, table
+from local_e2e import cpu_meter, raytune_local, table
 
 ROOT = Path(__file__).resolve().parents[1]
 SWEEP = ROOT / "examples" / "quickstart-sweep.json"
@@ -32,14 +32,7 @@ def local(configs: list[Path]) -> dict:
         started = time.monotonic()
         records = []
         for config in configs:
-            proc = subprocess.Popen(
-                [sys.executable, "-c", CLI, "local", str(config), "--workdir", workdir, "--json"],
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-                env=env,
-                cwd=home,
-            )
+            proc = raytune_local([str(config), "--workdir", workdir, "--json"], env, home, stderr=subprocess.PIPE)
             join(proc.pid)
             out, err = proc.communicate(timeout=1800)
             if proc.returncode != 0:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 from pathlib import Path
+from typing import Any
 
 from tests.fakes.clock import FakeClock
 from tests.fakes.gke import FakeClusterManager
@@ -114,3 +115,28 @@ def patch_metadata(bucket: str, path: str, metadata: dict[str, str]) -> None:
     blob = storage_client().bucket(bucket).blob(path)
     blob.metadata = metadata
     blob.patch()
+
+
+def tiny_checkpointed(name: str, *, samples: int, eval_fraction: float, max_steps: int, **sections: Any) -> dict:
+    """A run config of the tiny Gemma 3 on the synthetic products, on CPU, that trains `max_steps` steps and
+    checkpoints every few: what the stories of lost nodes and resumed sweeps lose and resume. `sections` are merged
+    over it, a section at a time (training's and scaling's keys into its own)."""
+    config: dict = {
+        "name": name,
+        "model": {"id": "tiny://gemma3", "dtype": "float32", "quantization": "none"},
+        "dataset": {"id": "tiny://products", "max_samples": samples, "eval_fraction": eval_fraction},
+        "training": {
+            "max_steps": max_steps,
+            "per_device_batch_size": 1,
+            "optim": "adamw_torch",
+            "max_length": 256,
+            "logging_steps": 1,
+            "save_strategy": "steps",
+            "save_steps": 4,
+        },
+        # No in-job restart: a lost node ends the job (or a sweep's trial), and what comes next resumes it.
+        "scaling": {"nodes": 1, "gpus_per_node": 0, "max_failures": 0},
+    }
+    for section, values in sections.items():
+        config[section] = {**config.get(section, {}), **values} if isinstance(config.get(section), dict) else values
+    return config

@@ -18,25 +18,19 @@ import pytest
 
 from functions.local import emulators, platform, session
 from tests.e2e.test_local import RAYTUNE, finish, start
+from tests.harness import tiny_checkpointed
 
 pytestmark = pytest.mark.slow
-CONFIG = {
-    "name": "preempted",
-    "model": {"id": "tiny://gemma3", "dtype": "float32", "quantization": "none"},
-    "dataset": {"id": "tiny://products", "max_samples": 48, "eval_fraction": 0.25},
-    "training": {
-        "max_steps": 36,
-        "per_device_batch_size": 1,
-        "optim": "adamw_torch",
-        "max_length": 256,
-        "logging_steps": 1,
-        "save_strategy": "steps",
-        "save_steps": 6,
-    },
-    # No in-job restart: the lost node ends the job, and the controller's next attempt resumes it.
-    "scaling": {"nodes": 2, "gpus_per_node": 0, "max_failures": 0, "max_attempts": 2},
-    "cluster": {"dependencies": "image"},
-}
+CONFIG = tiny_checkpointed(
+    "preempted",
+    samples=48,
+    eval_fraction=0.25,
+    max_steps=36,
+    training={"save_steps": 6},
+    # The lost node ends the job, and the controller's next attempt resumes it.
+    scaling={"nodes": 2, "max_attempts": 2},
+    cluster={"dependencies": "image"},
+)
 
 
 def registered_checkpoints(snapshot: Path) -> int:

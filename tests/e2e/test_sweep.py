@@ -13,6 +13,7 @@ import pytest
 
 from tests.e2e.test_local import ROOT, finish, start
 from tests.e2e.test_lost_nodes import registered_checkpoints, wait_until, worker_raylet
+from tests.harness import tiny_checkpointed
 
 pytestmark = pytest.mark.slow
 
@@ -61,30 +62,22 @@ def test_a_local_sweep_stops_poor_trials_early_and_keeps_the_best_trials_adapter
     assert f"best {best['trial_id']} by eval_loss (min)" in err and " *  finished" in err
 
 
-CONFIG = {
-    "name": "sweep-preempted",
-    "model": {"id": "tiny://gemma3", "dtype": "float32", "quantization": "none"},
-    "dataset": {"id": "tiny://products", "max_samples": 40, "eval_fraction": 0.2},
-    "training": {
-        "max_steps": 40,  # long enough that the node is lost mid-training, past the first checkpoint
-        "per_device_batch_size": 1,
-        "optim": "adamw_torch",
-        "max_length": 256,
-        "logging_steps": 1,
-        "save_strategy": "steps",
-        "save_steps": 4,
-    },
-    # No Ray Train restart: the lost node fails the trial, and Tune starts it again (max_attempts 2 in all).
-    "scaling": {"nodes": 1, "gpus_per_node": 0, "max_failures": 0, "max_attempts": 2},
-    "cluster": {"dependencies": "image"},
-    "sweep": {
+CONFIG = tiny_checkpointed(
+    "sweep-preempted",
+    samples=40,
+    eval_fraction=0.2,
+    max_steps=40,  # long enough that the node is lost mid-training, past the first checkpoint
+    # The lost node fails the trial, and Tune starts it again (max_attempts 2 in all).
+    scaling={"max_attempts": 2},
+    cluster={"dependencies": "image"},
+    sweep={
         "space": {"lora.r": {"kind": "choice", "values": [4, 8, 16]}},
         "trials": 3,
         "concurrent": 1,
         "scheduler": "none",
         "seed": 1,
     },
-}
+)
 
 
 def test_a_sweep_that_loses_its_node_resumes_without_training_a_finished_trial_again(tmp_path):

@@ -22,6 +22,16 @@ def launch(h, bucket, name, config=QUICK):
     return launch_handle(object_finalized(bucket, f"configs/{name}.json", generation), h.ctx)
 
 
+def runs_to_success(h, run_id: str, seconds: float):
+    """The run's RayJob running for `seconds` of the clock, then done, each seen by a tick: its record then."""
+    h.kube.set_status("rayjobs", run_id, RUNNING)
+    tick(h)
+    h.clock.advance(seconds)
+    h.kube.set_status("rayjobs", run_id, DONE)
+    tick(h)
+    return h.ctx.store.get(run_id)
+
+
 def tick(h):
     return watch_handler.handle(message_published({"kind": "tick"}, str(time.time_ns())), h.ctx)
 
@@ -135,12 +145,7 @@ def test_each_run_records_the_gpu_time_it_held_and_its_cost(controller, bucket):
     h = controller
     h.ctx.settings = dataclasses.replace(h.ctx.settings, node_hour_price=12.5)
     record = launch(h, bucket, "costed")  # 2 nodes x 8 GPUs
-    h.kube.set_status("rayjobs", record.run_id, RUNNING)
-    tick(h)
-    h.clock.advance(1800)
-    h.kube.set_status("rayjobs", record.run_id, DONE)
-    tick(h)
-    ended = h.ctx.store.get(record.run_id)
+    ended = runs_to_success(h, record.run_id, seconds=1800)
     assert ended.state == State.SUCCEEDED
     assert ended.gpu_node_seconds == 3600.0 and ended.cost == 12.5  # 2 nodes for half an hour
     [event] = [e for e in h.finished_events() if e["run_id"] == record.run_id]

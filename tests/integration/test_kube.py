@@ -6,17 +6,14 @@ from functions.adapters.kube import Kube, api_client
 from functions.core import manifests
 from functions.core.allocation import group_name
 from functions.core.config import RunConfig
-from tests.fakes.kube import FakeKube
 
 CFG = RunConfig(storage_path="gs://bucket/checkpoints")
 CODE = {"trainer/__init__.py": b"", "trainer/train.py": b"x = 1\n"}
 
 
 @pytest.fixture
-def fake():
-    server = FakeKube().start()
-    yield server
-    server.stop()
+def fake(kube_api):
+    return kube_api  # tests/conftest.py's FakeKube, started for this test
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 
 from functions.core.runs import State
-from tests.integration.test_invariants import DONE, RUNNING, launch, tick, workers
+from tests.integration.test_invariants import launch, runs_to_success, workers
 
 SWEEP = {
     "name": "lr-sweep",
@@ -32,12 +32,7 @@ def test_a_sweep_holds_its_trials_nodes_at_once_counts_them_and_releases_them(co
     other = launch(h, bucket, "other", {"name": "other", "scaling": {"nodes": 2}})
     assert other.state == State.QUEUED and "needs 2 worker nodes, 4 of 5" in (other.reason or ""), other.reason
     assert sweep.estimate is not None and sweep.estimate.nodes == 4 and sweep.estimate.trials == 6
-    h.kube.set_status("rayjobs", sweep.run_id, RUNNING)
-    tick(h)
-    h.clock.advance(900)
-    h.kube.set_status("rayjobs", sweep.run_id, DONE)
-    tick(h)
-    ended = h.ctx.store.get(sweep.run_id)
+    ended = runs_to_success(h, sweep.run_id, seconds=900)
     assert ended.state == State.SUCCEEDED
     assert ended.gpu_node_seconds == 3600.0 and ended.cost == 10.0  # 4 nodes for a quarter of an hour
     assert h.ctx.store.get(other.run_id).state == State.SUBMITTED  # admitted once the sweep's nodes went

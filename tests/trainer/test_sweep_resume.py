@@ -13,6 +13,7 @@ import time
 import pytest
 
 from functions.core.config import RunConfig
+from tests.harness import tiny_checkpointed
 from tests.trainer.jobs import finish, start_job
 
 pytestmark = pytest.mark.slow
@@ -20,28 +21,20 @@ pytestmark = pytest.mark.slow
 
 def sweep_config(storage) -> RunConfig:
     return RunConfig.model_validate(
-        {
-            "name": "sweep-resume",
-            "model": {"id": "tiny://gemma3", "dtype": "float32", "quantization": "none"},
-            "dataset": {"id": "tiny://products", "max_samples": 40, "eval_fraction": 0.2},
-            "training": {
-                "max_steps": 40,
-                "per_device_batch_size": 1,
-                "optim": "adamw_torch",
-                "max_length": 256,
-                "logging_steps": 4,
-                "save_strategy": "steps",
-                "save_steps": 4,
-            },
-            "scaling": {"nodes": 1, "gpus_per_node": 0, "max_failures": 0},
-            "sweep": {
+        tiny_checkpointed(
+            "sweep-resume",
+            samples=40,
+            eval_fraction=0.2,
+            max_steps=40,
+            training={"logging_steps": 4},
+            sweep={
                 "space": {"training.learning_rate": {"kind": "loguniform", "low": 1e-4, "high": 1e-3}},
                 "trials": 3,
                 "concurrent": 1,
                 "scheduler": "none",
             },
-            "storage_path": str(storage),
-        }
+            storage_path=str(storage),
+        )
     )
 
 
