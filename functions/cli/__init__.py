@@ -14,7 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from functions.cli import config_commands, deploy_commands, local_commands, ops
+from functions.cli import config_commands, deploy_commands, local_commands, ops, run_control
 from functions.cli.config_commands import FileError
 from functions.core import config as configs
 from functions.core.errors import PermanentError
@@ -29,7 +29,7 @@ def build_parser() -> argparse.ArgumentParser:
     except PackageNotFoundError:  # run from a source tree that was never installed
         parser.add_argument("--version", action="version", version="raytune (not installed)")
     sub = parser.add_subparsers(dest="command", required=True)
-    for commands in (config_commands, local_commands, deploy_commands, ops):
+    for commands in (config_commands, local_commands, deploy_commands, run_control, ops):
         commands.add_parsers(sub)
     return parser
 

@@ -15,7 +15,7 @@ import pytest
 
 from functions.adapters.gcs import storage_client
 from functions.cli import main as cli
-from functions.cli import ops, tokens
+from functions.cli import targets, tokens
 from functions.cli.backends import CloudBackend
 from functions.cli.settings import CliSettings
 from functions.core.policy import Policy, cancel_digest
@@ -44,8 +44,8 @@ def deployed(controller, functions_server, pubsub, bucket, tmp_path, monkeypatch
         node_hour_price="80",  # as Terraform's cli_config carries the deployment's prices
     )
     backend = CloudBackend(settings, platform=controller.ctx.platform, publisher=Publisher())
-    monkeypatch.setattr(ops, "backend_for", lambda args: backend)
-    monkeypatch.setattr(ops, "deployment_for", lambda args: backend)
+    monkeypatch.setattr(targets, "backend_for", lambda args: backend)
+    monkeypatch.setattr(targets, "deployment_for", lambda args: backend)
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))  # where submit keeps cancel tokens
     # An operator key is set, as Terraform sets one: the CLI (without it) cancels with the run's own token.
     controller.ctx.settings = dataclasses.replace(controller.ctx.settings, policy=Policy(operator_key="o" * 40))
