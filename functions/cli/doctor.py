@@ -5,19 +5,19 @@ functions/core/doctor.py's; this module only asks."""
 
 from __future__ import annotations
 
-import json
-import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from functions.adapters.google_rest import GoogleRest
+from functions.cli.doctor_iam import IamQuestions
 from functions.cli.settings import CliSettings
-from functions.core import computeclass, errors, iam_policy, manifests
+from functions.core import computeclass, errors, manifests
 from functions.core import doctor as d
 from functions.core.config import ClusterSpec, RunConfig
 from functions.core.doctor import OK, PROBLEM, UNKNOWN, Finding
+from functions.handlers.settings import policy_from_env
 
 WORKERS = 16  # questions in flight at once
 # What a server-side apply of a custom resource (KubeRay's, GKE's ComputeClass) is authorized as on GKE.
@@ -59,9 +59,9 @@ class Doctor:
     create_clusters: bool = False
     functions_env: dict[str, str] = field(default_factory=dict)  # the deployed launch function's environment
     caller: Finding | None = None  # who asks, and the quota project their requests name
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
-    _policies: dict[str, Any] = field(default_factory=dict, repr=False)  # the project's allow policy, once read
-    _roles: dict[str, frozenset[str] | None] = field(default_factory=dict, repr=False)  # roles.get, once a role
+
+    def __post_init__(self) -> None:
+        self.iam = IamQuestions(self.rest, self.settings.project or "")
 
     # -- the deployment ------------------------------------------------------------------------------------
 
@@ -95,10 +95,10 @@ class Doctor:
             (lambda: self.cluster(deployment), ("gke", self.settings.gke_cluster or "the cluster")),
             (lambda: self.image(deployment), ("image", "the trainer image")),
             *((lambda what=what: self.exists(deployment, what), what[:2]) for what in self.resources(deployment)),
-            *((lambda a=a: [self.access(a)], ("iam", a.full_name)) for a in accesses if a.principal is not None),
+            *((lambda a=a: [self.iam.access(a)], ("iam", a.full_name)) for a in accesses if a.principal is not None),
             *(
-                (lambda r=r, group=group: self.callers(r, group), ("iam", r))
-                for r, group in self.caller_groups(accesses).items()
+                (lambda r=r, group=group: self.iam.callers(r, group), ("iam", r))
+                for r, group in IamQuestions.caller_groups(accesses).items()
             ),
         ]
         if not deployment.number:
@@ -191,107 +191,13 @@ class Doctor:
             if fn.get("state") != "ACTIVE":
                 said = "; ".join(m.get("message", "") for m in fn.get("stateMessages", []) if m.get("message"))
                 where = f" (build {build['build']})" if build.get("build") else ""
-                grant = self.access(d.source_read(deployment)) if d.SOURCE_REFUSED.search(said) else None
+                grant = self.iam.access(d.source_read(deployment)) if d.SOURCE_REFUSED.search(said) else None
                 return d.function_failed(subject, f"state {fn.get('state')}{where}: {said or 'no message'}", grant)
             if build.get("entryPoint") not in (None, entry):
                 return Finding("function", subject, PROBLEM, f"entry point {build.get('entryPoint')}, not {entry}")
             return Finding("function", subject, OK, "ACTIVE")
 
         return _asked("function", subject, ask, "missing", "terraform apply (it builds and deploys it)")
-
-    # -- IAM, asked of Google ------------------------------------------------------------------------------
-
-    def access(self, access: d.Access) -> Finding:
-        """Another identity's access: Policy Troubleshooter evaluates its grants, conditions included; a Workload
-        Identity principal, which it does not take, is evaluated here from the policies (iam_policy)."""
-        assert access.principal is not None
-        if access.principal.startswith("principal://"):
-            return self.evaluated(access)
-        principal = access.principal.removeprefix("serviceAccount:")
-        tuple_ = {"principal": principal, "fullResourceName": access.full_name, "permission": access.permission}
-        try:
-            answer = self.rest.post("policytroubleshooter", "v3/iam:troubleshoot", {"accessTuple": tuple_})
-        except errors.ControllerError as exc:
-            return d.access_finding(access, None, errors.describe(exc, 200))
-        return d.access_finding(access, answer.get("overallAccessState"))
-
-    def evaluated(self, access: d.Access) -> Finding:
-        assert access.principal is not None
-        service, _, name = access.full_name.removeprefix("//").partition("/")
-        try:
-            policies = [self.project_policy(), self.resource_policy(service, name)]
-            bindings = iam_policy.roles_granting(policies, access.principal)
-            roles = {role: self.role_permissions(role) for role, _ in bindings}
-        except errors.ControllerError as exc:
-            return d.access_finding(access, None, f"could not read its IAM policies: {errors.describe(exc, 200)}")
-        kind = f"{service}/{'Object' if '/objects/' in name else 'Bucket'}" if service.startswith("storage") else ""
-        verdict, why = iam_policy.verdict(bindings, roles, access.permission, name, kind)
-        state = {iam_policy.GRANTED: "CAN_ACCESS", iam_policy.NOT_GRANTED: "CANNOT_ACCESS"}.get(verdict)
-        return d.access_finding(access, state, why)
-
-    def project_policy(self) -> Any:
-        """The project's allow policy, read once (every Workload Identity question inherits from it)."""
-        with self._lock:
-            if "project" not in self._policies:
-                project = self.settings.project
-                body = {"options": {"requestedPolicyVersion": 3}}
-                self._policies["project"] = self.rest.post(
-                    "cloudresourcemanager", f"v1/projects/{project}:getIamPolicy", body
-                )
-            return self._policies["project"]
-
-    def resource_policy(self, service: str, name: str) -> Any:
-        """The allow policy of a bucket (an object's is its bucket's) or a topic."""
-        if service == "storage.googleapis.com":
-            bucket = name.removeprefix("projects/_/buckets/").split("/", 1)[0]
-            return self.rest.get("storage", f"storage/v1/b/{bucket}/iam", {"optionsRequestedPolicyVersion": 3})
-        if service == "pubsub.googleapis.com":
-            return self.rest.get("pubsub", f"v1/{name}:getIamPolicy", {"options.requestedPolicyVersion": 3})
-        if service == "cloudresourcemanager.googleapis.com":
-            return None  # the project's own, read already
-        raise errors.PermanentError(f"no policy of {service} resources is read here")
-
-    def role_permissions(self, role: str) -> frozenset[str] | None:
-        """A role's permissions as IAM's roles.get answers them (predefined roles/X, custom projects/P/roles/X)."""
-        with self._lock:
-            if role in self._roles:
-                return self._roles[role]
-        try:
-            answer = self.rest.get("iam", f"v1/{role}")
-            listed = answer.get("includedPermissions") if isinstance(answer, dict) else None
-            found = frozenset(p for p in listed if isinstance(p, str)) if isinstance(listed, list) else None
-        except errors.ControllerError:
-            found = None
-        with self._lock:
-            self._roles[role] = found
-        return found
-
-    @staticmethod
-    def caller_groups(accesses: list[d.Access]) -> dict[str, list[d.Access]]:
-        groups: dict[str, list[d.Access]] = {}
-        for access in accesses:
-            if access.principal is None:
-                groups.setdefault(access.full_name, []).append(access)
-        return groups
-
-    def callers(self, full_name: str, group: list[d.Access]) -> list[Finding]:
-        """The caller's own permissions on one resource, in one testIamPermissions."""
-        wanted = sorted({a.permission for a in group})
-        service, _, name = full_name.removeprefix("//").partition("/")
-        try:
-            if service == "storage.googleapis.com":
-                bucket = name.removeprefix("projects/_/buckets/")
-                answer = self.rest.get("storage", f"storage/v1/b/{bucket}/iam/testPermissions", {"permissions": wanted})
-            else:
-                api = {"pubsub.googleapis.com": ("pubsub", "v1"), "iam.googleapis.com": ("iam", "v1")}
-                api |= {"cloudresourcemanager.googleapis.com": ("cloudresourcemanager", "v1")}
-                short, version = api[service]
-                answer = self.rest.post(short, f"{version}/{name}:testIamPermissions", {"permissions": wanted})
-        except (errors.ControllerError, KeyError) as exc:
-            said = errors.describe(exc, 200)
-            return [d.access_finding(a, None, said) for a in group]
-        held = set(answer.get("permissions", []))
-        return [d.access_finding(a, "CAN_ACCESS" if a.permission in held else "CANNOT_ACCESS") for a in group]
 
     # -- the cluster ---------------------------------------------------------------------------------------
 
@@ -340,31 +246,25 @@ class Doctor:
         return found + self.rendered(spec)
 
     def rendered(self, spec: ClusterSpec) -> list[Finding]:
-        """A server-side dry run of what a launch applies: the cluster's CRDs declare every field we render."""
-        cfg = (self.config or RunConfig()).model_copy(update={"cluster": spec})
+        """A server-side dry run of what a launch applies, in its order: the cluster's CRDs declare every field we
+        render, and the caller may write each kind."""
         try:
             kube = self.kube_for(spec)
         except errors.ControllerError as exc:
             return [Finding("kuberay", "the cluster's API", UNKNOWN, f"could not connect: {errors.describe(exc, 300)}")]
-        objects = manifests.assemble(cfg, "doctor-dry-run", {"trainer/__init__.py": b""}, "0" * 64)
-        wanted = [objects.cluster, objects.job]
-        capacity = self.capacity(cfg)
-        if capacity is not None:
-            wanted.append(capacity)
-        return [self.dry_run(kube, obj) for obj in wanted]
+        objects = manifests.assemble(self.launched(spec), "doctor-dry-run", {"trainer/__init__.py": b""}, "0" * 64)
+        return [self.dry_run(kube, obj) for obj in objects.in_order()]
 
-    def capacity(self, cfg: RunConfig) -> dict | None:
-        """The ComputeClass a launch would apply: the config's capacity list, else the operator's policy one (the
-        launch function's RAYTUNE_POLICY_CAPACITY), else none is in use."""
-        scaling = cfg.scaling
-        if scaling.capacity is None and (policy := self.functions_env.get("RAYTUNE_POLICY_CAPACITY")):
-            options = RunConfig.model_validate({"scaling": {"capacity": json.loads(policy)}}).scaling.capacity
-            scaling = scaling.model_copy(update={"capacity": options})
-        return computeclass.compute_class(scaling, {})
+    def launched(self, spec: ClusterSpec) -> RunConfig:
+        """The config as the launch function renders it: the operator's policy as deployed (the function's own
+        RAYTUNE_POLICY_* variables, read the way it reads them) fills in what it fixes, exactly as at a launch."""
+        cfg = (self.config or RunConfig()).model_copy(update={"cluster": spec})
+        return policy_from_env({"RAYTUNE_PROJECT": self.settings.project or "", **self.functions_env}).fixed(cfg)
 
     @staticmethod
     def dry_run(kube: Any, obj: dict) -> Finding:
-        check = "gke" if obj["kind"] == "ComputeClass" else "kuberay"  # GKE's CRD, or KubeRay's
+        # GKE's CRD, KubeRay's, or Kubernetes' own kinds
+        check = {"ComputeClass": "gke", "RayCluster": "kuberay", "RayJob": "kuberay"}.get(obj["kind"], "kube")
         subject = f"{obj['kind']} {obj['apiVersion']}"
         try:
             kube.apply(obj, dry_run=True)

@@ -35,10 +35,10 @@ BLOCKER = (
 
 
 @contextmanager
-def stand_ins(gcs_emulator, broken: Breakage | None = None, buckets=("runs", "configs", "build"), kube=None):
-    """A deployment of terraform/ (its own project) on the stand-ins; yields (settings, doctor's REST client,
-    the Google fake)."""
-    deployment = Deployment(project_id=f"p{uuid.uuid4().hex[:8]}", operators=[CALLER])
+def stand_ins(gcs_emulator, broken: Breakage | None = None, buckets=("runs", "configs", "build"), kube=None, **tfvars):
+    """A deployment of terraform/ (its own project, `tfvars` its variables) on the stand-ins; yields (settings,
+    doctor's REST client, the Google fake, the Kubernetes fake)."""
+    deployment = Deployment(project_id=f"p{uuid.uuid4().hex[:8]}", operators=[CALLER], **tfvars)
     admin = client_at(gcs_emulator.url)
     for name in buckets:
         admin.create_bucket(deployment.bucket(name))
@@ -89,6 +89,7 @@ def test_a_healthy_deployment_is_all_ok(gcs_emulator):
     assert checks == {"project", "api", "bucket", "topic", "subscription", "scheduler", "secret", "function"} | {
         "iam",
         "gke",
+        "kube",
         "kuberay",
         "image",
     }
@@ -155,6 +156,33 @@ def test_a_build_refused_by_a_grant_that_exists_is_told_from_a_missing_one(gcs_e
         "granted that read now: the grant had not taken effect when it built" in found["function raytune-watch"].detail
     )
     assert found["function raytune-watch"].fix.startswith("terraform apply (it rebuilds the function")
+
+
+def test_the_dry_run_is_what_a_launch_applies_under_the_deployed_policy(gcs_emulator):
+    """The operator's policy as the launch function has it deployed (its environment, from Terraform) decides what
+    the dry run renders, by the launch's own rule (Policy.fixed) and assembly, in the launch's order."""
+    from functions.core import manifests
+    from functions.handlers.settings import policy_from_env
+
+    tfvars = {"policy_capacity": [{"kind": "spot"}], "policy_accelerator": "H200"}
+    with stand_ins(gcs_emulator, **tfvars) as (settings, rest, google, kube):
+        findings, _ = doctor(settings, rest, kube)
+        env = google.function_env()
+    assert not problems(findings), d.report(findings)
+    applied = [(o["kind"], o["metadata"]["name"]) for o in kube.dry_runs]
+    launch_cfg = policy_from_env(env).fixed(RunConfig())
+    launched = manifests.assemble(launch_cfg, "doctor-dry-run", {"trainer/__init__.py": b""}, "0" * 64).in_order()
+    assert applied == [(o["kind"], o["metadata"]["name"]) for o in launched]
+    assert [kind for kind, _ in applied] == ["ConfigMap", "ComputeClass", "RayCluster", "RayJob"]
+    [cluster] = [o for o in kube.dry_runs if o["kind"] == "RayCluster"]
+    [group] = cluster["spec"]["workerGroupSpecs"]
+    [compute_class] = [o for o in kube.dry_runs if o["kind"] == "ComputeClass"]
+    assert (
+        group["template"]["spec"]["nodeSelector"]["cloud.google.com/compute-class"]
+        == (compute_class["metadata"]["name"])
+    )
+    [spot] = compute_class["spec"]["priorities"]  # the policy's list, on the policy's accelerator
+    assert spot["spot"] is True and spot["gpu"]["type"] == "nvidia-h200-141gb"
 
 
 def test_what_is_missing_old_or_off_is_a_problem(gcs_emulator):

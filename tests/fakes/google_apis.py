@@ -14,6 +14,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 from functions.core import permissions as p
 from tests.contract.iam import SERVICE_ACCOUNTS, Deployment
+from tests.contract.tfeval import Unknown
 from tests.fakes.http import BackgroundServer, JsonHandler
 
 NUMBER_REF = "${data.google_project.this.number}"
@@ -289,6 +290,17 @@ class FakeGoogle(BackgroundServer):
         held = [perm for perm in body.get("permissions", []) if self.may(self.caller, full_name, perm)]
         return {"permissions": held}
 
+    def function_env(self) -> dict[str, str]:
+        """The functions' environment as Terraform sets it (local.function_env); what only exists once applied
+        (topic ids, generated keys) as Google would show it."""
+        found = {}
+        for key, value in self.d.module.local("function_env").items():
+            if isinstance(value, Unknown):
+                topic = re.fullmatch(r"google_pubsub_topic\.(\w+)\.id", value.ref)
+                value = f"projects/{self.d.project}/topics/raytune-{topic[1].replace('_', '-')}" if topic else "k" * 32
+            found[key] = self.text(value)
+        return found
+
     def function(self, fn) -> dict:
         name = str(fn.get("name"))
         [build] = fn.blocks("build_config")
@@ -296,7 +308,7 @@ class FakeGoogle(BackgroundServer):
             "name": name,
             "state": "ACTIVE",
             "buildConfig": {"entryPoint": str(fn.module.eval(build.body["entry_point"], dict(fn.scope)))},
-            "serviceConfig": {"environmentVariables": {"RAYTUNE_POLICY_CAPACITY": ""}},
+            "serviceConfig": {"environmentVariables": self.function_env()},
         }
         if name in self.broken.failed:
             answer |= {

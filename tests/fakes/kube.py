@@ -60,6 +60,7 @@ class FakeKube:
     def __init__(self):
         self.objects: dict[tuple[str, str, str], dict] = {}  # (plural, namespace, name) -> object
         self.requests: list[tuple[str, str, str]] = []  # (method, path, content type; a GET's: what it accepts)
+        self.dry_runs: list[dict] = []  # the objects applied with dryRun=All, as the server answered them
         self.authorization: list[str | None] = []  # the Authorization header of each request
         self.faults: list[list] = []  # [method, path part, status, times left]
         self.delays: list[list] = []  # [method, path part, seconds, times left]
@@ -393,6 +394,7 @@ class FakeKube:
         new = copy.deepcopy(obj)
         new["metadata"] = {**(current or {}).get("metadata", {}), **meta}
         if query.get("dryRun") == "All":  # validated as a real apply, stored nowhere
+            self.dry_runs.append(copy.deepcopy(new))
             return (200 if current is not None else 201), new
         if current is not None and "status" in current:
             new["status"] = current["status"]

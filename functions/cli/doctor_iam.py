@@ -1,0 +1,115 @@
+"""`raytune doctor`'s IAM questions, asked of Google: another identity's access through Policy Troubleshooter,
+a Workload Identity principal (which Troubleshooter does not take) evaluated from the allow policies, and the
+caller's own permissions through testIamPermissions. The project's policy and each role are read once."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+from functions.adapters.google_rest import GoogleRest
+from functions.core import doctor as d
+from functions.core import errors, iam_policy
+from functions.core.doctor import Finding
+
+
+@dataclass
+class IamQuestions:
+    rest: GoogleRest
+    project: str
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _policies: dict[str, Any] = field(default_factory=dict, repr=False)  # the project's allow policy, once read
+    _roles: dict[str, frozenset[str] | None] = field(default_factory=dict, repr=False)  # roles.get, once a role
+
+    def access(self, access: d.Access) -> Finding:
+        """Another identity's access: Policy Troubleshooter evaluates its grants, conditions included; a Workload
+        Identity principal, which it does not take, is evaluated here from the policies (iam_policy)."""
+        assert access.principal is not None
+        if access.principal.startswith("principal://"):
+            return self.evaluated(access)
+        principal = access.principal.removeprefix("serviceAccount:")
+        tuple_ = {"principal": principal, "fullResourceName": access.full_name, "permission": access.permission}
+        try:
+            answer = self.rest.post("policytroubleshooter", "v3/iam:troubleshoot", {"accessTuple": tuple_})
+        except errors.ControllerError as exc:
+            return d.access_finding(access, None, errors.describe(exc, 200))
+        return d.access_finding(access, answer.get("overallAccessState"))
+
+    def evaluated(self, access: d.Access) -> Finding:
+        assert access.principal is not None
+        service, _, name = access.full_name.removeprefix("//").partition("/")
+        try:
+            policies = [self.project_policy(), self.resource_policy(service, name)]
+            bindings = iam_policy.roles_granting(policies, access.principal)
+            roles = {role: self.role_permissions(role) for role, _ in bindings}
+        except errors.ControllerError as exc:
+            return d.access_finding(access, None, f"could not read its IAM policies: {errors.describe(exc, 200)}")
+        kind = f"{service}/{'Object' if '/objects/' in name else 'Bucket'}" if service.startswith("storage") else ""
+        verdict, why = iam_policy.verdict(bindings, roles, access.permission, name, kind)
+        state = {iam_policy.GRANTED: "CAN_ACCESS", iam_policy.NOT_GRANTED: "CANNOT_ACCESS"}.get(verdict)
+        return d.access_finding(access, state, why)
+
+    def project_policy(self) -> Any:
+        """The project's allow policy, read once (every Workload Identity question inherits from it)."""
+        with self._lock:
+            if "project" not in self._policies:
+                project = self.project
+                body = {"options": {"requestedPolicyVersion": 3}}
+                self._policies["project"] = self.rest.post(
+                    "cloudresourcemanager", f"v1/projects/{project}:getIamPolicy", body
+                )
+            return self._policies["project"]
+
+    def resource_policy(self, service: str, name: str) -> Any:
+        """The allow policy of a bucket (an object's is its bucket's) or a topic."""
+        if service == "storage.googleapis.com":
+            bucket = name.removeprefix("projects/_/buckets/").split("/", 1)[0]
+            return self.rest.get("storage", f"storage/v1/b/{bucket}/iam", {"optionsRequestedPolicyVersion": 3})
+        if service == "pubsub.googleapis.com":
+            return self.rest.get("pubsub", f"v1/{name}:getIamPolicy", {"options.requestedPolicyVersion": 3})
+        if service == "cloudresourcemanager.googleapis.com":
+            return None  # the project's own, read already
+        raise errors.PermanentError(f"no policy of {service} resources is read here")
+
+    def role_permissions(self, role: str) -> frozenset[str] | None:
+        """A role's permissions as IAM's roles.get answers them (predefined roles/X, custom projects/P/roles/X)."""
+        with self._lock:
+            if role in self._roles:
+                return self._roles[role]
+        try:
+            answer = self.rest.get("iam", f"v1/{role}")
+            listed = answer.get("includedPermissions") if isinstance(answer, dict) else None
+            found = frozenset(p for p in listed if isinstance(p, str)) if isinstance(listed, list) else None
+        except errors.ControllerError:
+            found = None
+        with self._lock:
+            self._roles[role] = found
+        return found
+
+    @staticmethod
+    def caller_groups(accesses: list[d.Access]) -> dict[str, list[d.Access]]:
+        groups: dict[str, list[d.Access]] = {}
+        for access in accesses:
+            if access.principal is None:
+                groups.setdefault(access.full_name, []).append(access)
+        return groups
+
+    def callers(self, full_name: str, group: list[d.Access]) -> list[Finding]:
+        """The caller's own permissions on one resource, in one testIamPermissions."""
+        wanted = sorted({a.permission for a in group})
+        service, _, name = full_name.removeprefix("//").partition("/")
+        try:
+            if service == "storage.googleapis.com":
+                bucket = name.removeprefix("projects/_/buckets/")
+                answer = self.rest.get("storage", f"storage/v1/b/{bucket}/iam/testPermissions", {"permissions": wanted})
+            else:
+                api = {"pubsub.googleapis.com": ("pubsub", "v1"), "iam.googleapis.com": ("iam", "v1")}
+                api |= {"cloudresourcemanager.googleapis.com": ("cloudresourcemanager", "v1")}
+                short, version = api[service]
+                answer = self.rest.post(short, f"{version}/{name}:testIamPermissions", {"permissions": wanted})
+        except (errors.ControllerError, KeyError) as exc:
+            said = errors.describe(exc, 200)
+            return [d.access_finding(a, None, said) for a in group]
+        held = set(answer.get("permissions", []))
+        return [d.access_finding(a, "CAN_ACCESS" if a.permission in held else "CANNOT_ACCESS") for a in group]
