@@ -108,7 +108,8 @@ def serve(root: Path) -> None:
     kube_url = kube.url()
     sys.path.insert(0, str(root))
     from functions.adapters.gcs import Bucket, storage_client
-    from functions.adapters.gke import GkeClusters, GkePlatform
+    from functions.adapters.gke import GkePlatform
+    from functions.adapters.gke_clusters import GkeClusters
     from functions.adapters.kube import Kube, api_client
     from functions.adapters.store import RunStore
     from functions.core.manifests import owner_id

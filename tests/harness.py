@@ -44,7 +44,8 @@ def build_controller(bucket: str, pubsub, kube_for, kube=None, project: str = PR
     `project`) and Kubernetes behind `kube_for` (cluster -> Kube); `settings` override the defaults. In use
     (functions.handlers.context) until `context.use(None)`."""
     from functions.adapters.gcs import Bucket
-    from functions.adapters.gke import GkeClusters, GkePlatform
+    from functions.adapters.gke import GkePlatform
+    from functions.adapters.gke_clusters import GkeClusters
     from functions.adapters.pubsub import Publisher
     from functions.adapters.store import RunStore
     from functions.core.manifests import owner_id

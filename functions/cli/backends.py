@@ -16,8 +16,9 @@ from functions.core.config_file import config_format, parse_config
 from functions.core.errors import Unreadable
 from functions.core.policy import CANCEL_DIGEST_ATTRIBUTE, OPERATOR_KEY_ATTRIBUTE
 from functions.core.runs import RunRecord
-from functions.local import driver
+from functions.local import driver, workdirs
 from functions.local.dirblobs import DirBlobs
+from functions.local.local_run import BUCKET
 from functions.local.platform import live_driver_log
 
 
@@ -70,7 +71,8 @@ class CloudBackend:
     @property
     def platform(self) -> Any:
         if self._platform is None:
-            from functions.adapters.gke import GkeClusters, GkePlatform
+            from functions.adapters.gke import GkePlatform
+            from functions.adapters.gke_clusters import GkeClusters
 
             self.settings.need("project")
             self._platform = GkePlatform(self.settings.project, None, clusters=GkeClusters(self.settings.project))
@@ -171,8 +173,8 @@ class LocalBackend:
     driver process (cancel = the interrupt the driver turns into a cancel)."""
 
     def __init__(self, workdir: Path | None = None):
-        self.workdir = (workdir or driver.DEFAULT_WORKDIR).resolve()
-        self.store = RunStore(DirBlobs(self.workdir / "gcs" / driver.BUCKET))
+        self.workdir = (workdir or workdirs.DEFAULT_WORKDIR).resolve()
+        self.store = RunStore(DirBlobs(self.workdir / "gcs" / BUCKET))
         self.where = str(self.workdir)
 
     def submit(self, config: Path, name: str | None, via_topic: bool) -> str:
@@ -182,18 +184,18 @@ class LocalBackend:
         """Interrupt the raytune local that holds the workdir (it cancels its run); a run whose raytune local died
         is settled here instead, as its next raytune local would: its processes stopped, the run cancelled. Only a
         pid proven by the workdir's lock is ever signalled."""
-        pid = driver.holder(self.workdir)
+        pid = workdirs.holder(self.workdir)
         if pid == 0:
             raise RuntimeError(f"a raytune local is taking {self.workdir} right now: cancel again in a moment")
         if pid is not None:
-            driver.ask_cancel(self.workdir, pid, "raytune cancel (from another terminal)")
+            workdirs.ask_cancel(self.workdir, pid, "raytune cancel (from another terminal)")
             return
         if driver.run(None, self.workdir, settle_only=True) != 0:
             raise RuntimeError(f"could not settle the runs left in {self.workdir}: see its logs/")
 
     def orphaned(self, record: RunRecord) -> str | None:
         """Why a live-looking record will never move again: no raytune local holds its workdir."""
-        if record.state.terminal or driver.holder(self.workdir) is not None:
+        if record.state.terminal or workdirs.holder(self.workdir) is not None:
             return None
         return (
             f"{record.run_id} is {record.state.value} but no raytune local holds {self.workdir} (it ended before the "

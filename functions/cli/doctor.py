@@ -324,7 +324,8 @@ class Doctor:
 def cloud_doctor(settings: CliSettings, config: RunConfig | None, create_clusters: bool) -> Doctor:
     """The doctor of a real deployment: Google's APIs with application default credentials, the cluster's API
     server as the controller reaches it."""
-    from functions.adapters.gke import GkeClusters, GkePlatform
+    from functions.adapters.gke import GkePlatform
+    from functions.adapters.gke_clusters import GkeClusters
 
     rest = GoogleRest()
     signed_in = rest.sign_in(settings.project)  # NoCredentials: nothing to ask, said once by the CLI

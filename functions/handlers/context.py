@@ -82,7 +82,8 @@ _current: Context | None = None
 
 
 def from_env() -> Context:
-    from functions.adapters.gke import GkeClusters, GkePlatform
+    from functions.adapters.gke import GkePlatform
+    from functions.adapters.gke_clusters import GkeClusters
     from functions.adapters.pubsub import Publisher as PubSubPublisher
     from functions.core.manifests import owner_id
 

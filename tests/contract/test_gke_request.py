@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from functions.adapters.gke import GKE_DEFAULT_SCOPES, RAY_OPERATOR, autopilot_cluster
+from functions.adapters.gke_clusters import GKE_DEFAULT_SCOPES, RAY_OPERATOR, autopilot_cluster
 from functions.core.config import ClusterSpec
 
 

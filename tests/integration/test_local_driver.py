@@ -11,7 +11,7 @@ import pytest
 
 from functions.core.errors import PermanentError, TransientError
 from functions.core.runs import RunRecord, State, Transition
-from functions.local import driver
+from functions.local import local_run as runs_here
 
 NOW = dt.datetime(2026, 12, 3, tzinfo=dt.UTC)
 
@@ -46,9 +46,9 @@ class Store:
         return self.record
 
 
-def local_run(said: list[str]) -> driver.LocalRun:
+def local_run(said: list[str]) -> runs_here.LocalRun:
     ctx = SimpleNamespace(store=Store())
-    return driver.LocalRun(ctx, Platform(), None, said.append)  # type: ignore[arg-type]
+    return runs_here.LocalRun(ctx, Platform(), None, said.append)  # type: ignore[arg-type]
 
 
 def ticks(monkeypatch, *outcomes: Exception | None) -> list[int]:
@@ -63,8 +63,8 @@ def ticks(monkeypatch, *outcomes: Exception | None) -> list[int]:
             raise outcome
         ctx.store.record = ctx.store.record.model_copy(update={"state": State.SUCCEEDED, "settled": True})
 
-    monkeypatch.setattr(driver.watch, "handle", handle)
-    monkeypatch.setattr(driver, "TICK_S", 0.01)
+    monkeypatch.setattr(runs_here.watch, "handle", handle)
+    monkeypatch.setattr(runs_here, "TICK_S", 0.01)
     return count
 
 
@@ -85,7 +85,7 @@ def test_a_permanent_tick_error_ends_the_follow(monkeypatch):
 
 def test_only_transient_errors_for_too_long_end_the_follow(monkeypatch):
     ticks(monkeypatch, *[TransientError("HTTP 503: busy")] * 1000)
-    monkeypatch.setattr(driver, "STALLED_S", 0.05)
+    monkeypatch.setattr(runs_here, "STALLED_S", 0.05)
     with pytest.raises(TransientError):
         local_run([]).follow(running_record())
 
@@ -95,10 +95,10 @@ def test_a_night_run_again_after_it_failed_says_how_to_retry_it(tmp_path):
         update={"run_id": "nightly-20261203", "state": State.FAILED, "settled": True, "created_at": NOW}
     )
     later = NOW + dt.timedelta(hours=1)
-    hint = driver.retry_hint(failed, later, tmp_path)
+    hint = runs_here.retry_hint(failed, later, tmp_path)
     assert hint == (
         f"nightly-20261203 ran before and is FAILED: `raytune retry nightly-20261203 --workdir {tmp_path}` "
         "starts its next attempt from its last checkpoint"
     )
-    assert driver.retry_hint(failed, NOW - dt.timedelta(seconds=1), tmp_path) is None  # created by this launch
-    assert driver.retry_hint(failed.model_copy(update={"state": State.SUCCEEDED}), later, tmp_path) is None
+    assert runs_here.retry_hint(failed, NOW - dt.timedelta(seconds=1), tmp_path) is None  # created by this launch
+    assert runs_here.retry_hint(failed.model_copy(update={"state": State.SUCCEEDED}), later, tmp_path) is None

@@ -12,7 +12,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from functions.adapters.gcs import Bucket
-from functions.adapters.gke import GkeClusters, GkePlatform
+from functions.adapters.gke import GkePlatform
+from functions.adapters.gke_clusters import GkeClusters
 from functions.adapters.kube import Kube, api_client
 from functions.adapters.store import ACTIVE, RECORD_GENERATION, RunStore
 from functions.core.manifests import owner_id
