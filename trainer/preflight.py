@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 
 from functions.core import gpu_driver
 from functions.core.config import DatasetSpec, ModelSpec, ScalingSpec
 from functions.core.gpu_support import torch_cuda
-from functions.core.result import WORKER_RESOURCE_ENV
+from functions.core.result import GPU_DRIVER_FILE, NODE_NAME_ENV, WORKER_RESOURCE_ENV, GpuDriverSeen
 
 log = logging.getLogger("raytune.trainer")
 
@@ -98,9 +99,9 @@ DRIVER_VERSION_FILE = "/proc/driver/nvidia/version"
 CUDA_PACKAGES = ("torch", "cuda-toolkit", "nvidia-cuda-runtime-cu12")  # what tells a torch build's CUDA
 
 
-def node_driver(version_file: str = DRIVER_VERSION_FILE) -> tuple[str, dict[str, str]]:
-    """On a GPU node, in the image the workers run: the driver's version text and the packages that tell the CUDA
-    the torch build needs (its metadata alone: torch is not imported)."""
+def node_driver(version_file: str = DRIVER_VERSION_FILE) -> tuple[str, dict[str, str], str]:
+    """On a GPU node, in the image the workers run: the driver's version text, the packages that tell the CUDA
+    the torch build needs (its metadata alone: torch is not imported), and the node's name."""
     from importlib import metadata
 
     try:
@@ -114,22 +115,40 @@ def node_driver(version_file: str = DRIVER_VERSION_FILE) -> tuple[str, dict[str,
             packages[name] = metadata.version(name)
         except metadata.PackageNotFoundError:
             continue
-    return text, packages
+    return text, packages, os.environ.get(NODE_NAME_ENV) or socket.gethostname()
 
 
-def driver_problem(text: str, packages: dict[str, str]) -> str | None:
-    """Why the node's driver cannot run the image's torch build; None when it can or nothing says otherwise."""
-    return gpu_driver.problem(torch_cuda(packages), gpu_driver.version(text))
+def driver_reading(text: str, packages: dict[str, str], node: str) -> GpuDriverSeen:
+    """The reading as the run folder keeps it: the node, its driver, the image's CUDA, and why they disagree."""
+    driver, cuda = gpu_driver.version(text), torch_cuda(packages)
+    return GpuDriverSeen(
+        node=node,
+        driver=gpu_driver.shown(driver) if driver else None,
+        cuda=f"{cuda[0]}.{cuda[1]}" if cuda else None,
+        problem=gpu_driver.problem(cuda, driver),
+    )
 
 
-def gpu_driver_check(scaling: ScalingSpec) -> None:
+def gpu_driver_check(scaling: ScalingSpec, run_folder: str) -> GpuDriverSeen:
     """One task on one of the run's GPU nodes (its group's resource, one GPU of the run's accelerator) reads the
-    node's driver and the image's CUDA; a driver too old fails the job here, before any worker starts CUDA."""
+    node's driver and the image's CUDA, kept as <run folder>/gpu-driver.json (what `raytune doctor` reports for the
+    node); a driver too old fails the job here, naming the node, before any worker starts CUDA."""
     import ray
+
+    from trainer.storage import filesystem
 
     resources = {own: 0.001} if (own := os.environ.get(WORKER_RESOURCE_ENV)) else {}
     task = ray.remote(node_driver).options(num_gpus=1, accelerator_type=scaling.accelerator, resources=resources)
-    text, packages = ray.get(task.remote())
-    if why := driver_problem(text, packages):
-        raise PreflightError(why)
-    log.info("GPU driver: %s", " ".join(text.split()[:12]) or "not found on the node")
+    text, packages, node = ray.get(task.remote(DRIVER_VERSION_FILE))
+    reading = driver_reading(text, packages, node)
+    try:
+        fs, path = filesystem(f"{run_folder}/{GPU_DRIVER_FILE}")
+        fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
+        with fs.open_output_stream(path) as out:
+            out.write(reading.model_dump_json(indent=2).encode())
+    except OSError as exc:  # the reading is for people; the check below is what protects the run
+        log.warning("could not keep the GPU driver reading: %s", exc)
+    if reading.problem:
+        raise PreflightError(f"node {node}: {reading.problem}")
+    log.info("GPU driver on %s: %s", node, " ".join(text.split()[:12]) or "not found on the node")
+    return reading

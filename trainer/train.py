@@ -68,7 +68,7 @@ def run(cfg: RunConfig, run_id: str) -> RunResult:
         ray.init(ignore_reinit_error=True, log_to_driver=True, **own)
     if cfg.scaling.use_gpu:
         with timeline.phase("checking the GPU driver"):
-            preflight.gpu_driver_check(cfg.scaling)
+            preflight.gpu_driver_check(cfg.scaling, one_fit.run_folder(cfg, run_id))
     os.environ.setdefault(one_fit.PRINT_PATCH_ENV, "0")
     # The champion to warm-start from and evaluate against: the driver's environment, not every worker's.
     champion = json.loads(os.environ[CHAMPION_ENV]) if os.environ.get(CHAMPION_ENV) else None

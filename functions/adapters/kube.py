@@ -416,6 +416,10 @@ class Kube:
             f"list pods {label_selector} in {namespace}",
         )
 
+    def nodes(self) -> list[dict[str, Any]]:
+        """Every node of the cluster, as the API server has it (labels, capacity, nodeInfo)."""
+        return self._raw_items(lambda: self._send(self.core.list_node, _preload_content=False), "list nodes")
+
     def node(self, name: str) -> dict[str, Any] | None:
         """A node as the API server has it (labels, uid, bootID, conditions, taints); None when it is gone."""
         response = with_retries(

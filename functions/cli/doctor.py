@@ -9,6 +9,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
+from urllib.parse import quote
 
 from functions.adapters.google_rest import GoogleRest
 from functions.cli.doctor_iam import IamQuestions
@@ -17,6 +18,7 @@ from functions.core import computeclass, errors, manifests
 from functions.core import doctor as d
 from functions.core.config import ClusterSpec, RunConfig
 from functions.core.doctor import OK, PROBLEM, UNKNOWN, Finding
+from functions.core.result import GPU_DRIVER_FILE, GpuDriverSeen
 from functions.handlers.settings import policy_from_env
 
 WORKERS = 16  # questions in flight at once
@@ -253,7 +255,39 @@ class Doctor:
         except errors.ControllerError as exc:
             return [Finding("kuberay", "the cluster's API", UNKNOWN, f"could not connect: {errors.describe(exc, 300)}")]
         objects = manifests.assemble(self.launched(spec), "doctor-dry-run", {"trainer/__init__.py": b""}, "0" * 64)
-        return [self.dry_run(kube, obj) for obj in objects.in_order()]
+        found = [self.dry_run(kube, obj) for obj in objects.in_order()]
+        return found + _read(lambda: self.gpu_nodes(kube, spec), ("gpu", "the GPU nodes"))
+
+    def gpu_nodes(self, kube: Any, spec: ClusterSpec) -> list[Finding]:
+        """Each GPU node that exists (GKE makes them for runs), with its driver as the run on it read it."""
+        try:
+            gpus = [n for n in kube.nodes() if int((n["status"].get("capacity") or {}).get("nvidia.com/gpu", 0))]
+            pods = kube.pods(spec.namespace, manifests.RUN_LABEL)
+        except errors.ControllerError as exc:
+            return [Finding("gpu", "the GPU nodes", UNKNOWN, f"could not list them: {errors.describe(exc, 300)}")]
+        if not gpus:
+            return [Finding("gpu", "the GPU nodes", OK, "none now: GKE makes them for runs and removes them after")]
+        runs = {p["spec"].get("nodeName"): p["metadata"]["labels"][manifests.RUN_LABEL] for p in pods}
+        found = []
+        for node in gpus:
+            run_id = runs.get(node["metadata"]["name"])
+            found.append(d.gpu_node(node, self.driver_reading(run_id) if run_id else None, run_id))
+        return found
+
+    def driver_reading(self, run_id: str) -> GpuDriverSeen | None:
+        """What the run's preflight kept in its run folder (its record names the folder's storage)."""
+        bucket = self.settings.runs_bucket
+        try:
+            record = self.rest.get(
+                "storage", f"storage/v1/b/{bucket}/o/{quote(f'runs/{run_id}.json', safe='')}", {"alt": "media"}
+            )
+            storage = ((record or {}).get("config") or {}).get("storage_path") or f"gs://{bucket}/checkpoints"
+            where, _, prefix = storage.removeprefix("gs://").partition("/")
+            name = "/".join(part for part in (prefix.strip("/"), run_id, GPU_DRIVER_FILE) if part)
+            answer = self.rest.get("storage", f"storage/v1/b/{where}/o/{quote(name, safe='')}", {"alt": "media"})
+            return GpuDriverSeen.model_validate(answer)
+        except (errors.ControllerError, ValueError, AttributeError):
+            return None
 
     def launched(self, spec: ClusterSpec) -> RunConfig:
         """The config as the launch function renders it: the operator's policy as deployed (the function's own

@@ -7,8 +7,10 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from functions.core import permissions as p
+from functions.core.result import GpuDriverSeen
 
 OK, PROBLEM, UNKNOWN = "ok", "problem", "unknown"
 
@@ -217,6 +219,28 @@ def access_finding(access: Access, state: str | None, said: str = "") -> Finding
             "terraform apply (terraform/iam.tf grants it); by hand: `raytune permissions` lists the role",
         )
     return Finding("iam", subject, UNKNOWN, f"could not ask: {said or state or 'no answer'}")
+
+
+def gpu_node(node: dict[str, Any], reading: GpuDriverSeen | None, run_id: str | None) -> Finding:
+    """A GPU node that exists: its accelerator, GKE version and driver label as GKE set them, and its NVIDIA driver
+    against the image's CUDA as the run on it read them before its workers started (the node's driver is on no
+    Kubernetes object; gpu-driver.json in the run folder has it)."""
+    meta, status = node.get("metadata") or {}, node.get("status") or {}
+    labels = meta.get("labels") or {}
+    name = str(meta.get("name", "?"))
+    kubelet = ((status.get("nodeInfo") or {}).get("kubeletVersion") or "?").lstrip("v")
+    said = (
+        f"{labels.get('cloud.google.com/gke-accelerator', 'a GPU')} on GKE {kubelet}, driver "
+        f"{labels.get('cloud.google.com/gke-gpu-driver-version', 'default')}"
+    )
+    if reading is None:
+        why = f"run {run_id} has not read it yet" if run_id else "no run on it has read it"
+        fix = f"kubectl debug node/{name} -it --image=busybox -- cat /proc/driver/nvidia/version"
+        return Finding("gpu", name, UNKNOWN, f"{said}: its NVIDIA driver is not known ({why})", fix)
+    read = f"{said} {reading.driver or '(none found)'}, the image's CUDA {reading.cuda or '?'} (read by {run_id})"
+    if reading.problem:
+        return Finding("gpu", name, PROBLEM, f"{read}: {reading.problem}", "see docs/trainer.md, the GPU driver")
+    return Finding("gpu", name, OK, read)
 
 
 _VERSION = re.compile(r"^(\d+)\.(\d+)\.(\d+)(?:-gke\.(\d+))?")

@@ -36,9 +36,14 @@ def problem(cuda: tuple[int, int] | None, driver: tuple[int, ...] | None) -> str
     want = MIN_DRIVER.get(cuda[0])
     if want is None or driver >= (version(want) or ()):
         return None
-    have = ".".join(f"{part:02d}" if n else str(part) for n, part in enumerate(driver))
+    have = shown(driver)
     return (
         f"the node's NVIDIA driver {have} is older than {want}, the oldest that runs the image's CUDA "
         f"{cuda[0]}.{cuda[1]} torch build: pin a GKE version whose GPU driver is {want} or newer "
         f"(cloud.google.com/gke-gpu-driver-version: latest), or build the image with a torch for an older CUDA"
     )
+
+
+def shown(driver: tuple[int, ...]) -> str:
+    """A driver version as NVIDIA writes it: 580.82.07 (the minor and patch two digits)."""
+    return ".".join(f"{part:02d}" if n else str(part) for n, part in enumerate(driver))

@@ -21,7 +21,7 @@ import yaml
 from functions.core import computeclass
 from functions.core.allocation import group_name
 from functions.core.config import RunConfig
-from functions.core.result import TRIAL_DRIVER_RESOURCE, TRIAL_DRIVERS, WORKER_RESOURCE_ENV
+from functions.core.result import NODE_NAME_ENV, TRIAL_DRIVER_RESOURCE, TRIAL_DRIVERS, WORKER_RESOURCE_ENV
 
 MANAGED_BY = {"app.kubernetes.io/managed-by": "raytune"}
 RUN_LABEL = "raytune.dev/run-id"
@@ -108,6 +108,8 @@ def _container(
                 "name": "HF_TOKEN",
                 "valueFrom": {"secretKeyRef": {"name": HF_SECRET, "key": HF_SECRET_KEY, "optional": True}},
             },
+            # The node the pod runs on (the downward API): what the trainer's GPU driver reading names.
+            {"name": NODE_NAME_ENV, "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
             *({"name": k, "value": v} for k, v in CACHE_ENV.items()),
         ],
         "resources": resources,

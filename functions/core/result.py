@@ -15,6 +15,8 @@ RESULT_FILE = "result.json"
 ADAPTER_DIR = "adapter"
 BASE_DIR = "base-model"  # the tiny model's weights, kept with its adapter
 TENSORBOARD_DIR = "tensorboard"
+GPU_DRIVER_FILE = "gpu-driver.json"  # a GPU run's reading of one of its nodes' NVIDIA driver, before any worker
+NODE_NAME_ENV = "RAYTUNE_NODE_NAME"  # in every Ray container: the node it runs on (spec.nodeName)
 
 
 def run_folder(storage_path: str, run_id: str) -> str:
@@ -35,6 +37,16 @@ TRIAL_DRIVERS = 64  # sweep.concurrent's limit
 class Lenient(BaseModel):
     # A newer trainer may add fields: the controller keeps them rather than refusing the result.
     model_config = ConfigDict(extra="allow")
+
+
+class GpuDriverSeen(Lenient):
+    """What the preflight read on one of a GPU run's nodes (trainer/preflight.py): the node, its NVIDIA driver
+    and the CUDA the image's torch build needs; `doctor` reports it for the nodes that exist."""
+
+    node: str
+    driver: str | None = None  # "580.82.07"; None: the node showed no driver
+    cuda: str | None = None  # "13.0"; None: the image's packages do not say
+    problem: str | None = None  # why the driver cannot run that CUDA (the run then failed at once)
 
 
 class RunMetrics(Lenient):

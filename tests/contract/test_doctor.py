@@ -91,6 +91,7 @@ def test_a_healthy_deployment_is_all_ok(gcs_emulator):
         "gke",
         "kube",
         "kuberay",
+        "gpu",
         "image",
     }
     assert {f.subject for f in findings if f.check == "api"} == set(d.REQUIRED_APIS)
@@ -183,6 +184,59 @@ def test_the_dry_run_is_what_a_launch_applies_under_the_deployed_policy(gcs_emul
     )
     [spot] = compute_class["spec"]["priorities"]  # the policy's list, on the policy's accelerator
     assert spot["spot"] is True and spot["gpu"]["type"] == "nvidia-h200-141gb"
+
+
+def gpu_node(name: str, version: str = "v1.33.5-gke.1080000") -> dict:
+    """A B200 node as GKE makes one for a run (Autopilot's labels, capacity, the kubelet's version)."""
+    labels = {"cloud.google.com/gke-accelerator": "nvidia-b200", "cloud.google.com/gke-gpu-driver-version": "latest"}
+    status = {"capacity": {"nvidia.com/gpu": "8", "cpu": "224"}, "nodeInfo": {"kubeletVersion": version}}
+    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": labels}, "status": status}
+
+
+def test_gpu_nodes_are_reported_with_the_driver_their_run_read(gcs_emulator):
+    """The driver is on no Kubernetes object: the run on the node read it before its workers started and kept it
+    in its run folder (trainer/preflight.py). A driver that runs the image's CUDA is ok; one too old a problem
+    naming both; a node no run has read is unknown, with the command that reads it."""
+    import datetime as dt
+
+    from functions.core.result import GpuDriverSeen
+    from functions.core.runs import RunRecord, State, Transition
+
+    with stand_ins(gcs_emulator) as (settings, rest, _google, kube):
+        admin = client_at(gcs_emulator.url).bucket(settings.runs_bucket)
+        readings = {
+            "good": GpuDriverSeen(node="gke-a4-1", driver="580.82.07", cuda="13.0"),
+            "old": GpuDriverSeen(node="gke-a4-2", driver="570.133.20", cuda="13.0", problem="older than 580.65.06"),
+        }
+        for run_id, reading in readings.items():
+            now = dt.datetime.now(dt.UTC)
+            record = RunRecord(
+                run_id=run_id,
+                state=State.RUNNING,
+                source={"kind": "upload"},
+                created_at=now,
+                updated_at=now,
+                history=[Transition(state=State.RUNNING, at=now)],
+                config={"storage_path": f"gs://{settings.runs_bucket}/checkpoints"},
+            )
+            admin.blob(f"runs/{run_id}.json").upload_from_string(record.model_dump_json())
+            admin.blob(f"checkpoints/{run_id}/gpu-driver.json").upload_from_string(reading.model_dump_json())
+        for node, run_id in (("gke-a4-1", "good"), ("gke-a4-2", "old"), ("gke-a4-3", "fresh")):
+            kube.put("nodes", gpu_node(node), "")
+            pod = {"metadata": {"name": f"{run_id}-worker", "labels": {"raytune.dev/run-id": run_id}}}
+            kube.put("pods", {**pod, "spec": {"nodeName": node}})
+        kube.put("nodes", {"metadata": {"name": "cpu-1"}, "status": {"capacity": {"cpu": "4"}}}, "")
+        findings, _ = doctor(settings, rest, kube)
+    gpus = {f.subject: f for f in findings if f.check == "gpu"}
+    assert set(gpus) == {"gke-a4-1", "gke-a4-2", "gke-a4-3"}, d.report(findings)
+    assert gpus["gke-a4-1"].status == d.OK
+    assert gpus["gke-a4-1"].detail == (
+        "nvidia-b200 on GKE 1.33.5-gke.1080000, driver latest 580.82.07, the image's CUDA 13.0 (read by good)"
+    )
+    assert gpus["gke-a4-2"].status == d.PROBLEM and "570.133.20" in gpus["gke-a4-2"].detail
+    assert "older than 580.65.06" in gpus["gke-a4-2"].detail
+    assert gpus["gke-a4-3"].status == d.UNKNOWN and "run fresh has not read it yet" in gpus["gke-a4-3"].detail
+    assert gpus["gke-a4-3"].fix == "kubectl debug node/gke-a4-3 -it --image=busybox -- cat /proc/driver/nvidia/version"
 
 
 def test_what_is_missing_old_or_off_is_a_problem(gcs_emulator):

@@ -291,14 +291,16 @@ class FakeKube:
         return _encoded(PARTIAL["apiVersion"], METADATA_LIST, items)
 
     def _listed(self, key, query) -> list[dict]:
-        wanted = dict(part.split("=", 1) for part in query.get("labelSelector", "").split(",") if part)
+        parts = [part for part in query.get("labelSelector", "").split(",") if part]
+        wanted = dict(part.split("=", 1) for part in parts if "=" in part)
+        present = [part for part in parts if "=" not in part]  # `key`: the label exists, whatever its value
         fields = dict(part.split("=", 1) for part in query.get("fieldSelector", "").split(",") if part)
         items = []
         for (plural, namespace, _), obj in sorted(self.objects.items()):
             if (plural, namespace) != key[:2]:
                 continue
             labels = obj["metadata"].get("labels") or {}
-            if any(labels.get(k) != v for k, v in wanted.items()):
+            if any(labels.get(k) != v for k, v in wanted.items()) or any(k not in labels for k in present):
                 continue
             if any(_field(obj, path) != v for path, v in fields.items()):
                 continue

@@ -47,11 +47,29 @@ def test_the_image_pins_a_cuda_whose_oldest_driver_is_known():
     assert cuda is not None and cuda[0] in gpu_driver.MIN_DRIVER, cuda
 
 
-def test_the_preflight_reads_the_nodes_driver_and_the_images_cuda(tmp_path):
+def test_the_preflight_reads_the_nodes_driver_and_the_images_cuda(tmp_path, monkeypatch):
     version_file = tmp_path / "version"
     version_file.write_text(NVRM.format("570.133.20"))
-    text, packages = preflight.node_driver(str(version_file))
-    assert "570.133.20" in text and "torch" in packages
+    monkeypatch.setenv("RAYTUNE_NODE_NAME", "gke-a4-node-1")  # the downward API's spec.nodeName
+    text, packages, node = preflight.node_driver(str(version_file))
+    assert "570.133.20" in text and "torch" in packages and node == "gke-a4-node-1"
     cuda13 = {"torch": "2.13.0", "cuda-toolkit": "13.0.3.0"}
-    assert "older than 580.65.06" in preflight.driver_problem(text, cuda13)
-    assert preflight.driver_problem("", cuda13) is None  # no driver file (a CPU node): nothing to judge
+    reading = preflight.driver_reading(text, cuda13, node)
+    assert (reading.node, reading.driver, reading.cuda) == ("gke-a4-node-1", "570.133.20", "13.0")
+    assert "older than 580.65.06" in (reading.problem or "")
+    assert preflight.driver_reading("", cuda13, node).problem is None  # no driver file (a CPU node): nothing to judge
+    assert preflight.driver_reading(NVRM.format("580.82.07"), cuda13, node).problem is None
+
+
+def test_every_ray_container_knows_its_node():
+    """The reading names the node through the downward API, in the head's and every worker's container."""
+    from functions.core import manifests
+    from functions.core.config import RunConfig
+
+    objects = manifests.assemble(RunConfig(), "run-1", {"trainer/__init__.py": b""}, "0" * 64)
+    spec = objects.cluster["spec"]
+    pods = [spec["headGroupSpec"]["template"], *(g["template"] for g in spec["workerGroupSpecs"])]
+    for pod in pods:
+        for container in pod["spec"]["containers"]:
+            [env] = [e for e in container["env"] if e["name"] == "RAYTUNE_NODE_NAME"]
+            assert env["valueFrom"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}

@@ -60,6 +60,7 @@ def test_reference_cluster_follows_the_recipe():
             "name": "HF_TOKEN",
             "valueFrom": {"secretKeyRef": {"name": "hf-secret", "key": "hf_api_token", "optional": True}},
         },
+        {"name": "RAYTUNE_NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
         # Caches on the local SSD: one model download per node, shared by its 8 workers.
         {"name": "HF_HOME", "value": "/mnt/local-ssd/hf"},
         {"name": "HF_DATASETS_CACHE", "value": "/mnt/local-ssd/hf/datasets"},
