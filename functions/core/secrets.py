@@ -13,7 +13,7 @@ import json
 import re
 import threading
 import unicodedata
-from typing import TypeVar, cast
+from typing import Any, TypeVar, cast
 
 REDACTED = "[REDACTED]"
 # Not displayed (or displayed by moving the cursor): C0/C1 controls, format characters (zero-width, bidi,
@@ -114,4 +114,41 @@ def redact_json(value: J) -> J:
         return cast(J, {redact(str(k)): redact_json(v) for k, v in value.items()})
     if isinstance(value, list | tuple):
         return cast(J, [redact_json(v) for v in value])
+    return value
+
+
+# What a field's name says is a secret (an operator or nightly key attribute, a cancel token, a password): its
+# value is redacted by name, whether or not this instance knows the value (a rotated key, another deployment's).
+SECRET_NAME = re.compile(r"(?i)key|token|secret|password|credential")
+_NAMED_FIELD = re.compile(
+    r"""(?ix)
+    ("?[\w.-]*(?:key|token|secret|password|credential)[\w.-]*"?\s*[:=]\s*)  # a secret's name and its separator
+    ("(?:[^"\\]|\\.)*"|[^\s,;}\]]+)  # its value: quoted, or up to the next delimiter
+    """
+)
+
+
+def redact_kept(text: str) -> str:
+    """A text kept for people to read (a rejected event's body): every value whose field's name says it is a
+    secret, whatever the value, then every secret and credential `redact` knows. JSON stays JSON."""
+    try:
+        return json.dumps(redact_json(_named_redacted(json.loads(text))))
+    except ValueError:
+        return redact(
+            _NAMED_FIELD.sub(
+                lambda m: m.group(1) + ('"' + REDACTED + '"' if m.group(2).startswith('"') else REDACTED), text
+            )
+        )
+
+
+def _named_redacted(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {
+            k: REDACTED
+            if isinstance(k, str) and SECRET_NAME.search(k) and not isinstance(v, dict | list)
+            else _named_redacted(v)
+            for k, v in value.items()
+        }
+    if isinstance(value, list):
+        return [_named_redacted(v) for v in value]
     return value

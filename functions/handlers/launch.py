@@ -27,7 +27,7 @@ from functions.core.decide import Facts
 from functions.core.errors import Conflict, NotFound, PermanentError, TooLarge, Unreadable, describe
 from functions.core.estimate import estimate, over_budget
 from functions.core.runs import RunRecord, State, Transition
-from functions.core.secrets import redact
+from functions.core.secrets import redact, redact_kept
 from functions.handlers import steps
 from functions.handlers.context import Context, current
 
@@ -105,8 +105,14 @@ def keep_malformed(ctx: Context, event: Any, why: str) -> str | None:
     body = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else json.dumps(raw, default=str)
     kept = {
         "reason": why,
-        "event": {k: str(v)[:1024] for k, v in attributes.items() if k in ("id", "type", "source", "subject", "time")},
-        "data": redact(body)[:MALFORMED_KEPT],  # redacted whole: a cut could leave part of a token
+        "event": {
+            k: redact_kept(str(v)[:1024])
+            for k, v in attributes.items()
+            if k in ("id", "type", "source", "subject", "time")
+        },
+        # Redacted whole (a cut could leave part of a token), secrets by their field's name too: the Pub/Sub
+        # envelope's attributes carry the operator's and the scheduler's keys.
+        "data": redact_kept(body)[:MALFORMED_KEPT],
     }
     data = json.dumps(kept, indent=2).encode()
     path = f"{MALFORMED}{hashlib.sha256(data).hexdigest()[:24]}.json"

@@ -190,3 +190,26 @@ def test_a_broken_launch_envelope_is_kept_and_logged_not_dropped(controller, fun
     )
     assert reasons[1:] == ["event data is not an object", "storage event without a string bucket, name and generation"]
     assert h.ctx.store.blobs.list("runs/") == []  # no run from any of them
+
+
+def test_a_kept_envelope_keeps_no_key_whatever_its_value(controller, functions_server, bucket):
+    """Issue 53: a broken launch envelope is kept with its reason, and the keys its Pub/Sub attributes carry (the
+    operator's, the scheduler's; here values this instance does not know: a rotated key, another deployment's)
+    are redacted by their names, in a JSON body and in one that is not JSON."""
+    h = controller
+    secret = "op-4f9c2e71a0b3d58e6c1f"
+    attributes = {"raytune-operator-key": secret, "raytune-nightly-key": secret + "n", "team": "crm"}
+    headers, _ = pubsub_event({})
+    envelope = {"message": {"messageId": {}, "attributes": attributes}, "subscription": "s"}
+    assert post(functions_server["launch"], (headers, json.dumps(envelope).encode())).status_code == 200
+    broken = ('{"message": {"attributes": {"raytune-operator-key": "' + secret + '", token=' + secret + "x").encode()
+    assert post(functions_server["launch"], (headers, broken)).status_code == 200
+    kept = [h.ctx.store.blobs.read(path)[0].decode() for path in h.ctx.store.blobs.list("quarantine/events/")]
+    assert len(kept) == 2
+    assert all(secret not in text for text in kept), kept
+    as_json = next(json.loads(json.loads(text)["data"]) for text in kept if '"team' in text)
+    assert as_json["message"]["attributes"] == {
+        "raytune-operator-key": "[REDACTED]",
+        "raytune-nightly-key": "[REDACTED]",
+        "team": "crm",
+    }

@@ -155,3 +155,12 @@ def test_a_logs_tail_is_its_last_bytes_from_a_whole_line(data, limit, piece):
         last = data[-limit:]
         # the cut line is dropped whole; where no line starts in them, nothing is kept
         assert kept == (last[last.find(b"\n") + 1 :] if b"\n" in last else b"")
+
+
+def test_a_kept_text_loses_every_value_named_as_a_secret():
+    from functions.core.secrets import redact_kept
+
+    kept = json.loads(redact_kept(json.dumps({"a": {"x-api-key": "v1", "Token": 7, "list": [{"password": "p"}]}})))
+    assert kept == {"a": {"x-api-key": "[REDACTED]", "Token": "[REDACTED]", "list": [{"password": "[REDACTED]"}]}}
+    text = redact_kept('{"broken": 1, "raytune-operator-key": "abc\\"def", key=plain; other=fine')
+    assert "abc" not in text and "def" not in text and "plain" not in text and "other=fine" in text
