@@ -281,11 +281,17 @@ def best_of(trials: list[TrialResult], cfg: RunConfig, run_id: str, stops_on: st
     sweep = cfg.sweep
     assert sweep is not None
     metric, mode = sweep.ranked_by(cfg.evaluation), sweep.direction(cfg.evaluation)
-    ranked = [t for t in trials if t.state == "finished" and t.metric is not None]
+    # A diverged trial (NaN, inf) never ranks, wherever it is listed.
+    ranked = [t for t in trials if t.state == "finished" and t.metric is not None and math.isfinite(t.metric)]
     if not ranked:
-        said = "; ".join(f"{t.trial_id} {t.state}" + (f": {t.error}" if t.error else "") for t in trials)
-        raise RuntimeError(f"no trial of the sweep finished with a {metric}: {said}")
-    best = (min if mode == "min" else max)(ranked, key=lambda t: t.metric if t.metric is not None else math.nan)
+        said = "; ".join(
+            f"{t.trial_id} {t.state}"
+            + (f" with {metric} {t.metric}" if t.metric is not None else "")
+            + (f": {t.error}" if t.error else "")
+            for t in trials
+        )
+        raise RuntimeError(f"no trial of the sweep finished with a finite {metric}: {said}")
+    best = (min if mode == "min" else max)(ranked, key=lambda t: float(t.metric or 0.0))
     summary = finished(trials_config(cfg, run_id, best.params), best.trial_id)
     assert summary is not None  # ranked: finished
     summary.run_id, summary.name = run_id, cfg.name

@@ -13,11 +13,12 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
+import math
 
 from pydantic import BaseModel, Field
 
 from functions.core.config import EvaluationSpec, RunConfig
-from functions.core.result import Evaluation, RunResult, Scores
+from functions.core.result import Evaluation, RunResult, Scores, SweepResult
 
 CHAMPIONS_PREFIX = "champions/"
 
@@ -71,6 +72,22 @@ def line(cfg: RunConfig) -> str:
     return f"{cfg.name}/{evaluation_key(cfg)}"
 
 
+def unfit_best_trial(sweep: SweepResult | None) -> str | None:
+    """Why a sweep's named best trial cannot stand for the run (None: it can, or the run is no sweep): it must be
+    listed, finished (not failed, not stopped early) and scored with a finite metric."""
+    if sweep is None:
+        return None
+    best = next((t for t in sweep.trials if t.trial_id == sweep.best_trial), None)
+    if best is None:
+        return f"the sweep names {sweep.best_trial} its best trial but lists no such trial"
+    if best.state != "finished":
+        state = "was stopped early" if best.state == "stopped" else f"is {best.state}"
+        return f"the sweep's best trial {best.trial_id} {state}, not finished"
+    if best.metric is None or not math.isfinite(best.metric):
+        return f"the sweep's best trial {best.trial_id} has {sweep.metric} {best.metric}, not a number to rank"
+    return None
+
+
 def judge(run_id: str, result: RunResult | None, spec: EvaluationSpec, current: Champion | None) -> Promotion:
     keep = current.run_id if current else None
     evaluation = result.evaluation if result else None
@@ -79,6 +96,8 @@ def judge(run_id: str, result: RunResult | None, spec: EvaluationSpec, current: 
         return Promotion(promoted=False, reason=why, champion_run_id=keep)
     if not result.adapter_path:
         return Promotion(promoted=False, reason="the run saved no adapter", champion_run_id=keep)
+    if unfit := unfit_best_trial(result.sweep):
+        return Promotion(promoted=False, reason=unfit, champion_run_id=keep)
     if current is not None and current.run_id == run_id:
         return Promotion(promoted=True, reason="already the champion", metric=spec.metric, champion_run_id=run_id)
     if current is not None and current.run_id != evaluation.champion_run_id:
@@ -92,6 +111,9 @@ def judge(run_id: str, result: RunResult | None, spec: EvaluationSpec, current: 
         )
     challenger = getattr(evaluation.challenger, spec.metric)
     baseline = getattr(evaluation.baseline, spec.metric)
+    if any(score is not None and not math.isfinite(score) for score in (challenger, baseline)):
+        diverged = f"{spec.metric} is not a number ({challenger} vs {baseline}): a diverged model is never compared"
+        return Promotion(promoted=False, reason=diverged, metric=spec.metric, champion_run_id=keep)
     scores = {"metric": spec.metric, "challenger": challenger, "baseline": baseline, "champion_run_id": keep}
     against = f"champion {evaluation.champion_run_id}" if evaluation.champion_run_id else "the base model"
     gain = evaluation.gain(spec.metric)

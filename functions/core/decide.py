@@ -74,6 +74,16 @@ class Move:
     nodes: dict[str, NodeSeen] | None = None  # the current attempt's nodes: their capacity and identity
 
 
+def with_result_read(move: Move, unreadable: str | None) -> Move:
+    """A move that read the trainer's result.json, once read: a job that succeeded but whose result could not be
+    read (too large, not a result) ends FAILED saying so, never SUCCEEDED with no adapter and no reason."""
+    if unreadable is None or move.state != State.SUCCEEDED:
+        return move
+    return dataclasses.replace(
+        move, state=State.FAILED, reason=f"the job succeeded but its result is unreadable: {unreadable}"
+    )
+
+
 @dataclasses.dataclass(frozen=True)
 class Step:
     action: Action

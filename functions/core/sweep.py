@@ -166,6 +166,15 @@ def trial_config(cfg: C, params: dict[str, Any], context: dict[str, Any] | None 
     return type(cfg).model_validate(data, context=context)
 
 
+def json_value(value: Any) -> tuple[str, Any]:
+    """A choice as JSON Schema compares values: numbers by value (8 and 8.0 are equal), a boolean never a number."""
+    if isinstance(value, bool):
+        return ("boolean", value)
+    if isinstance(value, int | float):
+        return ("number", float(value))
+    return ("string", value)
+
+
 def candidates(dimension: Dimension) -> list[Any]:
     """Values that bound what a dimension draws: its ends, or each choice."""
     if isinstance(dimension, Choice):
@@ -189,8 +198,8 @@ def problems(cfg: Swept) -> list[str]:
         if not isinstance(dimension, Choice) and dimension.low >= dimension.high:
             found.append(f"sweep.space.{path}: low ({dimension.low}) must be below high ({dimension.high})")
             continue
-        if isinstance(dimension, Choice) and len(set(map(repr, dimension.values))) < len(dimension.values):
-            found.append(f"sweep.space.{path}: a value is listed twice")
+        if isinstance(dimension, Choice) and len({json_value(v) for v in dimension.values}) < len(dimension.values):
+            found.append(f"sweep.space.{path}: a value is listed twice (8 and 8.0 are one value, as in JSON)")
         probes = candidates(dimension)
         if isinstance(dimension, (LogUniform, Uniform)):
             # A value with a fraction (an integer field refuses it: draws of this kind are never whole).

@@ -23,6 +23,7 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 MAX_STEPS = 16  # a run needs at most 9; more means two handlers keep undoing each other
 RESULT_LIMIT = 1024 * 1024  # result.json is a few KiB
+TRIAL_RESULT_BYTES = 32 * 1024  # a sweep's result.json carries each trial's summary and history (about 5 KiB)
 
 
 def run(ctx: Context, record: RunRecord, facts: Facts, listed: dict[str, dict[str, Any]] | None = None) -> RunRecord:
@@ -183,7 +184,9 @@ def move(ctx: Context, record: RunRecord, transition: Move) -> RunRecord:
     # Where a run stood in line stays on it when it ends there (cancelled, queue deadline).
     changes["queue_position"] = transition.queue_position if target == State.QUEUED else None
     if transition.collect_result:
-        changes["result"] = collect_result(ctx, record.run_config(), record.run_id)
+        changes["result"], unreadable = collect_result(ctx, record.run_config(), record.run_id)
+        transition = decisions.with_result_read(transition, unreadable)
+        target = transition.state
     if transition.collect_result or (target == State.QUEUED and transition.attempts):
         keep_log(ctx, record)  # the attempt ended: its log outlives its RayJob
 
@@ -259,17 +262,19 @@ def keep_log(ctx: Context, record: RunRecord) -> None:
         log.warning("%s: cannot keep its driver log: %s", record.run_id, describe(exc))
 
 
-def collect_result(ctx: Context, cfg: RunConfig, run_id: str) -> RunResult | None:
-    """The trainer's result.json (final and best checkpoints, metrics); None if it never wrote one."""
+def collect_result(ctx: Context, cfg: RunConfig, run_id: str) -> tuple[RunResult | None, str | None]:
+    """The trainer's result.json (final and best checkpoints, metrics, a sweep's trials), read up to a size its
+    sweep's trial count allows; (None, None) if it never wrote one, (None, why) if it cannot be read."""
     assert cfg.storage_path is not None
     uri = f"{run_folder(cfg.storage_path, run_id)}/{RESULT_FILE}"
+    limit = RESULT_LIMIT + (cfg.sweep.trials * TRIAL_RESULT_BYTES if cfg.sweep else 0)
     try:
-        return RunResult.model_validate_json(ctx.read_uri(uri, limit=RESULT_LIMIT))
+        return RunResult.model_validate_json(ctx.read_uri(uri, limit=limit)), None
     except NotFound:
-        return None
+        return None, None
     except (ValueError, PermanentError) as err:  # not ours to fix by retrying: the record says so
         log.warning("%s: unreadable %s: %s", run_id, uri, describe(err))
-        return None
+        return None, f"{uri}: {describe(err, 300)}"
 
 
 def finished_event(record: RunRecord) -> dict[str, Any]:

@@ -5,6 +5,7 @@ its cost cap refuses a sweep whose upper estimate is above it."""
 from __future__ import annotations
 
 import dataclasses
+import json
 
 from functions.core.runs import State
 from tests.integration.test_invariants import launch, runs_to_success, workers
@@ -52,3 +53,46 @@ def test_a_sweep_above_its_cost_cap_is_rejected_before_anything_is_applied(contr
     h.ctx.settings = dataclasses.replace(h.ctx.settings, node_hour_price=None)
     unpriced = launch(h, bucket, "unpriced", {**SWEEP, "sweep": {**SWEEP["sweep"], "max_cost": 50.0}})
     assert unpriced.state == State.REJECTED and "no estimate of its cost" in (unpriced.reason or "")
+
+
+def big_sweep_result(run_id: str, trials: int) -> dict:
+    """A sweep's result.json as the trainer writes it for `trials` trials, each with its evaluations' history."""
+    history = [{"step": float(s), "eval_loss": 6.0 - s / 100, "loss": 6.5 - s / 100} for s in range(0, 800, 8)]
+    listed = [
+        {
+            "trial_id": f"trial-{n:03d}",
+            "params": {"training.learning_rate": 1e-4 + n * 1e-7},
+            "state": "finished",
+            "metric": 5.0 + n / 1000,
+            "history": history,
+        }
+        for n in range(trials)
+    ]
+    sweep = {"metric": "eval_loss", "mode": "min", "best_trial": "trial-000", "trials": listed}
+    return {"run_id": run_id, "adapter_path": f"gs://b/c/{run_id}/trials/trial-000/adapter", "sweep": sweep}
+
+
+def test_a_big_sweeps_result_is_read_and_an_unreadable_one_never_ends_succeeded(controller, bucket):
+    """Issue 53: 256 trials make a result.json of over a megabyte: it is read (the limit grows with the sweep's
+    trials), not dropped with the run SUCCEEDED and no adapter; a result that cannot be read ends the run FAILED
+    saying so."""
+    from tests.integration.test_functions import upload
+
+    h = controller
+    big = {**SWEEP, "name": "big-sweep", "sweep": {**SWEEP["sweep"], "trials": 256}}
+    sweep = launch(h, bucket, "big-sweep", big)
+    assert sweep.state == State.SUBMITTED, sweep.reason
+    storage = h.ctx.store.get(sweep.run_id).config["storage_path"]
+    where, _, prefix = storage.removeprefix("gs://").partition("/")
+    written = big_sweep_result(sweep.run_id, 256)
+    upload(where, f"{prefix}/{sweep.run_id}/result.json", written)
+    assert len(json.dumps(written)) > 1024 * 1024
+    ended = runs_to_success(h, sweep.run_id, seconds=600)
+    assert ended.state == State.SUCCEEDED, ended.reason
+    assert ended.result is not None and ended.result.sweep is not None and len(ended.result.sweep.trials) == 256
+
+    broken = launch(h, bucket, "broken-result", {**SWEEP, "name": "broken-result"})
+    upload(where, f"{prefix}/{broken.run_id}/result.json", {"sweep": "not a sweep"})
+    ended = runs_to_success(h, broken.run_id, seconds=60)
+    assert ended.state == State.FAILED
+    assert ended.reason is not None and ended.reason.startswith("the job succeeded but its result is unreadable: gs://")

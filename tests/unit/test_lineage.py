@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import datetime as dt
+import math
 
 import pytest
 
 from functions.core import champion, fingerprint
 from functions.core.config import EvaluationSpec
 from functions.core.fingerprint import LastTrained
-from functions.core.result import Evaluation, RunResult, Scores
+from functions.core.result import Evaluation, RunResult, Scores, SweepResult, TrialResult
 
 NOW = dt.datetime(2026, 12, 3, 2, 0, tzinfo=dt.UTC)
 CONFIG = {"name": "nightly", "dataset": {"id": "gs://b/products"}}
@@ -60,6 +61,16 @@ def result(challenger: float, baseline: float, against: str | None = None, loss:
     )
 
 
+def swept(state: str, metric: float, best: str = "trial-1") -> RunResult:
+    """A sweep's result naming `best` its best trial, trial-1 having ended `state` with `metric`."""
+    trials = [
+        TrialResult(trial_id="trial-0", params={"lora.r": 8}, state="finished", metric=0.1),
+        TrialResult(trial_id="trial-1", params={"lora.r": 16}, state=state, metric=metric),
+    ]
+    sweep = SweepResult(metric="rougeL", mode="max", best_trial=best, trials=trials)
+    return result(0.3, 0.1).model_copy(update={"sweep": sweep})
+
+
 def holder(run_id: str = "run-1") -> champion.Champion:
     return champion.Champion(
         name="nightly",
@@ -100,6 +111,12 @@ SPEC = EvaluationSpec(samples=4, margin=0.01)
         ("not evaluated", RunResult(adapter_path="a"), EvaluationSpec(), holder(), False, "not evaluated"),
         ("no result at all", None, SPEC, None, False, "the trainer wrote no evaluation"),
         ("promoted before (a redelivery)", result(0.45, 0.4, "run-1"), SPEC, holder("run-2"), True, "already"),
+        ("a diverged challenger", result(math.nan, 0.4, "run-1"), SPEC, holder(), False, "rougeL is not a number"),
+        ("a sweep's best trial stopped early", swept("stopped", 0.2), SPEC, None, False, "was stopped early"),
+        ("a sweep's best trial failed", swept("failed", 0.2), SPEC, None, False, "is failed, not finished"),
+        ("a sweep's best trial diverged", swept("finished", math.nan), SPEC, None, False, "rougeL nan, not a number"),
+        ("a sweep's best trial unlisted", swept("finished", 0.2, "trial-9"), SPEC, None, False, "no such trial"),
+        ("a sweep's finished best trial", swept("finished", 0.2), SPEC, None, True, "better"),
     ],
 )
 def test_judge(case, run_result, spec, current, promoted, reason):

@@ -54,6 +54,7 @@ def test_a_sweep_validates_and_holds_its_trials_nodes():
         ({"lora.r": {"kind": "uniform", "low": 4, "high": 64}}, "valid integer"),
         ({"lora.r": {"kind": "randint", "low": 0, "high": 8}}, "greater than or equal to 1"),
         ({"lora.r": {"kind": "choice", "values": [8, 8]}}, "listed twice"),
+        ({"lora.r": {"kind": "choice", "values": [8, 16, 8.0]}}, "listed twice"),  # one number, as in JSON
         ({"training.optim": {"kind": "choice", "values": ["adamw_torch", "sgd"]}}, "'sgd' is refused"),
         ({"lora.dropout": {"kind": "normal", "low": 0, "high": 0.1}}, "does not match any of the expected tags"),
     ],
@@ -115,3 +116,11 @@ def test_the_trial_table_marks_the_best_and_the_stopped():
     assert "2 trials: 1 stopped early, 1 finished (ASHA on eval_loss); best b by eval_loss (min)" in lines[0]
     assert lines[2].split()[:4] == ["a", "stopped", "at", "4"]
     assert lines[3].split()[:2] == ["b", "*"]
+
+
+def test_choices_are_told_apart_as_json_schema_does():
+    """8 and 8.0 are one value; true is never the number 1 (JSON Schema's uniqueItems)."""
+    from functions.core.sweep import json_value
+
+    assert json_value(8) == json_value(8.0) and json_value(True) != json_value(1)
+    assert len({json_value(v) for v in [8, 8.0, True, 1]}) == 3
