@@ -51,5 +51,9 @@ output "cli_config" {
     hf_token_secret = "${google_secret_manager_secret.hf_token.secret_id}"
     node_hour_price = "${var.node_hour_price}"
     node_hour_prices = '${jsonencode(var.node_hour_prices)}'
+    price_currency = "${var.price_currency}"
+    policy_reservation = "${var.reservation}"
+    policy_accelerator = "${var.policy_accelerator}"
+    policy_capacity = '${length(var.policy_capacity) > 0 ? jsonencode(var.policy_capacity) : ""}'
   EOT
 }

@@ -91,6 +91,16 @@ variable "node_hour_price" {
   default     = ""
 }
 
+variable "price_currency" {
+  description = "The currency node_hour_price(s) are in, shown beside every estimate and cost."
+  type        = string
+  default     = "USD"
+  validation {
+    condition     = can(regex("^[A-Z]{3}$", var.price_currency))
+    error_message = "price_currency is an ISO 4217 code such as USD or EUR."
+  }
+}
+
 variable "node_hour_prices" {
   description = "Price of one GPU node per hour by where it came from (keys: reservation, flex-start, spot, on-demand), for the cost of runs whose nodes are known; a kind not listed costs node_hour_price."
   type        = map(number)

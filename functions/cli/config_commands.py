@@ -12,8 +12,10 @@ from typing import Any
 
 from functions.cli import options
 from functions.cli.checks import missing_paths, placeholders
+from functions.cli.settings import CliSettings
 from functions.core import config as configs
 from functions.core import config_file, manifests
+from functions.core.estimate import Estimate, estimate
 
 
 class FileError(Exception):
@@ -62,17 +64,33 @@ def cmd_validate(args: argparse.Namespace) -> int:
     trials = f" a trial; a sweep of {cfg.sweep.trials} trials, {cfg.sweep.concurrent} at once" if cfg.sweep else ""
     print(
         f"ok: {named}: {cfg.model.id} on {scaling.nodes} x {hardware}"
-        f" ({scaling.num_workers} Ray Train workers), {cfg.training.epochs:g} epochs{trials}"
+        f" ({scaling.num_workers} Ray Train workers), {trained(cfg)}{trials}"
     )
     for warning in right_sizing(cfg):
         print(f"warning: {named}: {warning}", file=sys.stderr)
     from functions.cli import settings as cli_settings
-    from functions.core.estimate import estimate
 
-    prices = cli_settings.load({}).prices()
-    for line in estimate(cfg, prices, rows).lines():
+    _, lines = priced(cli_settings.load({}), cfg, rows)
+    for line in lines:
         print(line)
     return 0
+
+
+def trained(cfg: configs.RunConfig) -> str:
+    """How long it trains, as the trainer decides: max_steps where set (whatever the epochs), else its epochs."""
+    t = cfg.training
+    if t.max_steps:
+        return f"{t.max_steps} step{'s' if t.max_steps != 1 else ''}"
+    return f"{t.epochs:g} epoch{'s' if t.epochs != 1 else ''}"
+
+
+def priced(deployment: CliSettings, cfg: configs.RunConfig, rows: int | None = None) -> tuple[Estimate, list[str]]:
+    """The estimate's lines for the run as the deployment will launch it (its policy's capacity, its prices, in
+    its currency), or, with no deployment settings, as the config says, and saying so."""
+    known = deployment.cloud
+    launched = deployment.as_launched(cfg) if known else cfg
+    expected = estimate(launched, deployment.prices(), rows)
+    return expected, expected.lines(deployment.price_currency, deployment.source if known else None)
 
 
 def cmd_render(args: argparse.Namespace) -> int:

@@ -43,3 +43,14 @@ def add_waiting(parser: argparse.ArgumentParser, default_s: float, what: str) ->
     """How long a command waits for the run's record to say what it asked for."""
     parser.add_argument("--timeout", type=float, default=default_s, help=what)
     parser.add_argument("--interval", type=float, default=3.0, help=argparse.SUPPRESS)
+
+
+def amount(text: str) -> float:
+    """A cost cap: a number above 0 (argparse names the option when it is not one)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an amount") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text} is not an amount above 0")
+    return value

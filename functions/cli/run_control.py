@@ -166,11 +166,12 @@ def cmd_submit(args: argparse.Namespace) -> int:
         raise RuntimeError("; ".join(left) + ": edit it first (nothing was uploaded)")
     backend = targets.deployment_for(args)
     backend.settings.need("launch_topic" if args.via_topic else "configs_bucket")  # before anything is said
+    from functions.cli.config_commands import priced
     from functions.core.config_file import config_format, parse_config
-    from functions.core.estimate import beyond, estimate
+    from functions.core.estimate import beyond
 
-    expected = estimate(parse_config(config.read_bytes(), config_format(config.name)), backend.settings.prices())
-    for line in expected.lines():
+    expected, lines = priced(backend.settings, parse_config(config.read_bytes(), config_format(config.name)))
+    for line in lines:
         print(line, file=sys.stderr)
     if why := beyond(expected, args.max_cost):
         raise RuntimeError(f"not submitted: {why} (--max-cost; nothing was uploaded)")
@@ -193,7 +194,7 @@ def add_parsers(sub: Any) -> None:
     submit.add_argument("--wait", action="store_true", help="follow the run until it ends")
     submit.add_argument(
         "--max-cost",
-        type=float,
+        type=options.amount,
         metavar="AMOUNT",
         help="refuse the run (nothing uploaded) when its estimated cost may be above this, or cannot be estimated",
     )

@@ -11,6 +11,10 @@ import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from functions.core.config import RunConfig
 
 ENV = {
     "project": "RAYTUNE_PROJECT",
@@ -28,6 +32,10 @@ ENV = {
     "hf_token_secret": "RAYTUNE_HF_TOKEN_SECRET",
     "node_hour_price": "RAYTUNE_NODE_HOUR_PRICE",
     "node_hour_prices": "RAYTUNE_NODE_HOUR_PRICES",
+    "price_currency": "RAYTUNE_PRICE_CURRENCY",
+    "policy_reservation": "RAYTUNE_POLICY_RESERVATION",
+    "policy_accelerator": "RAYTUNE_POLICY_ACCELERATOR",
+    "policy_capacity": "RAYTUNE_POLICY_CAPACITY",
 }
 
 
@@ -48,6 +56,11 @@ class CliSettings:
     hf_token_secret: str | None = None  # `raytune doctor`: the Secret Manager secret of the HF token
     node_hour_price: str | None = None  # estimates: a GPU node's price an hour (as the functions' own setting)
     node_hour_prices: str | None = None  # estimates: JSON, the price by capacity kind
+    price_currency: str | None = None  # estimates: the prices' currency (Terraform's price_currency)
+    # estimates: where the deployment's runs get their nodes (the operator's policy fixes them at launch)
+    policy_reservation: str | None = None
+    policy_accelerator: str | None = None
+    policy_capacity: str | None = None  # JSON, the operator's default capacity list
     source: str = "defaults"  # where they came from, for error messages
 
     @property
@@ -65,6 +78,21 @@ class CliSettings:
         from functions.core.estimate import price_list
 
         return price_list(by_kind, default)
+
+    def as_launched(self, cfg: RunConfig) -> RunConfig:
+        """The config as the deployment's launch will run it: what the operator's policy fixes (its reservation,
+        accelerator, default capacity list) filled in by the launch's own rule (Policy.fixed)."""
+        from functions.handlers.settings import policy_from_env
+
+        env = {
+            ENV[name]: value
+            for name in ("policy_reservation", "policy_accelerator", "policy_capacity")
+            if (value := getattr(self, name))
+        }
+        try:
+            return policy_from_env(env).fixed(cfg)
+        except ValueError as err:
+            raise RuntimeError(f"the policy settings in {self.source} are not the deployment's: {err}") from None
 
     def need(self, *names: str) -> None:
         missing = [n for n in names if not getattr(self, n)]

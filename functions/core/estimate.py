@@ -18,7 +18,7 @@ from typing import Any, get_args
 from pydantic import BaseModel
 
 from functions.core.advice import KNOWN_ROWS
-from functions.core.config import CapacityKind, RunConfig
+from functions.core.config import CapacityKind, RunConfig, TrainingSpec
 from functions.core.sweep import candidates, trial_config
 
 # Dense bf16 peak per GPU, TFLOP/s (vendor datasheets: B200 2.25 PF, H100/H200 989 TF, A100 312 TF, L4 121 TF).
@@ -53,7 +53,9 @@ class Estimate(BaseModel):
     def upper_cost(self) -> float | None:
         return max((high for _, high in self.costs.values()), default=None)
 
-    def lines(self) -> list[str]:
+    def lines(self, currency: str | None = None, deployment: str | None = None) -> list[str]:
+        """For people: `currency` the prices' (none: the deployment's unit); `deployment` where the prices and the
+        capacity came from (none: there is no deployment, and the capacity is the config's own)."""
         said = [f"estimate: {self.nodes} x {self.hardware} from {' or '.join(self.capacity)}"]
         if self.trials:
             said.append(
@@ -66,11 +68,18 @@ class Estimate(BaseModel):
             said.append(f"  training  {self.samples} samples in {_span_time(self.train_s)} ({self.basis})")
         said.append(f"  start-up  {_span_time(self.startup_s)}")
         if self.node_hours is not None:
-            said.append(f"  nodes     {self.node_hours[0]:.2f}-{self.node_hours[1]:.2f} node-hours")
+            said.append(f"  nodes     {_span(*self.node_hours, '.2f')} node-hours")
+        unit = f" {currency}" if currency else ""
         for kind, (low, high) in self.costs.items():
-            said.append(f"  cost      {kind}: {low:.2f}-{high:.2f} (at the deployment's node-hour price)")
+            said.append(f"  cost      {kind}: {_span(low, high, '.2f')}{unit} (at the deployment's node-hour price)")
         if self.node_hours is not None and not self.costs and self.hardware != "CPU":
-            said.append("  cost      unknown: no node-hour prices (Terraform node_hour_price / node_hour_prices)")
+            if deployment is None:
+                said.append(
+                    "  cost      unknown: no deployment settings (raytune.toml: terraform output -raw cli_config), "
+                    "so no prices, and the capacity is the config's own, not what the deployment's policy fixes"
+                )
+            else:
+                said.append(f"  cost      unknown: no node-hour prices in {deployment} (Terraform node_hour_price(s))")
         return said
 
 
@@ -85,6 +94,16 @@ def rows_of(cfg: RunConfig, counted: int | None = None) -> int | None:
     if cfg.dataset.max_samples:
         rows = min(rows, cfg.dataset.max_samples) if rows is not None else cfg.dataset.max_samples
     return rows
+
+
+def trained_samples(train_rows: int | None, training: TrainingSpec, workers: int) -> int | None:
+    """The samples a run trains, by the rule Hugging Face's Trainer sets its steps with (set_initial_training_values,
+    held to it by tests/unit/test_estimate.py): training.max_steps optimizer steps of the global batch (per-device
+    batch x gradient accumulation x workers), whatever the epochs, where it is set; else every held-in row, epochs
+    times. None: the dataset's size is not known here (max_steps alone needs none)."""
+    if training.max_steps:
+        return training.max_steps * training.per_device_batch_size * training.gradient_accumulation_steps * workers
+    return None if train_rows is None else round(train_rows * training.epochs)
 
 
 def estimate(cfg: RunConfig, prices: Mapping[str, float], rows: int | None = None) -> Estimate:
@@ -156,7 +175,9 @@ def _one_run(cfg: RunConfig, prices: Mapping[str, float], rows: int | None = Non
     s, t = cfg.scaling, cfg.training
     kinds = [o.kind for o in s.capacity] if s.capacity else ["reservation" if s.reservation else "on-demand"]
     rows = rows_of(cfg, rows)
-    samples = None if rows is None else round(rows * (1 - cfg.dataset.eval_fraction) * t.epochs)
+    # held out by a hash of each sample's key (trainer/data.py): about eval_fraction of them
+    held_in = None if rows is None else round(rows * (1 - cfg.dataset.eval_fraction))
+    samples = trained_samples(held_in, t, s.num_workers)
     if s.use_gpu:
         flop = SAMPLE_TFLOP * MODEL_SCALE.get(cfg.model.id, 1.0) * (CHECKPOINTING if t.gradient_checkpointing else 1)
         rate = [s.num_workers * PEAK_TFLOPS[s.accelerator] * mfu / flop for mfu in MFU]
@@ -189,7 +210,14 @@ def _one_run(cfg: RunConfig, prices: Mapping[str, float], rows: int | None = Non
 
 
 def _span_time(span: Span) -> str:
-    return f"{_time(span[0])}-{_time(span[1])}"
+    low, high = _time(span[0]), _time(span[1])
+    return low if low == high else f"{low}-{high}"
+
+
+def _span(low: float, high: float, form: str) -> str:
+    """A range for people: one figure where both ends read the same."""
+    shown = format(low, form), format(high, form)
+    return shown[0] if shown[0] == shown[1] else f"{shown[0]}-{shown[1]}"
 
 
 def _time(seconds: float) -> str:

@@ -288,3 +288,40 @@ def local_record(workdir: Path, run_id: str, state: State):
     runs.mkdir(parents=True)
     (runs / f"{run_id}.json").write_text(record.model_dump_json())
     return record
+
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_the_estimate_prices_the_capacity_the_deployment_gives_in_its_currency(monkeypatch, capsys, tmp_path):
+    """Issue 53: examples/cloud.yaml names no reservation (the deployment fixes it): priced as the launch will run
+    it, on the policy's reservation at its price, in the deployment's currency; with no deployment settings it says
+    what it could not know, not a cost of another capacity."""
+    toml = tmp_path / "deployment.toml"
+    toml.write_text(
+        'project = "p"\nruns_bucket = "r"\nnode_hour_price = "100"\nnode_hour_prices = \'{"reservation": 60}\'\n'
+        'price_currency = "EUR"\npolicy_reservation = "team-a4"\n'
+    )
+    monkeypatch.setenv("RAYTUNE_CLI_CONFIG", str(toml))
+    assert cli(["validate", str(ROOT / "examples" / "cloud.yaml")]) == 0
+    out = capsys.readouterr().out
+    assert "estimate: 2 x 8 x B200 from reservation" in out
+    [cost] = [line for line in out.splitlines() if line.strip().startswith("cost")]
+    assert cost.strip().startswith("cost      reservation: ") and " EUR (at the deployment's" in cost
+    monkeypatch.setenv("RAYTUNE_CLI_CONFIG", str(tmp_path / "none.toml"))
+    monkeypatch.chdir(tmp_path)
+    assert cli(["validate", str(ROOT / "examples" / "cloud.yaml")]) == 0
+    out = capsys.readouterr().out
+    assert "cost      unknown: no deployment settings" in out and "the capacity is the config's own" in out
+
+
+def test_the_summary_says_what_the_trainer_will_do_and_a_cap_is_an_amount(monkeypatch, capsys, tmp_path):
+    monkeypatch.setenv("RAYTUNE_CLI_CONFIG", str(tmp_path / "none.toml"))
+    quick = ROOT / "examples" / "quickstart.json"
+    assert cli(["validate", str(quick), "--set", "training.epochs=1"]) == 0
+    assert ", 1 epoch" in capsys.readouterr().out
+    assert cli(["validate", str(quick), "--set", "training.max_steps=12"]) == 0
+    assert ", 12 steps" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as refused:
+        cli(["submit", str(quick), "--max-cost", "-5"])
+    assert refused.value.code == 2 and "-5 is not an amount above 0" in capsys.readouterr().err

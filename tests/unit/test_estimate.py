@@ -49,7 +49,8 @@ def test_what_cannot_be_known_is_said_not_guessed():
     assert "training  unknown: the dataset's size is not known here" in "\n".join(found.lines())
     counted = estimate(cfg, {"on-demand": 80.0}, rows=500)  # validate counted a local dataset's rows
     assert counted.samples == 1500 and counted.upper_cost is not None
-    assert "cost      unknown: no node-hour prices" in "\n".join(estimate(cfg, {}, rows=500).lines())
+    said = "\n".join(estimate(cfg, {}, rows=500).lines(deployment="raytune.toml"))
+    assert "cost      unknown: no node-hour prices in raytune.toml" in said
 
 
 def test_a_cpu_run_costs_nothing_and_its_time_is_the_measured_rate():
@@ -87,3 +88,19 @@ def test_a_sweep_is_all_its_trials_run_to_their_end_at_the_draws_that_train_most
         over_budget(capped, found)
         == f"sweep.max_cost: its upper estimate is {found.upper_cost:.2f}, above {found.upper_cost - 1:g}"
     )
+
+
+def test_max_steps_decide_what_is_trained_whatever_the_epochs_or_the_datasets_size():
+    """Issue 53: the cap priced epochs while the trainer ran max_steps; max_steps needs no dataset size."""
+    steps = config(scaling={"nodes": 2}, dataset={"id": "gs://bucket-a/mine/"}, training={"max_steps": 500})
+    found = estimate(steps, price_list({}, 100.0))
+    assert found.samples == 500 * 4 * 1 * 16  # steps x per-device batch x accumulation x 16 workers
+    assert found.upper_cost is not None
+    swept = config(
+        scaling={"nodes": 1},
+        dataset={"max_samples": 1000, "eval_fraction": 0.1},
+        sweep={"space": {"training.max_steps": {"kind": "choice", "values": [10, 4000]}}, "trials": 2, "max_cost": 30},
+    )
+    costly = estimate(swept, price_list({}, 100.0))
+    assert costly.samples == 2 * 4000 * 4 * 8  # each trial at the draw that trains most
+    assert "sweep.max_cost" in (over_budget(swept, costly) or "")
