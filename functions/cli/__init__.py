@@ -43,6 +43,8 @@ def main(argv: list[str] | None = None) -> int:
             given = args.config or str(Path(__file__).parents[1] / "local" / "quickstart.json")
             args.config = overridden(given, args.set)
             args.named = f"{given} (--set {' '.join(args.set)})"
+            # what a person would type again: the file itself and its overrides, never the temporary copy
+            args.as_given = shlex.join([given, *(part for item in args.set for part in ("--set", item))])
         return args.func(args)
     except configs.ConfigError as err:
         for line in err.errors:

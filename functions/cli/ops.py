@@ -7,6 +7,7 @@ import argparse
 import datetime as dt
 import json
 import re
+import sys
 from typing import Any
 
 from functions.cli import options, targets
@@ -114,19 +115,49 @@ def cmd_runs(args: argparse.Namespace) -> int:
         "est. cost", "cost",
     )  # fmt: skip
     numbers = ("age", "duration", "best eval loss", "GPU node-h", "est. cost", "cost")
-    for column in columns:
-        table.add_column(column, justify="right" if column in numbers else "left")
+    cells = []
     for r in rows:
         loss = f"{r['best_eval_loss']:.4f}" if r["best_eval_loss"] is not None else "-"
         hours = f"{r['gpu_node_hours']:.2f}" if r["gpu_node_hours"] is not None else "-"
         state = r["state"] + (f" (attempt {r['attempt']})" if r["attempt"] > 1 else "")
         run = r["run_id"] + (f"\n{r['workdir']}" if args.all_workdirs else "")
-        table.add_row(
-            run, r["name"], state, r["age"], r["duration"], r["shape"], r["capacity"] or "-", loss, hours,
-            _money(r["estimated_cost"]), _money(r["cost"]),
+        cells.append(
+            [
+                run, r["name"], state, r["age"], r["duration"], r["shape"], r["capacity"] or "-", loss, hours,
+                _money(r["estimated_cost"]), _money(r["cost"]),
+            ]
         )  # fmt: skip
-    targets.console().print(table)
+    out = targets.console()
+    shown = fitting(columns, cells, out.width)
+    for column in shown:
+        # The run id is what every other command takes: never cut, never wrapped (other columns go first).
+        whole = column == "run id"
+        table.add_column(column, justify="right" if column in numbers else "left", no_wrap=whole, overflow="fold")
+    for row_cells in cells:
+        table.add_row(*(cell for column, cell in zip(columns, row_cells, strict=True) if column in shown))
+    out.print(table)
+    if hidden := [c for c in columns if c not in shown]:
+        print(f"({out.width} columns: {', '.join(hidden)} not shown; --json has every field)", file=sys.stderr)
     return 0
+
+
+# What a narrow terminal loses first, as `kubectl get` keeps its wide columns for -o wide.
+DROPPED_FIRST = ("capacity", "est. cost", "GPU node-h", "nodes x GPUs", "best eval loss", "duration", "name", "age")
+
+
+def fitting(columns: tuple[str, ...], cells: list[list[str]], width: int) -> list[str]:
+    """The columns a table of these cells can show whole in `width` characters (rich's borders and padding:
+    3 a column and 1), dropping DROPPED_FIRST in its order until it fits; the run id and state always stay."""
+    natural = {
+        column: max([len(column), *(max(map(len, row[i].splitlines() or [""])) for row in cells)])
+        for i, column in enumerate(columns)
+    }
+    shown = list(columns)
+    for column in DROPPED_FIRST:
+        if sum(natural[c] + 3 for c in shown) + 1 <= width:
+            break
+        shown.remove(column)
+    return shown
 
 
 def cmd_status(args: argparse.Namespace) -> int:

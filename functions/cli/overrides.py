@@ -33,7 +33,7 @@ def overridden(path: str, sets: list[str] | None) -> str:
         if not sep or not all(parts):
             raise configs.ConfigError([f"--set {item!r}: use FIELD=VALUE, e.g. --set training.epochs=1"])
         try:
-            data = with_value(data, ".".join(parts), _typed(value))
+            data = with_value(data, ".".join(parts), _merged(_at(data, parts), _typed(value)))
         except NotASection as section:
             raise configs.ConfigError([f"--set {item!r}: {section} is not a section"]) from None
     try:
@@ -45,6 +45,23 @@ def overridden(path: str, sets: list[str] | None) -> str:
     target = folder / Path(path).name
     target.write_text(json.dumps(data, indent=2) if fmt == "json" else _yaml_text(data))
     return str(target)
+
+
+def _at(data: dict[str, Any], parts: list[str]) -> Any:
+    """What the file sets at a dotted name (None where it sets nothing)."""
+    for part in parts:
+        if not isinstance(data, dict):
+            return None
+        data = data.get(part)  # type: ignore[assignment]
+    return data
+
+
+def _merged(given: Any, value: Any) -> Any:
+    """A section set on the command line (`--set dataset={"id": ...}`) adds to the file's, field by field, as a
+    second document would: what the file sets and the override does not name stays (eval_fraction, ...)."""
+    if isinstance(given, dict) and isinstance(value, dict):
+        return {**given, **{k: _merged(given.get(k), v) for k, v in value.items()}}
+    return value
 
 
 def _typed(value: str) -> Any:

@@ -33,7 +33,7 @@ def deployment_for(args: argparse.Namespace) -> CloudBackend:
         raise RuntimeError(
             f"no deployment to submit to: no runs bucket in {found.source} (RAYTUNE_BUCKET, raytune.toml from "
             f"`terraform output -raw cli_config > raytune.toml`, or --bucket); to run it here: raytune local "
-            f"{args.config}"
+            f"{getattr(args, 'as_given', None) or args.config}"
         )
     return CloudBackend(found)
 

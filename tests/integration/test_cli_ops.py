@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -325,3 +326,61 @@ def test_the_summary_says_what_the_trainer_will_do_and_a_cap_is_an_amount(monkey
     with pytest.raises(SystemExit) as refused:
         cli(["submit", str(quick), "--max-cost", "-5"])
     assert refused.value.code == 2 and "-5 is not an amount above 0" in capsys.readouterr().err
+
+
+def on_a_terminal(argv: list[str], columns: int) -> tuple[int, str]:
+    """A command run on a pseudo-terminal `columns` wide, as a person's: its exit code and what the screen got."""
+    import fcntl
+    import pty
+    import struct
+    import termios
+
+    leader, follower = pty.openpty()
+    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 50, columns, 0, 0))
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")} | {"TERM": "xterm-256color"}
+    proc = subprocess.Popen(argv, stdin=follower, stdout=follower, stderr=follower, env=env, close_fds=True)
+    os.close(follower)
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(leader, 65536)
+        except OSError:  # the terminal closed: the command has ended
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(leader)
+    screen = b"".join(chunks).decode(errors="replace").replace("\r\n", "\n")
+    return proc.wait(timeout=60), re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", screen)  # its styles, not its text
+
+
+@pytest.mark.parametrize("columns", [80, 120, 200])
+def test_runs_never_cuts_the_run_id_whatever_the_width(tmp_path, columns):
+    """Issue 53: the id ("quicksta…") is what every other command takes: other columns go first, and it says so."""
+    workdir = tmp_path / "w"
+    runs = workdir / "gcs" / "raytune-local" / "runs"
+    runs.mkdir(parents=True)
+    ids = ["quickstart-3f9c2e71a0b3d58e", "a-longer-config-name-0f1e2d3c4b5a6978"]
+    for run_id in ids:
+        record = a_record(State.SUCCEEDED, run_id=run_id, config={"name": run_id.rsplit("-", 1)[0]})
+        (runs / f"{run_id}.json").write_text(record.model_dump_json())
+    raytune = str(Path(sys.executable).parent / "raytune")
+    code, screen = on_a_terminal([raytune, "runs", "--workdir", str(workdir)], columns)
+    assert code == 0, screen
+    assert all(run_id in screen for run_id in ids), screen
+    table = [line for line in screen.splitlines() if line[:1] in "┏┃┡│└"]
+    assert table and all(len(line) <= columns for line in table), screen
+    assert ("not shown; --json has every field" in screen) == (columns < 200), screen
+
+
+def test_the_run_it_here_hint_names_the_file_and_its_overrides(capsys, monkeypatch, tmp_path):
+    """Issue 53: with --set, the hint named the temporary copy the overrides were written to, gone at exit."""
+    monkeypatch.chdir(tmp_path)
+    for name in ("RAYTUNE_BUCKET", "RAYTUNE_CLI_CONFIG", "RAYTUNE_PROJECT"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    config = tmp_path / "c.json"
+    config.write_text(json.dumps(QUICK))
+    assert cli(["submit", str(config), "--set", "training.epochs=1"]) == 2
+    err = capsys.readouterr().err
+    assert f"to run it here: raytune local {config} --set training.epochs=1" in err

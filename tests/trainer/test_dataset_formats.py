@@ -147,7 +147,9 @@ def test_a_missing_image_fails_the_preflight_naming_the_row_and_column(tmp_path)
     (folder / "images" / "2.jpg").unlink()
     spec = DatasetSpec(id=str(path))
     # rows 0 and 1 decode; row 2's file is gone
-    with pytest.raises(preflight.PreflightError, match=r"row 2, column 'image': FileNotFoundError"):
+    with pytest.raises(
+        preflight.PreflightError, match=r"row 2 \(counting from 0\), column 'image': image .*2.jpg: FileNotFoundError"
+    ):
         preflight.check(tiny_model(), spec)
 
 
@@ -168,19 +170,36 @@ def test_every_row_is_checked_and_a_bad_one_is_named_with_its_file(tmp_path):
     with pytest.raises(preflight.PreflightError) as failed:
         preflight.check(tiny_model(), spec)
     assert str(failed.value) == (
-        f"dataset {folder}: row 33 (row 13 of shard-1.parquet), column 'image': UnidentifiedImageError: "
-        "cannot identify image file its bytes"
+        f"dataset {folder}: row 33 (counting from 0; row 13 of shard-1.parquet), column 'image': the image bytes "
+        "stored in the row: UnidentifiedImageError: cannot identify image file"
     )
     items[37]["description"] = "  "
     part = items[20:]
     table = pa.table({**{k: [r[k] for r in part] for k in FIELDS}, "image": [jpeg(r["image"]) for r in part]})
     pq.write_table(table, folder / "shard-1.parquet")
-    with pytest.raises(ValueError, match=r"row 37 \(row 17 of shard-1.parquet\), column 'description' is '  '"):
+    with pytest.raises(
+        ValueError, match=r"row 37 \(counting from 0; row 17 of shard-1.parquet\), column 'description' is"
+    ):
         data.check_rows(spec)
     items[37]["description"] = "fine"
     table = pa.table({**{k: [r[k] for r in part] for k in FIELDS}, "image": [jpeg(r["image"]) for r in part]})
     pq.write_table(table, folder / "shard-1.parquet")
     assert data.check_rows(spec) == 40
+
+
+def test_a_jpeg_cut_short_is_found_before_training_naming_its_row(tmp_path):
+    """Issue 53: a JPEG whose body stops partway has a valid header: verify() passed it, and the workers failed with
+    `OSError: image file is truncated`, naming nothing, on every restart. Every image is decoded whole now."""
+    items = rows(6)
+    images = [jpeg(r["image"]) for r in items]
+    images[4] = images[4][: len(images[4]) * 5 // 6]  # its last rows of pixels gone
+    table = pa.table({**{k: [r[k] for r in items] for k in FIELDS}, "image": images})
+    pq.write_table(table, tmp_path / "data" / "cut.parquet")
+    with pytest.raises(data.DataError) as failed:
+        data.check_rows(DatasetSpec(id=str(tmp_path / "data")))
+    said = str(failed.value)
+    assert "row 4 (counting from 0; row 4 of cut.parquet), column 'image': the image bytes stored in the row" in said
+    assert "truncated" in said
 
 
 def test_a_column_that_holds_no_images_is_named(tmp_path):
@@ -211,7 +230,7 @@ def test_validate_reads_a_local_dataset_before_anything_runs(tmp_path, capsys):
     assert cli(["validate", str(config)]) == 0
     (tmp_path / "data" / "images" / "0.jpg").unlink()
     assert cli(["validate", str(config)]) == 2
-    assert "row 0, column 'image': FileNotFoundError" in capsys.readouterr().err
+    assert "row 0 (counting from 0), column 'image': image " in capsys.readouterr().err
 
 
 def test_validate_names_a_folder_it_cannot_read_without_a_traceback(tmp_path, capsys):

@@ -360,7 +360,7 @@ def test_fields_are_overridden_on_the_command_line_typed_by_the_schema(capsys):
     quickstart = str(ROOT / "functions" / "local" / "quickstart.json")
     assert cli(["validate", quickstart, "--set", "training.epochs=1", "--set", "scaling.nodes=1"]) == 0
     out = capsys.readouterr().out
-    assert out.startswith(f"ok: {quickstart} (--set training.epochs=1 scaling.nodes=1): ") and "1 epochs" in out
+    assert out.startswith(f"ok: {quickstart} (--set training.epochs=1 scaling.nodes=1): ") and ", 1 epoch" in out
     assert "on 1 x CPU" in out
     assert (
         cli(["validate", quickstart, "--set", "training.learning_rate=2e-4", "--set", "lora.target_modules=[q_proj]"])
@@ -377,3 +377,16 @@ def test_fields_are_overridden_on_the_command_line_typed_by_the_schema(capsys):
         assert said in capsys.readouterr().err, bad
     assert cli(["render", quickstart, "--bucket", "my-bucket", "--set", "scaling.nodes=1"]) == 0
     assert "replicas: 1" in capsys.readouterr().out
+
+
+def test_a_section_set_on_the_command_line_adds_to_the_files(tmp_path):
+    """Issue 53: `--set dataset={...}` replaced the whole section, dropping what the file set (eval_fraction)."""
+    quickstart = json.loads((ROOT / "examples" / "quickstart.json").read_text())
+    from functions.cli.overrides import overridden
+
+    config = tmp_path / "c.json"
+    config.write_text(json.dumps({**quickstart, "dataset": {**quickstart["dataset"], "eval_fraction": 0.25}}))
+    written = json.loads(Path(overridden(str(config), ['dataset={"max_samples": 16}'])).read_text())
+    assert written["dataset"] == {**quickstart["dataset"], "eval_fraction": 0.25, "max_samples": 16}
+    replaced = json.loads(Path(overridden(str(config), ["dataset.max_samples=8"])).read_text())
+    assert replaced["dataset"]["eval_fraction"] == 0.25 and replaced["dataset"]["max_samples"] == 8
