@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import os
 import signal
 import sys
 import time
@@ -25,8 +26,10 @@ WAIT_LIMIT_S = 120  # cancel and retry wait this long for the record to say so
 
 
 def _shown(text: str) -> str:
-    """Log text as written to stdout: Ray's colour codes only where they colour something (a terminal)."""
-    return text if sys.stdout.isatty() else joblog.strip_ansi(text)
+    """Log text as written to stdout: Ray's colour codes only where they colour something (a terminal), and not
+    where the user asked for none (NO_COLOR set to anything but "": https://no-color.org)."""
+    coloured = sys.stdout.isatty() and not os.environ.get("NO_COLOR")
+    return text if coloured else joblog.strip_ansi(text)
 
 
 def _tail(text: str, lines: int | None) -> str:

@@ -328,8 +328,9 @@ def test_the_summary_says_what_the_trainer_will_do_and_a_cap_is_an_amount(monkey
     assert refused.value.code == 2 and "-5 is not an amount above 0" in capsys.readouterr().err
 
 
-def on_a_terminal(argv: list[str], columns: int) -> tuple[int, str]:
-    """A command run on a pseudo-terminal `columns` wide, as a person's: its exit code and what the screen got."""
+def on_a_terminal(argv: list[str], columns: int, styles: bool = False, **env: str) -> tuple[int, str]:
+    """A command run on a pseudo-terminal `columns` wide, as a person's: its exit code and what the screen got
+    (its colour codes too, with `styles`)."""
     import fcntl
     import pty
     import struct
@@ -337,7 +338,11 @@ def on_a_terminal(argv: list[str], columns: int) -> tuple[int, str]:
 
     leader, follower = pty.openpty()
     fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 50, columns, 0, 0))
-    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")} | {"TERM": "xterm-256color"}
+    env = (
+        {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES", "NO_COLOR")}
+        | {"TERM": "xterm-256color"}
+        | env
+    )
     proc = subprocess.Popen(argv, stdin=follower, stdout=follower, stderr=follower, env=env, close_fds=True)
     os.close(follower)
     chunks = []
@@ -351,7 +356,7 @@ def on_a_terminal(argv: list[str], columns: int) -> tuple[int, str]:
         chunks.append(chunk)
     os.close(leader)
     screen = b"".join(chunks).decode(errors="replace").replace("\r\n", "\n")
-    return proc.wait(timeout=60), re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", screen)  # its styles, not its text
+    return proc.wait(timeout=60), screen if styles else re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", screen)
 
 
 @pytest.mark.parametrize("columns", [80, 120, 200])
@@ -384,3 +389,19 @@ def test_the_run_it_here_hint_names_the_file_and_its_overrides(capsys, monkeypat
     assert cli(["submit", str(config), "--set", "training.epochs=1"]) == 2
     err = capsys.readouterr().err
     assert f"to run it here: raytune local {config} --set training.epochs=1" in err
+
+
+def test_a_raw_log_is_coloured_on_a_terminal_unless_no_color_is_set(tmp_path):
+    """Issue 53: `logs --raw` kept Ray's colour codes on a terminal whatever NO_COLOR said (https://no-color.org)."""
+    workdir = tmp_path / "w"
+    (workdir / "gcs" / "raytune-local" / "runs").mkdir(parents=True)
+    record = a_record(State.SUCCEEDED, run_id="quick-1", config={"name": "quick"})
+    (workdir / "gcs" / "raytune-local" / "runs" / "quick-1.json").write_text(record.model_dump_json())
+    (workdir / "logs").mkdir()
+    (workdir / "logs" / f"{record.job_name}-driver.log").write_text("\x1b[32mINFO\x1b[0m step 1/4\n")
+    raytune = str(Path(sys.executable).parent / "raytune")
+    argv = [raytune, "logs", "quick-1", "--raw", "--workdir", str(workdir)]
+    code, coloured = on_a_terminal(argv, 120, styles=True)
+    assert code == 0 and "\x1b[32mINFO" in coloured, coloured
+    code, plain = on_a_terminal(argv, 120, styles=True, NO_COLOR="1")
+    assert code == 0 and "INFO step 1/4" in plain and "\x1b[" not in plain, plain
