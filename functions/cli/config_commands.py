@@ -40,37 +40,46 @@ def bucket_storage(bucket: str | None) -> str | None:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
+    from functions.cli import settings as cli_settings
     from functions.core.advice import right_sizing
 
-    cfg = load(args.config)
     named = getattr(args, "named", args.config)
-    if missing := missing_paths(args.config, cfg):
-        for problem in missing:
-            print(f"error: {problem}", file=sys.stderr)
+    try:
+        cfg = load(args.config)
+    except configs.ConfigError as err:
+        if not args.json:
+            raise
+        print(json.dumps({"config": named, "ok": False, "errors": err.errors}, indent=2))
         return 2
+    errors = [f"{named}: {problem}" for problem in missing_paths(args.config, cfg)]
     rows = None
-    if cfg.dataset.id.startswith("/"):  # a dataset of your own on this machine: every row read and checked
+    if not errors and cfg.dataset.id.startswith("/"):  # a dataset of your own here: every row read and checked
         from trainer.data import DataError, check_rows
 
         try:
             rows = check_rows(cfg.dataset)
         except DataError as err:
-            print(f"error: {named}: {err}", file=sys.stderr)
-            return 2
-    for left in placeholders(args.config):
-        print(f"warning: {left} (submit refuses it until it is edited)", file=sys.stderr)
+            errors.append(f"{named}: {err}")
+    if errors:
+        if args.json:
+            print(json.dumps({"config": named, "ok": False, "errors": errors}, indent=2))
+        for error in [] if args.json else errors:
+            print(f"error: {error}", file=sys.stderr)
+        return 2
+    warnings = [f"{left} (submit refuses it until it is edited)" for left in placeholders(args.config)]
+    warnings += [f"{named}: {warning}" for warning in right_sizing(cfg)]
     scaling = cfg.scaling
     hardware = f"{scaling.gpus_per_node} {scaling.accelerator}" if scaling.use_gpu else "CPU"
     trials = f" a trial; a sweep of {cfg.sweep.trials} trials, {cfg.sweep.concurrent} at once" if cfg.sweep else ""
-    print(
-        f"ok: {named}: {cfg.model.id} on {scaling.nodes} x {hardware}"
-        f" ({scaling.num_workers} Ray Train workers), {trained(cfg)}{trials}"
-    )
-    for warning in right_sizing(cfg):
-        print(f"warning: {named}: {warning}", file=sys.stderr)
-    from functions.cli import settings as cli_settings
-
-    _, lines = priced(cli_settings.load({}), cfg, rows)
+    said = f"{cfg.model.id} on {scaling.nodes} x {hardware} ({scaling.num_workers} Ray Train workers), {trained(cfg)}"
+    expected, lines = priced(cli_settings.load({}), cfg, rows)
+    if args.json:
+        found = {"config": named, "ok": True, "summary": said + trials, "warnings": warnings}
+        print(json.dumps(found | {"estimate": json.loads(expected.model_dump_json())}, indent=2))
+        return 0
+    print(f"ok: {named}: {said}{trials}")
+    for warning in warnings:
+        print(f"warning: {warning}", file=sys.stderr)
     for line in lines:
         print(line)
     return 0
@@ -132,6 +141,7 @@ def add_parsers(sub: Any) -> None:
     validate = sub.add_parser("validate", help="check a run config and summarise it")
     options.add_config(validate)
     options.add_set(validate)
+    options.add_json(validate, "the verdict, warnings and estimate as JSON (errors too, exit 2)")
     validate.set_defaults(func=cmd_validate)
 
     render = sub.add_parser(

@@ -14,7 +14,7 @@ from functions.cli import options, targets
 from functions.cli.backends import LocalBackend, records
 from functions.core import joblog
 from functions.core.runs import RunRecord, State
-from functions.core.sweep import shown_values
+from functions.core.sweep import shown_values, trial_lines
 
 DURATION = re.compile(r"^(\d+)([smhd])$")
 
@@ -163,6 +163,9 @@ def fitting(columns: tuple[str, ...], cells: list[list[str]], width: int) -> lis
 def cmd_status(args: argparse.Namespace) -> int:
     backend = targets.backend_for(args)
     record = targets.get_record(backend, args.run)
+    if args.json:
+        print(json.dumps(status_of(backend, record, args.lines), indent=2, default=str))
+        return 0
     out = targets.console()
     out.print(f"[bold]{record.run_id}[/bold]  {record.state.value}  ({backend.where})")
     if record.reason:
@@ -186,6 +189,9 @@ def cmd_status(args: argparse.Namespace) -> int:
             metrics.add_row(f"  {key}", f"{value:.4g}" if isinstance(value, float) else str(value))
         out.print(metrics)
         out.print(f"  adapter    {record.result.adapter_path}")
+        if record.result.sweep:  # the same trials table as the run's story (logs, local, submit --wait)
+            for line in trial_lines(record.result.sweep):
+                out.print(line, markup=False)
     try:
         job = backend.job(record)
         pods = backend.pods(record)
@@ -207,6 +213,18 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
+def status_of(backend: Any, record: RunRecord, lines: int) -> dict[str, Any]:
+    """`status --json`: the record as stored, and what the cluster says of it now (or why it could not)."""
+    found: dict[str, Any] = {"record": json.loads(record.model_dump_json()), "where": backend.where}
+    try:
+        log = backend.log(record)
+        found |= {"job": backend.job(record), "pods": backend.pods(record)}
+        found["last_log_lines"] = [joblog.clean(line) for line in log.strip().splitlines()[-lines:]] if log else []
+    except Exception as err:  # the record is the answer; the cluster is news
+        found["cluster"] = f"unreachable: {err}"
+    return found
+
+
 def _flat(value: Any, prefix: str = "") -> dict[str, Any]:
     if isinstance(value, dict):
         out: dict[str, Any] = {}
@@ -223,14 +241,28 @@ def cmd_compare(args: argparse.Namespace) -> int:
     runs = [targets.get_record(backend, run_id) for run_id in args.runs]
     configs = [_flat(r.config or {}) for r in runs]
     metrics = [_flat(r.result.metrics.model_dump(exclude_none=True) if r.result else {}) for r in runs]
+    keys = sorted({k for c in configs for k in c})
+    differing = [k for k in keys if len({json.dumps(c.get(k), sort_keys=True) for c in configs}) > 1]
+    if args.json:
+        compared = {
+            r.run_id: {
+                "state": r.state.value,
+                "config": {k: c.get(k) for k in differing},
+                "metrics": m,
+                "gpu_node_hours": r.gpu_node_seconds / 3600 if r.gpu_node_seconds else None,
+                "estimated_cost": _estimated_cost(r),
+                "cost": r.cost,
+            }
+            for r, c, m in zip(runs, configs, metrics, strict=True)
+        }
+        print(json.dumps({"differing": differing, "runs": compared}, indent=2))
+        return 0
     from rich.table import Table
 
     table = Table(title="config differences and metrics", title_justify="left")
     table.add_column("")
     for r in runs:
         table.add_column(f"{r.run_id}\n{r.state.value}")
-    keys = sorted({k for c in configs for k in c})
-    differing = [k for k in keys if len({json.dumps(c.get(k), sort_keys=True) for c in configs}) > 1]
     for key in differing:
         table.add_row(key, *(json.dumps(c[key]) if key in c else "-" for c in configs))
     if differing:
@@ -280,8 +312,10 @@ def add_parsers(sub: Any) -> None:
     status = common(sub.add_parser("status", help="one run: record, RayJob, pods, last log lines"))
     status.add_argument("run", help="the run id (raytune runs lists them)")
     status.add_argument("--lines", type=int, default=10, help="how many of the driver log's last lines")
+    options.add_json(status, "the record and what the cluster says of it, as JSON")
     status.set_defaults(func=cmd_status)
 
     compare = common(sub.add_parser("compare", help="configs' differences and metrics side by side"))
     compare.add_argument("runs", nargs="+", metavar="RUN", help="two or more run ids")
+    options.add_json(compare, "the differing fields and metrics of each run, as JSON")
     compare.set_defaults(func=cmd_compare)

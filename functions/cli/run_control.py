@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import json
 import os
 import signal
 import sys
@@ -174,12 +175,15 @@ def cmd_submit(args: argparse.Namespace) -> int:
     from functions.core.estimate import beyond
 
     expected, lines = priced(backend.settings, parse_config(config.read_bytes(), config_format(config.name)))
-    for line in lines:
+    for line in [] if args.json else lines:
         print(line, file=sys.stderr)
     if why := beyond(expected, args.max_cost):
         raise RuntimeError(f"not submitted: {why} (--max-cost; nothing was uploaded)")
     run_id = backend.submit(config, args.name, args.via_topic)
-    print(run_id)
+    if args.json:
+        print(json.dumps({"run_id": run_id, "estimate": json.loads(expected.model_dump_json())}, indent=2))
+    else:
+        print(run_id)
     print(f"cancel token kept in {tokens.folder() / run_id} (raytune cancel {run_id} uses it)", file=sys.stderr)
     if not args.wait:
         return 0
@@ -195,6 +199,7 @@ def add_parsers(sub: Any) -> None:
     submit.add_argument("--name", help="run name (the uploaded object's name; run_name of a message)")
     submit.add_argument("--via-topic", action="store_true", help="publish a launch message instead of uploading")
     submit.add_argument("--wait", action="store_true", help="follow the run until it ends")
+    options.add_json(submit, "the run id and its estimate as JSON")
     submit.add_argument(
         "--max-cost",
         type=options.amount,

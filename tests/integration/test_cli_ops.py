@@ -405,3 +405,34 @@ def test_a_raw_log_is_coloured_on_a_terminal_unless_no_color_is_set(tmp_path):
     assert code == 0 and "\x1b[32mINFO" in coloured, coloured
     code, plain = on_a_terminal(argv, 120, styles=True, NO_COLOR="1")
     assert code == 0 and "INFO step 1/4" in plain and "\x1b[" not in plain, plain
+
+
+def test_status_compare_and_validate_answer_in_json(capsys, monkeypatch, tmp_path):
+    """Issue 53: --json on status, compare and validate (and submit), as on runs; a sweep's status shows its trials."""
+    from functions.core.result import RunResult, SweepResult, TrialResult
+
+    monkeypatch.setenv("RAYTUNE_CLI_CONFIG", str(tmp_path / "none.toml"))
+    workdir = tmp_path / "w"
+    runs = workdir / "gcs" / "raytune-local" / "runs"
+    runs.mkdir(parents=True)
+    trials = [
+        TrialResult(trial_id=f"trial-00{n}", params={"lora.r": 4 * 2**n}, state="finished", metric=n + 1.0)
+        for n in range(2)
+    ]
+    sweep = SweepResult(metric="eval_loss", mode="min", best_trial="trial-000", trials=trials)
+    for run_id, r in (("a-1", 8), ("b-1", 16)):
+        result = RunResult(adapter_path=f"/x/{run_id}", sweep=sweep if run_id == "a-1" else None)
+        record = a_record(State.SUCCEEDED, run_id=run_id, config={"name": run_id[0], "lora": {"r": r}}, result=result)
+        (runs / f"{run_id}.json").write_text(record.model_dump_json())
+    assert cli(["status", "a-1", "--workdir", str(workdir), "--json"]) == 0
+    status = json.loads(capsys.readouterr().out)
+    assert status["record"]["run_id"] == "a-1" and status["record"]["state"] == "SUCCEEDED"
+    assert cli(["status", "a-1", "--workdir", str(workdir)]) == 0
+    shown = capsys.readouterr().out
+    assert "2 trials: 2 finished" in shown and "trial-000 *" in shown
+    assert cli(["compare", "a-1", "b-1", "--workdir", str(workdir), "--json"]) == 0
+    compared = json.loads(capsys.readouterr().out)
+    assert compared["differing"] == ["lora.r", "name"] and compared["runs"]["b-1"]["config"]["lora.r"] == 16
+    assert cli(["validate", str(ROOT / "examples" / "quickstart.json"), "--json"]) == 0
+    verdict = json.loads(capsys.readouterr().out)
+    assert verdict["ok"] is True and verdict["estimate"]["samples"] == 48
