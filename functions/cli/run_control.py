@@ -129,6 +129,9 @@ def cmd_retry(args: argparse.Namespace) -> int:
     except RetryRefused as why:
         print(f"error: {why}", file=sys.stderr)
         return 2
+    if (again := record.fails_again()) and not args.force:
+        print(f"error: {again}: fix it and submit again, or retry with --force", file=sys.stderr)
+        return 2
     if isinstance(backend, LocalBackend):
         try:
             backend.retry(record, args.token)
@@ -234,4 +237,5 @@ def add_parsers(sub: Any) -> None:
     retry.add_argument("run", help="the run id")
     retry.add_argument("--token", help="the run's cancel token (default: the one `submit` kept); operators need none")
     options.add_waiting(retry, WAIT_LIMIT_S, "how long to wait for the watcher")
+    retry.add_argument("--force", action="store_true", help="retry a run that failed on its data or preflight")
     retry.set_defaults(func=cmd_retry)

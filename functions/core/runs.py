@@ -75,6 +75,9 @@ ALLOWED: dict[State, frozenset[State]] = {
 }
 RETRYABLE = frozenset({State.FAILED, State.CANCELLED})  # `raytune retry`: ended runs that did not finish
 MAX_ATTEMPTS = 20  # attempts a record may hold, retries by hand included (scaling.max_attempts bounds the automatic)
+# Failures no retry changes, as the driver log names them (joblog.clean: the exception type, no module path):
+# the preflight's (a dataset, model or GPU driver that cannot work) and the data's own.
+REPEATED_CAUSES = ("PreflightError", "DataError")
 
 
 class Attempt(BaseModel):
@@ -304,6 +307,17 @@ class RunRecord(BaseModel):
             }
         )
         return [*self.attempts[:-1], ended]
+
+    def fails_again(self) -> str | None:
+        """Why a retry of this run would fail the same way (its job ended on what no retry changes: the data, the
+        model, a driver the preflight refused), or None. `raytune retry` asks for --force before repeating it."""
+        reason = self.reason or ""
+        cause = next((c for c in REPEATED_CAUSES if f"{c}:" in reason), None)
+        if self.state != State.FAILED or cause is None:
+            return None
+        return (
+            f"{self.run_id} failed on {cause} ({reason[:200]}); a retry meets it again unless the data or image changed"
+        )
 
     def retried(self, now: dt.datetime, by: str) -> RunRecord:
         """This ended run as the next attempt, asked for by hand (`raytune retry`): QUEUED for its nodes again,

@@ -436,3 +436,18 @@ def test_status_compare_and_validate_answer_in_json(capsys, monkeypatch, tmp_pat
     assert cli(["validate", str(ROOT / "examples" / "quickstart.json"), "--json"]) == 0
     verdict = json.loads(capsys.readouterr().out)
     assert verdict["ok"] is True and verdict["estimate"]["samples"] == 48
+
+
+def test_a_retry_of_a_run_that_failed_on_its_data_asks_for_force(capsys, monkeypatch, tmp_path):
+    """Issue 53: the retry reran a data error for 90 s without a word."""
+    monkeypatch.setenv("RAYTUNE_CLI_CONFIG", str(tmp_path / "none.toml"))
+    workdir = tmp_path / "w"
+    runs = workdir / "gcs" / "raytune-local" / "runs"
+    runs.mkdir(parents=True)
+    reason = "PreflightError: dataset /d: row 4 (counting from 0), column 'image': OSError: image file is truncated"
+    record = a_record(State.FAILED, reason=reason, run_id="bad-1", config={"name": "bad"}, settled=True)
+    (runs / "bad-1.json").write_text(record.model_dump_json())
+    assert cli(["retry", "bad-1", "--workdir", str(workdir)]) == 2
+    said = capsys.readouterr().err
+    assert "bad-1 failed on PreflightError (PreflightError: dataset /d: row 4" in said and "--force" in said
+    assert a_record(State.FAILED, reason="RuntimeError: NCCL timeout", settled=True).fails_again() is None
