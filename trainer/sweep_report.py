@@ -72,19 +72,48 @@ def _marker(trial: TrialResult, best: bool, cx: float, cy: float) -> str:
     return f"{ring}<circle cx='{cx:.1f}' cy='{cy:.1f}' r='5' fill='{fill}' stroke='{colour}' stroke-width='2'>{title}</circle>"
 
 
+OVERLAP_PX = 10  # points closer than this would hide one another
+SPREAD_PX = 9  # how far apart they are moved, around where they belong
+
+
+def spread(points: list[tuple[float, float, TrialResult]]) -> list[tuple[float, float, TrialResult]]:
+    """Points that would sit on one another (trials with the same value and metric, a choice's repeats) moved apart
+    in a small ring around their common place, so each can be seen and pointed at; the others stay put."""
+    groups: dict[tuple[int, int], list[int]] = {}
+    for index, (cx, cy, _) in enumerate(points):
+        groups.setdefault((round(cx / OVERLAP_PX), round(cy / OVERLAP_PX)), []).append(index)
+    placed = list(points)
+    for members in groups.values():
+        if len(members) < 2:
+            continue
+        for k, index in enumerate(members):
+            cx, cy, trial = points[index]
+            angle = 2 * math.pi * k / len(members)
+            placed[index] = (cx + SPREAD_PX * math.cos(angle), cy + SPREAD_PX * math.sin(angle), trial)
+    return placed
+
+
+def _label(trial: TrialResult, cx: float, cy: float) -> str:
+    """The trial's number beside its point (trial-007: 7), as the table's rows name it."""
+    number = trial.trial_id.removeprefix("trial-").lstrip("0") or "0"
+    return f"<text x='{cx + 7:.1f}' y='{cy - 7:.1f}' font-size='9' fill='#444'>{html.escape(number)}</text>"
+
+
 def metric_against(field: str, sweep: SweepResult, log_x: bool) -> str:
     """The sweep's metric against one numeric swept field, a point a trial."""
     points = [
         (float(t.params[field]), t.metric, t)
         for t in sweep.trials
         if t.metric is not None
+        and math.isfinite(t.metric)  # a diverged trial has no place on the axis (the table says so)
         and isinstance(t.params.get(field), (int, float))
         and not isinstance(t.params[field], bool)
     ]
     if not points:
         return ""
     axes, x, y = _axes(field, sweep.metric, [p[0] for p in points], [p[1] for p in points], log_x)
-    marks = "".join(_marker(t, t.trial_id == sweep.best_trial, x(px), y(py)) for px, py, t in points)
+    placed = spread([(x(px), y(py), t) for px, py, t in points])
+    marks = "".join(_marker(t, t.trial_id == sweep.best_trial, cx, cy) + _label(t, cx, cy) for cx, cy, t in placed)
     return f"<svg class='against' width='{WIDTH}' height='{HEIGHT}' role='img' aria-label='{html.escape(sweep.metric)} against {html.escape(field)}'>{axes}{marks}</svg>"
 
 

@@ -84,3 +84,37 @@ def test_the_page_has_every_trial_and_plots_the_metric_against_each_swept_field(
     dom = in_browser(path, tmp_path)
     if dom is not None:  # as a person opens it (CI installs chromium)
         assert dom.count("<circle") >= 8 and dom.count("<polyline") == 4
+
+
+def test_trials_on_one_spot_are_told_apart_and_every_point_names_its_trial():
+    """Issue 53: two trials with the same value and metric drew one point; a diverged trial has no place."""
+    import math
+
+    from trainer.sweep_report import metric_against
+
+    same = [TrialResult(trial_id=f"trial-00{n}", params={"lora.r": 8}, state="finished", metric=5.0) for n in range(3)]
+    other = TrialResult(trial_id="trial-003", params={"lora.r": 16}, state="finished", metric=4.0)
+    diverged = TrialResult(trial_id="trial-004", params={"lora.r": 32}, state="finished", metric=math.nan)
+    sweep = SweepResult(metric="eval_loss", mode="min", best_trial="trial-003", trials=[*same, other, diverged])
+    svg = metric_against("lora.r", sweep, log_x=False)
+
+    class Points(HTMLParser):
+        def __init__(self):
+            super().__init__()
+            self.centres, self.labels, self.in_label = [], [], False
+
+        def handle_starttag(self, tag, attrs):
+            found = dict(attrs)
+            if tag == "circle" and found.get("r") == "5":
+                self.centres.append((found["cx"], found["cy"]))
+            self.in_label = tag == "text" and found.get("font-size") == "9"
+
+        def handle_data(self, data):
+            if self.in_label:
+                self.labels.append(data)
+
+    points = Points()
+    points.feed(svg)
+    assert len(points.centres) == 4 and len(set(points.centres)) == 4  # the three at one spot moved apart
+    assert sorted(points.labels) == ["0", "1", "2", "3"]  # each names its trial; the diverged one is not drawn
+    assert "nan" not in svg
