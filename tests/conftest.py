@@ -34,7 +34,8 @@ def _pubsub_jar() -> Path:
 
 @pytest.fixture(scope="session")
 def gcs_emulator():
-    service = emulators.fake_gcs(RUN_DIR / "fake-gcs.log")
+    # killed with the test run however it ends (a timeout's SIGKILL), as the control plane's processes are
+    service = emulators.fake_gcs(RUN_DIR / "fake-gcs.log", dies_with_starter=True)
     os.environ["STORAGE_EMULATOR_HOST"] = service.url
     yield service
     service.stop()
@@ -48,6 +49,7 @@ def pubsub_emulator():
         port,
         RUN_DIR / "pubsub.log",
         timeout_s=60,
+        dies_with_starter=True,
     )
     os.environ["PUBSUB_EMULATOR_HOST"] = f"127.0.0.1:{port}"
     yield service

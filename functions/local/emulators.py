@@ -178,6 +178,20 @@ class Service:
             self.proc.wait()
 
 
+def _killed_with_parent() -> Callable[[], None]:
+    """What a child runs between fork and exec to be killed when the thread that started it ends, however it ends
+    (SIGKILL included): Linux's PR_SET_PDEATHSIG, looked up before any fork (nothing is imported in the child)."""
+    import ctypes
+
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+    set_parent_death_signal, kill = 1, int(signal.SIGKILL)
+
+    def arm() -> None:
+        prctl(set_parent_death_signal, kill)
+
+    return arm
+
+
 def start(
     args: list[str],
     port: int,
@@ -185,8 +199,11 @@ def start(
     env: dict[str, str] | None = None,
     timeout_s: float = 30.0,
     ready: Callable[[], bool] | None = None,
+    dies_with_starter: bool = False,
 ) -> Service:
-    """Start a service in its own process group; wait until `ready` (default: its port accepts)."""
+    """Start a service in its own process group; wait until `ready` (default: its port accepts). With
+    `dies_with_starter`, the kernel kills it when the thread that started it ends: a test run killed outright
+    (`timeout`, SIGKILL) leaves none of its servers behind."""
     log_file.parent.mkdir(parents=True, exist_ok=True)
     with open(log_file, "ab") as log:
         proc = subprocess.Popen(
@@ -196,6 +213,7 @@ def start(
             stdin=subprocess.DEVNULL,
             start_new_session=True,
             env={**os.environ, **(env or {})},
+            preexec_fn=_killed_with_parent() if dies_with_starter else None,
         )
     service = Service(proc, port)
     try:
@@ -217,10 +235,14 @@ def fake_gcs_binary() -> str:
 
 
 def fake_gcs(
-    log_file: Path, port: int | None = None, data_dir: Path | None = None, env: dict[str, str] | None = None
+    log_file: Path,
+    port: int | None = None,
+    data_dir: Path | None = None,
+    env: dict[str, str] | None = None,
+    dies_with_starter: bool = False,
 ) -> Service:
     """fake-gcs-server on loopback: in memory, or kept under data_dir. Point clients at it with
-    STORAGE_EMULATOR_HOST=<url>."""
+    STORAGE_EMULATOR_HOST=<url>. `dies_with_starter`: as `start`'s."""
     port = port or free_port()
     args = [
         fake_gcs_binary(),
@@ -240,4 +262,4 @@ def fake_gcs(
         args += ["-backend", "filesystem", "-filesystem-root", str(data_dir)]
     else:
         args += ["-backend", "memory"]
-    return start(args, port, log_file, env=env)
+    return start(args, port, log_file, env=env, dies_with_starter=dies_with_starter)

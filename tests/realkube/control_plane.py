@@ -143,8 +143,12 @@ class ControlPlane:
         return path
 
     def _start(self, name: str, args: list[str], env: dict[str, str] | None = None) -> None:
-        """Started in its own session (functions/local/emulators.py); readiness is each caller's `_wait`."""
-        self.procs[name] = emulators.start(args, 0, self.logs / f"{name}.log", env=env, ready=lambda: True)
+        """Started in its own session (functions/local/emulators.py), killed by the kernel if the thread that
+        starts the plane ends (tests/realkube/session.py keeps it until the run ends); readiness is each caller's
+        `_wait`."""
+        self.procs[name] = emulators.start(
+            args, 0, self.logs / f"{name}.log", env=env, ready=lambda: True, dies_with_starter=True
+        )
 
     def _wait(self, what: str, ready, timeout_s: float = 120) -> None:
         """Poll `ready` until it holds; a process that exits, or the time running out, fails with what the

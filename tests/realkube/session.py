@@ -39,10 +39,14 @@ class Starter:
         self.file = self.dir / "plane.json"
         self.plane: ControlPlane | None = None
         self.started = time.monotonic()
-        self.thread = threading.Thread(target=self._start, name="realkube-start", daemon=True)
+        self.ready = threading.Event()
+        self.ended = threading.Event()
+        # The plane's processes die with this thread (PR_SET_PDEATHSIG): it lives until the run ends, so a test run
+        # killed outright (a timeout's SIGKILL) takes them with it instead of leaving them running.
+        self.thread = threading.Thread(target=self._start_and_hold, name="realkube-start", daemon=True)
         self.thread.start()
 
-    def _start(self) -> None:
+    def _start_and_hold(self) -> None:
         try:
             self.plane = ControlPlane(self.folder)
             self.plane.start(kubelet_args=KUBELET_ARGS)
@@ -52,11 +56,15 @@ class Starter:
         partial = self.file.with_suffix(".tmp")
         partial.write_text(json.dumps(said))
         partial.rename(self.file)  # readers see the whole file or none
-
-    def stop(self) -> None:
-        self.thread.join(timeout=300)
+        self.ready.set()
+        self.ended.wait()
         if self.plane is not None:
             self.plane.stop()
+
+    def stop(self) -> None:
+        self.ready.wait(timeout=300)
+        self.ended.set()
+        self.thread.join(timeout=120)
         shutil.rmtree(self.dir, ignore_errors=True)
 
 

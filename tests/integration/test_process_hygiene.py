@@ -1,0 +1,56 @@
+"""Killing a test run leaves nothing behind: a run killed by `timeout` under load left the contract tier's etcd,
+kube-apiserver, kube-controller-manager and KubeRay operator running for an hour (issue 56). The servers a run
+starts (the control plane's, the emulators) are killed by the kernel when what started them ends, however it ends."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+STARTER = """
+import sys, threading, time
+from pathlib import Path
+from functions.local import emulators
+
+def start():
+    service = emulators.start(["sleep", "600"], 0, Path(sys.argv[1]), ready=lambda: True, dies_with_starter=True)
+    print(service.proc.pid, flush=True)
+    time.sleep(600)  # holds, as tests/realkube/session.py's starter thread does until the run ends
+
+threading.Thread(target=start, daemon=True).start()
+time.sleep(600)
+"""
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with open(f"/proc/{pid}/stat") as stat:
+        return stat.read().split()[2] != "Z"  # a zombie has ended
+
+
+def test_a_server_dies_with_the_run_that_started_it_even_killed_outright(tmp_path):
+    starter = subprocess.Popen(
+        [sys.executable, "-c", STARTER, str(tmp_path / "server.log")],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        start_new_session=True,
+    )
+    assert starter.stdout is not None
+    server = int(starter.stdout.readline())
+    assert alive(server)
+    os.kill(starter.pid, signal.SIGKILL)  # as `timeout -s KILL` ends a test run: no clean-up runs
+    starter.wait()
+    deadline = time.monotonic() + 10
+    while alive(server) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not alive(server), "the server outlived the run that started it"
