@@ -152,9 +152,7 @@ class ConfigError(ValueError):
 
 class Strict(BaseModel):
     # Each field's docstring is its description in the JSON Schema and docs/config-reference.md.
-    model_config = ConfigDict(
-        extra="forbid", protected_namespaces=(), validate_default=True, use_attribute_docstrings=True
-    )
+    model_config = ConfigDict(extra="forbid", protected_namespaces=(), validate_default=True)
 
 
 TINY_MODEL = "tiny://gemma3"  # built offline by trainer/tiny.py

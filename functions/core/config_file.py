@@ -4,7 +4,13 @@ the trainer, shipped functions/core/config.py alone, receives configs already va
 
 from __future__ import annotations
 
-from typing import Any, Literal
+import ast
+import inspect
+import itertools
+import textwrap
+from typing import Any, Literal, get_args
+
+from pydantic import BaseModel
 
 from functions.core import jsonsafe
 from functions.core.config import ConfigError, RunConfig
@@ -65,7 +71,53 @@ def _describe(error: Any) -> str:
 
 
 def json_schema() -> dict[str, Any]:
+    """RunConfig's JSON Schema, each field described by the docstring written under it in the code. The docstrings
+    are read here, when a schema is made (`raytune schema`, the config reference), not as the models are defined:
+    pydantic's use_attribute_docstrings looks each class's source up at import, some 80 ms of every function
+    instance's cold start for text no request reads."""
     schema = RunConfig.model_json_schema()
+    for model in _models(RunConfig):
+        node = schema if model is RunConfig else schema.get("$defs", {}).get(model.__name__)
+        for name, doc in _attribute_docs(model).items():
+            field = (node or {}).get("properties", {}).get(name)
+            if field is not None:
+                field.setdefault("description", doc)
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     schema["$id"] = "https://raytune.dev/schemas/run-config.schema.json"
     return schema
+
+
+def _models(root: type[BaseModel]) -> list[type[BaseModel]]:
+    """The model classes a schema names: the root's, and every model its fields hold (in unions, lists, maps)."""
+    found: list[type[BaseModel]] = []
+
+    def visit(annotation: Any) -> None:
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            if annotation not in found:
+                found.append(annotation)
+                for field in annotation.model_fields.values():
+                    visit(field.annotation)
+            return
+        for argument in get_args(annotation):
+            visit(argument)
+
+    visit(root)
+    return found
+
+
+def _attribute_docs(model: type[BaseModel]) -> dict[str, str]:
+    """Each field's docstring (the string literal right under its annotation), from the class's own source and its
+    bases'."""
+    docs: dict[str, str] = {}
+    for cls in reversed(model.__mro__):
+        if not (isinstance(cls, type) and issubclass(cls, BaseModel)) or cls is BaseModel:
+            continue
+        tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
+        body = tree.body[0].body if tree.body and isinstance(tree.body[0], ast.ClassDef) else []
+        for field, after in itertools.pairwise(body):
+            documented = isinstance(after, ast.Expr) and isinstance(after.value, ast.Constant)
+            if isinstance(field, ast.AnnAssign) and isinstance(field.target, ast.Name) and documented:
+                text = after.value.value  # type: ignore[attr-defined]
+                if isinstance(text, str):
+                    docs[field.target.id] = inspect.cleandoc(text)
+    return docs

@@ -78,7 +78,7 @@ Scalar = bool | int | float | Annotated[str, StringConstraints(pattern=r"^[A-Za-
 
 
 class Spec(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_default=True, use_attribute_docstrings=True)
+    model_config = ConfigDict(extra="forbid", validate_default=True)
 
 
 class LogUniform(Spec):
