@@ -15,12 +15,20 @@ trainer's own Ray Train run (one_fit.fit) whose reports reach Tune through Ray's
 
 from __future__ import annotations
 
+import json
 import math
 import os
 from typing import Any
 
 from functions.core.config import RunConfig
-from functions.core.result import RESULT_FILE, TRIAL_DRIVER_RESOURCE, RunResult, SweepResult, TrialResult
+from functions.core.result import (
+    PROGRESS_MARKER,
+    RESULT_FILE,
+    TRIAL_DRIVER_RESOURCE,
+    RunResult,
+    SweepResult,
+    TrialResult,
+)
 from functions.core.sweep import Choice, LogUniform, RandInt, SweepSpec, Uniform, shown_values, trial_config
 from trainer import fit as one_fit
 
@@ -126,6 +134,26 @@ def trainable(cfg: RunConfig, run_id: str, champion: dict | None) -> Any:
     return tune.with_resources(trial, {"CPU": 0, TRIAL_DRIVER_RESOURCE: 1})
 
 
+def announced(scheduler: type) -> type:
+    """ASHA that says when it stops a trial, as a progress line of that trial (`raytune logs` and the console show
+    "trial-002 stopped early at step 8 (ASHA: ...)"): otherwise the trial's lines just end, as if it had crashed."""
+    from ray.tune.schedulers import TrialScheduler
+
+    class Announced(scheduler):
+        def on_trial_result(self, tune_controller: Any, trial: Any, result: dict) -> str:
+            decision = super().on_trial_result(tune_controller, trial, result)
+            if decision == TrialScheduler.STOP and TRIAL_KEY in (trial.config or {}):
+                step = int(result.get("step") or result.get("training_iteration") or 0)
+                value = result.get(self._metric)
+                said = f"{self._metric} {value:.4f}" if isinstance(value, int | float) else str(self._metric)
+                why = f"ASHA: {said}, not in the best 1/{self._reduction_factor} of the trials at its rung"
+                line = {"trial": trial_name(trial.config), "step": step, "max_steps": step, "stopped_early": why}
+                print(PROGRESS_MARKER + json.dumps(line), flush=True)
+            return decision
+
+    return Announced
+
+
 def run(cfg: RunConfig, run_id: str, champion: dict | None, timeline: Any) -> RunResult:
     from ray import tune
     from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
@@ -148,7 +176,7 @@ def run(cfg: RunConfig, run_id: str, champion: dict | None, timeline: Any) -> Ru
         tuner = tune.Tuner.restore(experiment, work, restart_errored=True, storage_filesystem=fs)
     else:
         scheduler = (
-            ASHAScheduler(
+            announced(ASHAScheduler)(
                 time_attr="training_iteration",
                 metric=stops_on,
                 mode="min",

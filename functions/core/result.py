@@ -159,6 +159,7 @@ class Phase(Lenient):
 
 class Progress(Lenient):
     trial: str | None = None  # a sweep's trial it is of
+    stopped_early: str | None = None  # a sweep's scheduler stopped the trial here, and why
     step: int
     max_steps: int
     epoch: float | None = None

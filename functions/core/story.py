@@ -23,6 +23,8 @@ def exit_code(state: State) -> int:
 
 
 def progress_line(event: Progress) -> str:
+    if event.stopped_early:  # a decision, not a crash: said once, with why
+        return f"{event.trial or 'the trial'} stopped early at step {event.step} ({event.stopped_early})"
     parts = [event.trial] if event.trial else []
     parts.append(f"step {event.step}/{event.max_steps}")
     if event.epoch is not None:
@@ -44,7 +46,9 @@ class Story:
 
     def _new_job(self) -> None:
         self.log_seen = 0
-        self.steps: set[tuple[str | None, int, bool]] = set()  # a restarted worker retrains steps after its checkpoint
+        self.steps: set[tuple[str | None, int, bool, bool]] = (
+            set()
+        )  # a restarted worker retrains steps after its checkpoint
         self.opened: set[str] = set()
         self.closed: set[str] = set()
         self.failures = 0
@@ -82,7 +86,7 @@ class Story:
         lines = []
         for event in events:
             if isinstance(event, Progress):
-                key = (event.trial, event.step, event.eval_loss is not None)
+                key = (event.trial, event.step, event.eval_loss is not None, event.stopped_early is not None)
                 if key not in self.steps:
                     self.steps.add(key)
                     lines.append("  " + progress_line(event))

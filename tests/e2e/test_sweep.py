@@ -35,8 +35,12 @@ def test_a_local_sweep_stops_poor_trials_early_and_keeps_the_best_trials_adapter
     done = [t for t in trials if t["state"] == "finished"]
     assert stopped, "ASHA stopped no trial early"
     assert len(stopped) + len(done) == 4, [t["state"] for t in trials]
-    for trial in stopped:  # stopped at an evaluation before the last step (28), with no adapter
+    for trial in stopped:  # stopped at an evaluation before the last step (28), with no adapter, and said so
         assert trial["adapter_path"] is None and trial["stopped_at_step"] < 28
+        said = re.search(
+            rf"{trial['trial_id']} stopped early at step (\d+) \(ASHA: eval_loss [0-9.]+, not in the best 1/2", err
+        )
+        assert said, err[-4000:]
         assert trial["history"][-1]["step"] == trial["stopped_at_step"]
     # The best is the finished trial with the lowest final eval loss, and its adapter is the run's.
     best = min(done, key=lambda t: t["metric"])

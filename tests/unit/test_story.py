@@ -104,3 +104,20 @@ def test_exit_codes_tell_the_outcome():
         3,
     ]
     assert set(EXIT_CODES) == {s for s in State if s.terminal}, "every end has its code"
+
+
+def test_an_early_stop_is_said_once_as_a_decision_not_a_crash():
+    from functions.core.result import PROGRESS_MARKER
+    from functions.core.story import Story
+
+    why = "ASHA: eval_loss 6.4177, not in the best 1/2 of the trials at its rung"
+    log = "\n".join(
+        PROGRESS_MARKER + json.dumps(line)
+        for line in (
+            {"trial": "trial-002", "step": 8, "max_steps": 28, "eval_loss": 6.4177},
+            {"trial": "trial-002", "step": 8, "max_steps": 8, "stopped_early": why},
+            {"trial": "trial-002", "step": 8, "max_steps": 8, "stopped_early": why},  # read again: said once
+        )
+    )
+    said = Story().observe(record(State.RUNNING), log)
+    assert said.count(f"  trial-002 stopped early at step 8 ({why})") == 1, said
