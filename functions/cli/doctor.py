@@ -11,14 +11,17 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 from urllib.parse import quote
 
+from functions.adapters.gcs import split_uri
 from functions.adapters.google_rest import GoogleRest
+from functions.adapters.store import RECORDS
+from functions.cli.config_commands import bucket_storage
 from functions.cli.doctor_iam import IamQuestions
 from functions.cli.settings import CliSettings
 from functions.core import computeclass, errors, manifests
 from functions.core import doctor as d
 from functions.core.config import ClusterSpec, RunConfig
 from functions.core.doctor import OK, PROBLEM, UNKNOWN, Finding
-from functions.core.result import GPU_DRIVER_FILE, GpuDriverSeen
+from functions.core.result import GPU_DRIVER_FILE, GpuDriverSeen, run_folder
 from functions.handlers.settings import policy_from_env
 
 WORKERS = 16  # questions in flight at once
@@ -276,18 +279,20 @@ class Doctor:
 
     def driver_reading(self, run_id: str) -> GpuDriverSeen | None:
         """What the run's preflight kept in its run folder (its record names the folder's storage)."""
-        bucket = self.settings.runs_bucket
+        bucket, default = self.settings.runs_bucket or "", bucket_storage(self.settings.runs_bucket)
+        assert default is not None  # deployment() required the runs bucket
         try:
-            record = self.rest.get(
-                "storage", f"storage/v1/b/{bucket}/o/{quote(f'runs/{run_id}.json', safe='')}", {"alt": "media"}
+            record = self.stored(bucket, f"{RECORDS}{run_id}.json")
+            storage = str(((record or {}).get("config") or {}).get("storage_path") or default)
+            return GpuDriverSeen.model_validate(
+                self.stored(*split_uri(f"{run_folder(storage, run_id)}/{GPU_DRIVER_FILE}"))
             )
-            storage = ((record or {}).get("config") or {}).get("storage_path") or f"gs://{bucket}/checkpoints"
-            where, _, prefix = storage.removeprefix("gs://").partition("/")
-            name = "/".join(part for part in (prefix.strip("/"), run_id, GPU_DRIVER_FILE) if part)
-            answer = self.rest.get("storage", f"storage/v1/b/{where}/o/{quote(name, safe='')}", {"alt": "media"})
-            return GpuDriverSeen.model_validate(answer)
         except (errors.ControllerError, ValueError, AttributeError):
             return None
+
+    def stored(self, bucket: str, name: str) -> Any:
+        """A JSON object's content, read through the JSON API (as the caller, like every question here)."""
+        return self.rest.get("storage", f"storage/v1/b/{bucket}/o/{quote(name, safe='')}", {"alt": "media"})
 
     def launched(self, spec: ClusterSpec) -> RunConfig:
         """The config as the launch function renders it: the operator's policy as deployed (the function's own
