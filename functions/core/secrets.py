@@ -85,7 +85,7 @@ def redact(text: str) -> str:
         secrets = list(_secrets)
     for secret in secrets:
         text = _pattern(secret).sub(REDACTED, text)
-    text = CREDENTIAL_PATTERN.sub(lambda m: (m.group(1) or "") + REDACTED if m.group(1) else REDACTED, text)
+    text = CREDENTIAL_PATTERN.sub(lambda m: (m.group(1) or "") + REDACTED, text)  # an Authorization's separator kept
     return HF_TOKEN_PATTERN.sub(REDACTED, text)
 
 
@@ -119,11 +119,12 @@ def redact_json(value: J) -> J:
 
 # What a field's name says is a secret (an operator or nightly key attribute, a cancel token, a password): its
 # value is redacted by name, whether or not this instance knows the value (a rotated key, another deployment's).
-SECRET_NAME = re.compile(r"(?i)key|token|secret|password|credential")
+_SECRET_WORDS = "key|token|secret|password|credential"
+SECRET_NAME = re.compile(f"(?i){_SECRET_WORDS}")
 _NAMED_FIELD = re.compile(
-    r"""(?ix)
-    ("?[\w.-]*(?:key|token|secret|password|credential)[\w.-]*"?\s*[:=]\s*)  # a secret's name and its separator
-    ("(?:[^"\\]|\\.)*"|[^\s,;}\]]+)  # its value: quoted, or up to the next delimiter
+    rf"""(?ix)
+    ("?[\w.-]*(?:{_SECRET_WORDS})[\w.-]*"?\s*[:=]\s*)  # a secret's name and its separator
+    ("(?:[^"\\]|\\.)*"|[^\s,;}}\]]+)  # its value: quoted, or up to the next delimiter
     """
 )
 

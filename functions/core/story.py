@@ -46,9 +46,8 @@ class Story:
 
     def _new_job(self) -> None:
         self.log_seen = 0
-        self.steps: set[tuple[str | None, int, bool, bool]] = (
-            set()
-        )  # a restarted worker retrains steps after its checkpoint
+        # (trial, step, an evaluation, a stop) said already: a restarted worker retrains steps after its checkpoint
+        self.steps: set[tuple[str | None, int, bool, bool]] = set()
         self.opened: set[str] = set()
         self.closed: set[str] = set()
         self.failures = 0
