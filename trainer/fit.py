@@ -141,13 +141,9 @@ def run_folder(cfg: RunConfig, run_id: str) -> str:
 
 def write_result(summary: RunResult, cfg: RunConfig, run_id: str) -> None:
     """<storage>/<run_id>/result.json, which the watcher copies into the run record."""
-    from trainer.storage import filesystem
+    from trainer.storage import write_file
 
-    uri = f"{run_folder(cfg, run_id)}/{layout.RESULT_FILE}"
-    fs, path = filesystem(uri)
-    fs.create_dir(path.rsplit("/", 1)[0], recursive=True)  # a local folder; on GCS only a marker object
-    with fs.open_output_stream(path) as out:
-        out.write(summary.model_dump_json(indent=2).encode())
+    write_file(f"{run_folder(cfg, run_id)}/{layout.RESULT_FILE}", summary.model_dump_json(indent=2).encode())
 
 
 def fit(

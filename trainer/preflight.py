@@ -135,17 +135,14 @@ def gpu_driver_check(scaling: ScalingSpec, run_folder: str) -> GpuDriverSeen:
     node); a driver too old fails the job here, naming the node, before any worker starts CUDA."""
     import ray
 
-    from trainer.storage import filesystem
+    from trainer.storage import write_file
 
     resources = {own: 0.001} if (own := os.environ.get(WORKER_RESOURCE_ENV)) else {}
     task = ray.remote(node_driver).options(num_gpus=1, accelerator_type=scaling.accelerator, resources=resources)
     text, packages, node = ray.get(task.remote(DRIVER_VERSION_FILE))
     reading = driver_reading(text, packages, node)
     try:
-        fs, path = filesystem(f"{run_folder}/{GPU_DRIVER_FILE}")
-        fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
-        with fs.open_output_stream(path) as out:
-            out.write(reading.model_dump_json(indent=2).encode())
+        write_file(f"{run_folder}/{GPU_DRIVER_FILE}", reading.model_dump_json(indent=2).encode())
     except OSError as exc:  # the reading is for people; the check below is what protects the run
         log.warning("could not keep the GPU driver reading: %s", exc)
     if reading.problem:

@@ -21,6 +21,14 @@ def filesystem(uri: str):
     return pafs.FileSystem.from_uri(uri)
 
 
+def write_file(uri: str, data: bytes) -> None:
+    """`data` as the file at `uri`, its folder made first (a local folder; on GCS only a marker object)."""
+    fs, path = filesystem(uri)
+    fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
+    with fs.open_output_stream(path) as out:
+        out.write(data)
+
+
 def local_folder(uri: str) -> str:
     """A folder (an adapter) as a local path: gs:// ones are copied to a temporary folder first."""
     if not uri.startswith("gs://"):
