@@ -11,6 +11,8 @@ import sys
 import time
 from pathlib import Path
 
+from tests.integration.test_local_platform import alive
+
 ROOT = Path(__file__).resolve().parents[2]
 
 STARTER = """
@@ -26,15 +28,6 @@ def start():
 threading.Thread(target=start, daemon=True).start()
 time.sleep(600)
 """
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    with open(f"/proc/{pid}/stat") as stat:
-        return stat.read().split()[2] != "Z"  # a zombie has ended
 
 
 def test_a_server_dies_with_the_run_that_started_it_even_killed_outright(tmp_path):
