@@ -134,29 +134,32 @@ def trainable(cfg: RunConfig, run_id: str, champion: dict | None) -> Any:
     return tune.with_resources(trial, {"CPU": 0, TRIAL_DRIVER_RESOURCE: 1})
 
 
-def announced(scheduler: type) -> type:
-    """ASHA that says when it stops a trial, as a progress line of that trial (`raytune logs` and the console show
-    "trial-002 stopped early at step 8 (ASHA: ...)"): otherwise the trial's lines just end, as if it had crashed."""
-    from ray.tune.schedulers import TrialScheduler
+def announced_asha(**asha: Any) -> Any:
+    """Ray Tune's ASHA that says when it stops a trial, as a progress line of that trial (`raytune logs` and the
+    console show "trial-002 stopped early at step 8 (ASHA: ...)"): otherwise the trial's lines just end, as if it
+    had crashed. `asha`: ASHAScheduler's own arguments, whose metric and reduction factor the line names."""
+    from ray.tune.schedulers import ASHAScheduler, TrialScheduler
 
-    class Announced(scheduler):
+    metric, factor = asha["metric"], asha["reduction_factor"]
+
+    class Announced(ASHAScheduler):
         def on_trial_result(self, tune_controller: Any, trial: Any, result: dict) -> str:
             decision = super().on_trial_result(tune_controller, trial, result)
             if decision == TrialScheduler.STOP and TRIAL_KEY in (trial.config or {}):
                 step = int(result.get("step") or result.get("training_iteration") or 0)
-                value = result.get(self._metric)
-                said = f"{self._metric} {value:.4f}" if isinstance(value, int | float) else str(self._metric)
-                why = f"ASHA: {said}, not in the best 1/{self._reduction_factor} of the trials at its rung"
+                value = result.get(metric)
+                said = f"{metric} {value:.4f}" if isinstance(value, int | float) else metric
+                why = f"ASHA: {said}, not in the best 1/{factor} of the trials at its rung"
                 line = {"trial": trial_name(trial.config), "step": step, "max_steps": step, "stopped_early": why}
                 print(PROGRESS_MARKER + json.dumps(line), flush=True)
             return decision
 
-    return Announced
+    return Announced(**asha)
 
 
 def run(cfg: RunConfig, run_id: str, champion: dict | None, timeline: Any) -> RunResult:
     from ray import tune
-    from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
+    from ray.tune.schedulers import FIFOScheduler
 
     from trainer.storage import filesystem
 
@@ -176,7 +179,7 @@ def run(cfg: RunConfig, run_id: str, champion: dict | None, timeline: Any) -> Ru
         tuner = tune.Tuner.restore(experiment, work, restart_errored=True, storage_filesystem=fs)
     else:
         scheduler = (
-            announced(ASHAScheduler)(
+            announced_asha(
                 time_attr="training_iteration",
                 metric=stops_on,
                 mode="min",
