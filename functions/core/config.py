@@ -45,6 +45,7 @@ LABEL_VALUE = r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$"
 VERSION = r"^[0-9]+\.[0-9]+\.[0-9]+$"
 MODULE = r"^[A-Za-z_][A-Za-z0-9_.]*$"
 REGION = r"^[a-z]+-[a-z]+[0-9]+$"
+Region = Annotated[str, StringConstraints(pattern=REGION, max_length=32)]
 PROJECT = r"^[a-z][-a-z0-9]{4,28}[a-z0-9]$"
 
 Name = Annotated[str, StringConstraints(pattern=DNS_LABEL, max_length=40)]
@@ -363,6 +364,11 @@ class CapacityOption(Strict):
     """How long a run may wait for nodes when this option is in its list (flex-start requests can queue for hours): the
     run's pending deadline is the longest of its options', and never below deadlines.pending_seconds.
     """
+    # Left out where unset, as run records are written: a release before regions reads them.
+    region: Region | None = Field(None, exclude_if=lambda region: region is None)
+    """The one region of the run's (cluster.region, cluster.fallback_regions) where this option is offered; None:
+    every region of the run.
+    """
 
     @model_validator(mode="after")
     def fields_of_its_kind(self) -> CapacityOption:
@@ -480,8 +486,13 @@ class ResourcesSpec(Strict):
 class ClusterSpec(Strict):
     gke_cluster: Name = "raytune"
     """The GKE Autopilot cluster the run goes to."""
-    region: Annotated[str, StringConstraints(pattern=REGION, max_length=32)] = "us-central1"
-    """The cluster's region."""
+    region: Region = "us-central1"
+    """The region the run starts in (its GKE cluster is the one named gke_cluster there)."""
+    # Left out where empty, as run records are written: a release before regions reads them.
+    fallback_regions: Annotated[list[Region], Field(max_length=4)] = Field([], exclude_if=lambda regions: not regions)
+    """Where the run moves next, in order, when it waits for GPU capacity longer than deadlines.region_seconds in the
+    region before (each region's GKE cluster of the same name and its shared RayCluster): functions/core/regions.py.
+    """
     namespace: Name = "default"
     """The Kubernetes namespace of the RayCluster and the RayJobs."""
     ray_cluster: Name = "gemma3-tuning"
@@ -521,6 +532,11 @@ class ClusterSpec(Strict):
     """The packages installed at job start with dependencies pip (the trainer's pins by default)."""
 
     @property
+    def regions(self) -> tuple[str, ...]:
+        """The run's regions in the order it tries them."""
+        return (self.region, *self.fallback_regions)
+
+    @property
     def head_image_ref(self) -> str:
         return self.head_image or f"rayproject/ray:{self.ray_version}-py311"
 
@@ -536,6 +552,14 @@ class DeadlineSpec(Strict):
     """How long a run may wait QUEUED for worker nodes, counted from its arrival."""
     run_seconds: Annotated[int, Field(ge=60, le=30 * 86400)] = 86400
     """Hard limit on the whole job (RayJob activeDeadlineSeconds)."""
+    # Left out where unset, as run records are written: a release before regions reads them.
+    region_seconds: Annotated[int, Field(ge=60, le=7 * 86400)] | None = Field(
+        None, exclude_if=lambda seconds: seconds is None
+    )
+    """How long a submitted run waits for its nodes in one region before it moves to the next of
+    cluster.fallback_regions (never longer than its pending deadline); None: the operator's default (policy
+    region_seconds), which also caps it.
+    """
 
 
 class EvaluationSpec(Strict):
@@ -638,6 +662,32 @@ class RunConfig(Strict):
         if stored(info) or not (found := problems(self)):
             return self
         raise ValueError("; ".join(found))
+
+    @model_validator(mode="after")
+    def regions_are_usable(self, info: ValidationInfo) -> RunConfig:
+        if stored(info) or not (found := self.region_problems()):
+            return self
+        raise ValueError("; ".join(found))
+
+    def region_problems(self) -> list[str]:
+        """What makes the run's regions unusable: a region twice, a capacity option offered in a region the run never
+        goes to, or a region where none of its options is offered (that region's ComputeClass would be empty). The
+        operator's default capacity list is judged by the same rule (Policy.violations)."""
+        regions = self.cluster.regions
+        found = []
+        if len(set(regions)) != len(regions):
+            found.append(f"cluster.fallback_regions repeats a region of {list(regions)}")
+        options = self.scaling.capacity or []
+        for index, option in enumerate(options):
+            if option.region is not None and option.region not in regions:
+                found.append(
+                    f"scaling.capacity[{index}].region {option.region!r} is not one of the run's regions "
+                    f"{list(regions)} (cluster.region, cluster.fallback_regions)"
+                )
+        bare = [r for r in regions if options and not any(o.region in (None, r) for o in options)]
+        if bare:
+            found.append(f"scaling.capacity offers no option in {', '.join(bare)}: give one there, or drop the region")
+        return found
 
     @model_validator(mode="after")
     def evaluation_needs_held_out_samples(self, info: ValidationInfo) -> RunConfig:

@@ -19,12 +19,13 @@ import datetime as dt
 import enum
 from typing import Any, Literal
 
-from functions.core import disruption, joblog
+from functions.core import disruption, joblog, regions
 from functions.core.allocation import Admission
 from functions.core.champion import Promotion
 from functions.core.config import DeadlineSpec, RunConfig
 from functions.core.fingerprint import Inputs
 from functions.core.platform import ClusterReadiness, NodeSeen
+from functions.core.regions import Placement
 from functions.core.runs import Attempt, RunRecord, State
 
 # A RECEIVED run belongs to the handler that created it for this long; after that, it died mid-way
@@ -72,6 +73,7 @@ class Move:
     promotion: Promotion | None = None  # what the run did to its champion
     attempts: list[Attempt] | None = None  # the run's attempts as they now stand
     nodes: dict[str, NodeSeen] | None = None  # the current attempt's nodes: their capacity and identity
+    placements: list[Placement] | None = None  # the run moved to another region: where it waited and where it goes
 
 
 def with_result_read(move: Move, unreadable: str | None) -> Move:
@@ -120,6 +122,7 @@ class Facts:
     job_stopped: bool = False  # after STOP_JOB
     scaled: bool = False  # after SCALE_DOWN
     retry_backoff_s: int = RETRY_BACKOFF_SECONDS[0]  # the deployment's first backoff before a run's next attempt
+    region_seconds: int = 1800  # the operator's default wait for capacity in one region (policy region_seconds)
     tick_releases: bool = False  # the watch tick releases ended runs' nodes once per RayCluster, then settles them
     promotion: Promotion | None = None  # after CONCLUDE
     error: str | None = None  # a permanent controller error while handling the run
@@ -288,6 +291,8 @@ def _submitted(record: RunRecord, facts: Facts) -> Step:
     if seen is None:
         return Step(Action.OBSERVE_JOB)
     job = seen.status
+    if (elsewhere := _move_region(record, facts, seen)) is not None:
+        return elsewhere
     state, reason = job_outcome(record, job, facts.now, pending_seconds(record), seen.stuck)
     summary = job_summary(job)
     if not state.terminal:
@@ -320,6 +325,47 @@ def _submitted(record: RunRecord, facts: Facts) -> Step:
             "transient failure",
         )
     return _end(record, facts, state, reason, job=summary, collect_result=True)
+
+
+def _move_region(record: RunRecord, facts: Facts, seen: JobSeen) -> Step | None:
+    """A submitted run whose job still waits for its nodes longer than it may wait in one region moves to the next
+    of its regions (regions.next_region): its job there is stopped first, then the record moves it (the executor
+    releases its group in the region it leaves), and it is applied there as the same attempt, queued for that
+    region's RayCluster. In its last region, or with nothing else to try, the pending deadline ends it instead."""
+    status = seen.status
+    entered = record.entered(State.SUBMITTED)
+    if record.state != State.SUBMITTED or status is None or entered is None:
+        return None
+    if (status.get("jobStatus") or None) not in WAITING:
+        return None
+    cfg = record.run_config()
+    here = cfg.cluster.region
+    tried = {p.region for p in record.placements if p.attempt == record.attempt}
+    after = regions.next_region(record.accepted_config(), here, tried)
+    waited = int((facts.now - entered).total_seconds())
+    bound = regions.wait_bound(cfg, facts.region_seconds, pending_seconds(record))
+    if after is None or waited <= bound:
+        return None
+    if not facts.job_stopped:
+        return Step(Action.STOP_JOB)  # it must not take nodes there later
+    why = f"waited {waited}s for capacity in {here} (at most {bound}s in one region)" + (
+        f": {seen.stuck}" if seen.stuck else ""
+    )
+    placements = regions.moved_on(record.placements, here, entered, record.attempt, after, facts.now, why)
+    # The same attempt, applied afresh there: nothing was held where it never got its nodes.
+    attempts = (
+        [*record.attempts[:-1], record.current.model_copy(update={"submitted_at": None, "held_since": None})]
+        if record.attempts
+        else None
+    )
+    return move(
+        State.QUEUED,
+        f"moves to {after}: {why}",
+        job=job_summary(status),
+        placements=placements,
+        attempts=attempts,
+        nodes={},
+    )
 
 
 def _lost_nodes(

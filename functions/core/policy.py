@@ -28,6 +28,7 @@ from functions.core.config import (
     Accelerator,
     CapacityKind,
     CapacityOption,
+    ClusterSpec,
     RunConfig,
     reservation_selector,
 )
@@ -84,7 +85,13 @@ class Policy(BaseModel):
     # storage_path (and a gs:// init_adapter) buckets: where the trainer may write; empty: the controller's own.
     storage_buckets: tuple[str, ...] = ()
     dataset_buckets: tuple[str, ...] | None = None  # gs:// dataset buckets the trainer may read; None: unchecked
-    regions: tuple[str, ...] = ()  # cluster.region: where Cloud NAT gives private nodes egress; empty: any
+    regions: tuple[str, ...] = ()  # a run's regions: where Cloud NAT gives private nodes egress; empty: any
+    # The regions, in order, of a config that names none (neither cluster.region nor cluster.fallback_regions).
+    default_regions: tuple[str, ...] = ()
+    # How long a submitted run waits for capacity in one region before it moves on, unless its config says
+    # (deadlines.region_seconds), and the most a config may say.
+    region_seconds: int = 1800
+    region_seconds_ceiling: int = 4 * 3600
     gke_clusters: tuple[str, ...] = ()  # cluster.gke_cluster: the clusters runs (and the HF Secret) may go; empty: any
     # GPU worker nodes one RayCluster may hold at once: a config's cluster.max_worker_nodes may ask for less.
     max_worker_nodes: int = 64
@@ -145,11 +152,19 @@ class Policy(BaseModel):
                 f"policy max_worker_nodes: cluster.max_worker_nodes {cluster.max_worker_nodes} is more than the "
                 f"{self.max_worker_nodes} GPU worker nodes the operator allows a RayCluster (a config may ask for less)"
             )
-        if self.regions and cluster.region not in self.regions:
+        outside = [r for r in cluster.regions if self.regions and r not in self.regions]
+        if outside:
             found.append(
-                f"policy regions: cluster.region {cluster.region!r} is not one of {list(self.regions)} "
-                "(the regions whose Cloud NAT gives the private nodes egress: Terraform's policy_regions)"
+                f"policy regions: the run's regions (cluster.region, cluster.fallback_regions) name {outside}, not "
+                f"among {list(self.regions)} (the regions with a cluster and Cloud NAT: Terraform's policy_regions)"
             )
+        waits = cfg.deadlines.region_seconds
+        if waits is not None and waits > self.region_seconds_ceiling:
+            found.append(
+                f"policy region_seconds: deadlines.region_seconds {waits} is more than the "
+                f"{self.region_seconds_ceiling}s the operator lets a run wait in one region"
+            )
+        found += [f"policy capacity: {problem}" for problem in cfg.region_problems()]
         found += self._storage_violations(cfg, buckets, confined)
         return found
 
@@ -298,10 +313,21 @@ class Policy(BaseModel):
             updates["reservation"] = self.reservation
         if self.node_selector is not None:
             updates["node_selector"] = {**self.node_selector, **cfg.scaling.node_selector}
-        if not updates:
+        where = self._default_regions(cfg)
+        if not updates and where is None:
             return cfg
         # Copied, not validated: a config that clashes with the operator is reported by violations(), by rule.
-        return cfg.model_copy(update={"scaling": scaling.model_copy(update=updates)})
+        return cfg.model_copy(
+            update={"scaling": scaling.model_copy(update=updates), **({"cluster": where} if where else {})}
+        )
+
+    def _default_regions(self, cfg: RunConfig) -> ClusterSpec | None:
+        """The operator's default region order, for a config that names no region."""
+        cluster = cfg.cluster
+        if not self.default_regions or {"region", "fallback_regions"} & cluster.model_fields_set:
+            return None
+        first, *rest = self.default_regions
+        return cluster.model_copy(update={"region": first, "fallback_regions": rest})
 
     def nightly_violation(self, attributes: Mapping[str, str]) -> str | None:
         if self.nightly_key is None or _same(attributes.get(NIGHTLY_KEY_ATTRIBUTE), self.nightly_key):

@@ -33,6 +33,7 @@ from functions.core.errors import RetryRefused, Unreadable
 from functions.core.estimate import Estimate
 from functions.core.fingerprint import Inputs
 from functions.core.platform import NodeSeen
+from functions.core.regions import Placement, placed
 from functions.core.result import RunResult
 
 
@@ -116,17 +117,29 @@ class Transition(BaseModel):
 # The newest record format this release writes and acts on. 1: the releases before formats were versioned (no
 # `format` field); 2: adds `format` (and sources may carry a cancel digest); 3: a run with a sweep (its config's
 # `sweep` section), which a release before sweeps could neither run nor rewrite: it reads it as a newer release's
-# and leaves it alone. Every other run is still written as 2, so that release goes on acting on it. Older formats
-# are read as they are (their configs by the rules they were accepted under: config.stored_config); a newer one
-# belongs to a newer release, and this one leaves it alone rather than rewrite it without the fields it does not
-# know.
-RECORD_FORMAT = 3
-PLAIN_FORMAT = 2  # a record without a sweep, as the release before sweeps wrote it
+# and leaves it alone; 4: a run that may move between regions (cluster.fallback_regions, a capacity option's
+# region, deadlines.region_seconds, and the record's `placements`), which a release before regions would follow
+# in its first region only. Every other run is still written in the oldest format that knows it, so the release
+# before goes on acting on it. Older formats are read as they are (their configs by the rules they were accepted
+# under: config.stored_config); a newer one belongs to a newer release, and this one leaves it alone rather than
+# rewrite it without the fields it does not know.
+RECORD_FORMAT = 4
+SWEEP_FORMAT = 3
+PLAIN_FORMAT = 2  # a record without a sweep or regions, as the release before sweeps wrote it
 
 
 def format_of(config: dict[str, Any] | None) -> int:
     """The format a record is written in: the oldest that knows everything in it."""
-    return RECORD_FORMAT if config and config.get("sweep") else PLAIN_FORMAT
+    if not config:
+        return PLAIN_FORMAT
+    cluster, scaling, deadlines = (config.get(k) or {} for k in ("cluster", "scaling", "deadlines"))
+    if (
+        cluster.get("fallback_regions")
+        or deadlines.get("region_seconds")
+        or any(o.get("region") for o in scaling.get("capacity") or [])
+    ):
+        return RECORD_FORMAT
+    return SWEEP_FORMAT if config.get("sweep") else PLAIN_FORMAT
 
 
 class RunRecord(BaseModel):
@@ -155,6 +168,9 @@ class RunRecord(BaseModel):
     # The same nodes' identities as first seen under the run (disruption.identity): a node made again or booted
     # again under its name since then lost what it ran. Absent from records of releases before it (read as '').
     node_ids: dict[str, str] = {}
+    # Where a run that moved between regions waited and ran, oldest first (the last is where it is now); none written
+    # for a run that never moved (its region is its config's cluster.region). Left out where empty.
+    placements: list[Placement] = Field([], exclude_if=lambda placements: not placements)
     # Where an ended run's time went (seconds): in each state it passed through (attempts summed), then the job's
     # own phases from its result ("job: loading the model", ...). Written when it ends.
     timings: dict[str, float] = {}
@@ -183,9 +199,24 @@ class RunRecord(BaseModel):
         """Written by a newer release (a higher format): this one reads it but never rewrites or acts on it."""
         return self.format > RECORD_FORMAT
 
+    @property
+    def region(self) -> str | None:
+        """Where the run is placed now: its last placement's region, else its config's cluster.region."""
+        if self.placements:
+            return self.placements[-1].region
+        region = (self.config or {}).get("cluster", {}).get("region")
+        return str(region) if region else None
+
     def run_config(self) -> RunConfig:
         """The run's accepted config (never rejected now for a rule added since it was accepted), validated once
-        per config: a tick asks for it at every step of every run."""
+        per config (a tick asks for it at every step of every run), as applied in the region the run is in now
+        (regions.placed: its cluster there and the capacity offered there)."""
+        if not self.placements:
+            return self.accepted_config()
+        return placed(self.accepted_config(), self.placements[-1].region)
+
+    def accepted_config(self) -> RunConfig:
+        """The run's config as accepted, in its first region."""
         if self.config is None:
             raise Unreadable(f"{self.run_id}: a {self.state.value} record has no accepted config")
         validated = self._validated
@@ -248,6 +279,8 @@ class RunRecord(BaseModel):
         if self.attempts:
             return self.attempts[-1]
         submitted = self.entered(State.SUBMITTED)
+        if submitted is not None and self.placements and self.placements[-1].since > submitted:
+            submitted = None  # moved to another region since: not submitted there yet
         return Attempt(
             number=1,
             job=self.run_id,

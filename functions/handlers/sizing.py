@@ -8,7 +8,7 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
 from functions.core import allocation
-from functions.core.allocation import Admission, Allocation
+from functions.core.allocation import Admission, Allocation, key_path
 from functions.core.config import ClusterSpec, RunConfig
 from functions.core.errors import Contended, PermanentError, Unreadable, race_pause
 from functions.core.runs import RunRecord
@@ -28,8 +28,9 @@ class Standing:
     unserved: str | None = None  # why this release cannot act on it (it would never admit it)
 
 
-def standing(ctx: Context, run_id: str) -> Standing:
-    """Read fresh, never from a listing made earlier, so a run admitted meanwhile is never dropped."""
+def standing(ctx: Context, run_id: str, spec: ClusterSpec) -> Standing:
+    """Read fresh, never from a listing made earlier, so a run admitted meanwhile is never dropped. A run that moved
+    to another region (its record now places it in another cluster) has left this RayCluster."""
     try:
         record = ctx.store.get(run_id)
     except Unreadable as err:  # the tick quarantines and reports it
@@ -38,6 +39,8 @@ def standing(ctx: Context, run_id: str) -> Standing:
         return Standing(False)
     if record.from_newer_release:
         return Standing(True, f"a newer release's record (format {record.format})")
+    if key_path(record.run_config().cluster) != key_path(spec):
+        return Standing(False)
     return Standing(True)
 
 
@@ -65,7 +68,10 @@ def admit(ctx: Context, record: RunRecord, cfg: RunConfig) -> Admission:
             # the watcher having released them yet give up their place, runs this release cannot act on are
             # passed, and it is admitted into the room and the turn they leave. A launch that fits reads none,
             # however many runs hold the RayCluster.
-            seen = {run_id: standing(ctx, run_id) for run_id in [*alloc.holders, *(w.run_id for w in alloc.queue)]}
+            seen = {
+                run_id: standing(ctx, run_id, cfg.cluster)
+                for run_id in [*alloc.holders, *(w.run_id for w in alloc.queue)]
+            }
             seen[record.run_id] = Standing(True)
             cleaned = allocation.release(alloc, lambda run_id: seen[run_id].live, ctx.clock())
             unserved = {run_id: s.unserved for run_id, s in seen.items() if s.unserved is not None}
@@ -104,7 +110,7 @@ def release(ctx: Context, spec: ClusterSpec, sync: bool = True, live: Collection
     ctx.allocations.update(
         spec,
         lambda alloc: allocation.release(
-            alloc, lambda run_id: run_id in live or standing(ctx, run_id).live, ctx.clock()
+            alloc, lambda run_id: run_id in live or standing(ctx, run_id, spec).live, ctx.clock()
         ),
     )
     if sync:

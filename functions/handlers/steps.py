@@ -30,7 +30,9 @@ def run(ctx: Context, record: RunRecord, facts: Facts, listed: dict[str, dict[st
     """Act on one run until the decision is NOTHING; returns the record as last written or read. `listed`: the
     tick's listing of RayJob statuses by name; the run's job is taken from it at its first look (after a step of
     this tick changed it, it is read again)."""
-    facts = facts.learned(retry_backoff_s=ctx.settings.retry_backoff_s)
+    facts = facts.learned(
+        retry_backoff_s=ctx.settings.retry_backoff_s, region_seconds=ctx.settings.policy.region_seconds
+    )
     for _ in range(MAX_STEPS):
         step = decisions.decide(record, facts)
         if step.action is Action.NOTHING:
@@ -175,6 +177,8 @@ def move(ctx: Context, record: RunRecord, transition: Move) -> RunRecord:
             else a
             for a in transition.attempts
         ]
+    if transition.placements is not None:
+        changes["placements"] = transition.placements
     if transition.nodes is not None:
         changes["nodes"] = {name: seen.capacity for name, seen in transition.nodes.items()}
         changes["node_ids"] = {name: seen.identity for name, seen in transition.nodes.items() if seen.identity}
@@ -214,7 +218,21 @@ def move(ctx: Context, record: RunRecord, transition: Move) -> RunRecord:
         )
     if updated.state == State.QUEUED and updated.reason != record.reason:
         publish_state(ctx, updated)
+    if transition.placements is not None and updated is not record:
+        vacate(ctx, record)
     return updated
+
+
+def vacate(ctx: Context, left: RunRecord) -> None:
+    """The region a run moved away from gives back its place: its RayCluster's allocation drops the run (it now
+    stands in another cluster) and its group goes. A failure here is left to the tick, which releases every
+    RayCluster's ended and departed holders."""
+    try:
+        sizing.release(ctx, left.run_config().cluster)
+    except Exception as exc:
+        if not is_transient(exc):
+            raise
+        log.warning("%s: cannot release its place in %s yet: %s", left.run_id, left.region, describe(exc))
 
 
 def cost(ctx: Context, gpu_node_seconds: float, attempts: list[Attempt], nodes: dict[str, str]) -> float | None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from functions.core.config import RunConfig
+from functions.core.config import CapacityOption, RunConfig
 from functions.core.policy import NIGHTLY_KEY_ATTRIBUTE, OPERATOR_KEY_ATTRIBUTE, Policy, cancel_digest
 from functions.handlers.settings import policy_from_env
 
@@ -154,9 +154,37 @@ def test_regions_are_those_with_egress():
     assert policy.violations(cfg(cluster={"region": "europe-west4"}), OWN) == []
     [found] = policy.violations(cfg(cluster={"region": "asia-southeast1"}), OWN)
     assert found.startswith(
-        "policy regions: cluster.region 'asia-southeast1' is not one of ['us-central1', 'europe-west4']"
+        "policy regions: the run's regions (cluster.region, cluster.fallback_regions) name ['asia-southeast1'], "
+        "not among ['us-central1', 'europe-west4']"
     )
     assert Policy().violations(cfg(cluster={"region": "asia-southeast1"}), OWN) == []  # unset: any
+    moving = cfg(cluster={"region": "us-central1", "fallback_regions": ["europe-west4", "asia-southeast1"]})
+    [found] = policy.violations(moving, OWN)
+    assert "name ['asia-southeast1']" in found
+
+
+def test_the_operator_bounds_the_wait_in_one_region_and_orders_regions_for_configs_naming_none():
+    policy = Policy(region_seconds=900, region_seconds_ceiling=3600, default_regions=("europe-west4", "us-east5"))
+    [found] = policy.violations(cfg(deadlines={"region_seconds": 7200}), OWN)
+    assert found == (
+        "policy region_seconds: deadlines.region_seconds 7200 is more than the 3600s the operator lets a run wait "
+        "in one region"
+    )
+    assert policy.violations(cfg(deadlines={"region_seconds": 3600}), OWN) == []
+    placed = policy.fixed(cfg())
+    assert placed.cluster.regions == ("europe-west4", "us-east5")
+    assert policy.fixed(cfg(cluster={"region": "us-central1"})).cluster.regions == ("us-central1",)  # its own
+
+
+def test_the_operators_default_capacity_list_must_serve_every_region_of_the_run():
+    """A default list whose options are all pinned to one region leaves the run's other region with an empty
+    ComputeClass: REJECTED naming the rule, never applied."""
+    policy = Policy(capacity=(CapacityOption(kind="spot", region="us-central1"),))
+    gpu = cfg(scaling={"gpus_per_node": 8}, cluster={"region": "us-central1", "fallback_regions": ["europe-west4"]})
+    [found] = policy.violations(policy.fixed(gpu), OWN)
+    assert found == (
+        "policy capacity: scaling.capacity offers no option in europe-west4: give one there, or drop the region"
+    )
 
 
 def test_the_environment_terraform_sets_reaches_the_policy():
