@@ -14,24 +14,27 @@ locals {
     RAYTUNE_SWEEP_GRACE_S    = tostring(var.sweep_grace_seconds)
     RAYTUNE_RETRY_BACKOFF_S  = tostring(var.retry_backoff_seconds)
     # The operator policy (policy.tf): what a config or message may touch.
-    RAYTUNE_POLICY_NAMESPACES           = join(",", var.policy_namespaces)
-    RAYTUNE_POLICY_RAY_CLUSTER_PREFIX   = var.policy_ray_cluster_prefix
-    RAYTUNE_POLICY_IMAGES               = join(",", var.policy_images)
-    RAYTUNE_POLICY_ALLOW_PIP            = tostring(var.policy_allow_pip)
-    RAYTUNE_POLICY_RESERVATION          = var.reservation
-    RAYTUNE_POLICY_ACCELERATOR          = var.policy_accelerator
-    RAYTUNE_POLICY_NODE_SELECTOR        = length(var.policy_node_selector) > 0 ? jsonencode(var.policy_node_selector) : ""
-    RAYTUNE_POLICY_CAPACITY             = length(var.policy_capacity) > 0 ? jsonencode(var.policy_capacity) : ""
-    RAYTUNE_POLICY_CAPACITY_KINDS       = join(",", var.policy_capacity_kinds)
-    RAYTUNE_POLICY_RESERVATION_PROJECTS = join(",", distinct(concat([var.project_id], var.policy_reservation_projects)))
-    RAYTUNE_POLICY_BUCKETS              = join(",", concat([google_storage_bucket.runs.name, google_storage_bucket.configs.name], var.policy_buckets))
-    RAYTUNE_POLICY_STORAGE_BUCKETS      = join(",", values(local.storage_buckets))
-    RAYTUNE_POLICY_DATASET_BUCKETS      = join(",", concat(values(local.storage_buckets), var.dataset_buckets))
-    RAYTUNE_POLICY_REGIONS              = join(",", local.regions)
-    RAYTUNE_POLICY_GKE_CLUSTERS         = join(",", concat([var.gke_cluster_name], var.policy_gke_clusters))
-    RAYTUNE_POLICY_MAX_WORKER_NODES     = tostring(var.policy_max_worker_nodes)
-    RAYTUNE_NIGHTLY_KEY                 = random_password.nightly_key.result
-    RAYTUNE_OPERATOR_KEY                = random_password.operator_key.result
+    RAYTUNE_POLICY_NAMESPACES             = join(",", var.policy_namespaces)
+    RAYTUNE_POLICY_RAY_CLUSTER_PREFIX     = var.policy_ray_cluster_prefix
+    RAYTUNE_POLICY_IMAGES                 = join(",", var.policy_images)
+    RAYTUNE_POLICY_ALLOW_PIP              = tostring(var.policy_allow_pip)
+    RAYTUNE_POLICY_RESERVATION            = var.reservation
+    RAYTUNE_POLICY_ACCELERATOR            = var.policy_accelerator
+    RAYTUNE_POLICY_NODE_SELECTOR          = length(var.policy_node_selector) > 0 ? jsonencode(var.policy_node_selector) : ""
+    RAYTUNE_POLICY_CAPACITY               = length(var.policy_capacity) > 0 ? jsonencode(var.policy_capacity) : ""
+    RAYTUNE_POLICY_CAPACITY_KINDS         = join(",", var.policy_capacity_kinds)
+    RAYTUNE_POLICY_RESERVATION_PROJECTS   = join(",", distinct(concat([var.project_id], var.policy_reservation_projects)))
+    RAYTUNE_POLICY_BUCKETS                = join(",", concat([google_storage_bucket.runs.name, google_storage_bucket.configs.name], var.policy_buckets))
+    RAYTUNE_POLICY_STORAGE_BUCKETS        = join(",", values(local.storage_buckets))
+    RAYTUNE_POLICY_DATASET_BUCKETS        = join(",", concat(values(local.storage_buckets), var.dataset_buckets))
+    RAYTUNE_POLICY_REGIONS                = join(",", local.regions)
+    RAYTUNE_POLICY_DEFAULT_REGIONS        = join(",", var.policy_default_regions)
+    RAYTUNE_POLICY_REGION_SECONDS         = tostring(var.policy_region_seconds)
+    RAYTUNE_POLICY_REGION_SECONDS_CEILING = tostring(var.policy_region_seconds_ceiling)
+    RAYTUNE_POLICY_GKE_CLUSTERS           = join(",", concat([var.gke_cluster_name], var.policy_gke_clusters))
+    RAYTUNE_POLICY_MAX_WORKER_NODES       = tostring(var.policy_max_worker_nodes)
+    RAYTUNE_NIGHTLY_KEY                   = random_password.nightly_key.result
+    RAYTUNE_OPERATOR_KEY                  = random_password.operator_key.result
   }
   functions = {
     # A run config uploaded to the configs bucket (storage finalize through Eventarc, retried).

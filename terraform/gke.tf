@@ -1,5 +1,8 @@
 # The GKE Autopilot cluster with the Ray operator add-on (KubeRay), Ray logs and metrics in Cloud
-# Logging/Monitoring. A4 (B200) nodes come and go with the RayCluster's GPU worker group.
+# Logging/Monitoring, one in every region runs may use (var.region first, then policy_regions: a run waiting for
+# capacity moves to the next of its config's regions, docs/regions.md), each of the same name. A4 (B200) nodes come
+# and go with the RayCluster's GPU worker group. Indexed by the regions' order, so var.region's stays [0] (the
+# address of the one cluster before regions): add regions at the end of policy_regions, never reorder them.
 resource "google_container_cluster" "ray" {
   # vs gkebackup_backupplan_autopilot: setting addons_config.gke_backup_agent_config: nothing to back up: no volumes, checkpoints are in GCS
   # vs gkebackup_backupplan_autopilot: setting addons_config.gke_backup_agent_config.enabled: as for the line above
@@ -10,9 +13,9 @@ resource "google_container_cluster" "ray" {
   # vs simple_autopilot_private: setting master_authorized_networks_config.cidr_blocks: gcp_public_cidrs_access_enabled admits Google's ranges, where the functions call from
   # vs simple_autopilot_private: setting cluster_autoscaling.auto_provisioning_defaults.service_account: nodes run as the Compute Engine default (image pulls granted in image.tf); a dedicated node identity is a later hardening
   # vs simple_autopilot_private: setting vertical_pod_autoscaling.enabled: Autopilot turns it on itself
-  count            = var.create_gke_cluster ? 1 : 0
+  count            = var.create_gke_cluster ? length(local.regions) : 0
   name             = var.gke_cluster_name
-  location         = var.region
+  location         = local.regions[count.index]
   network          = var.network
   enable_autopilot = true
   # REGULAR has had every version past the minimum since 2025. The minimum is the oldest GKE with everything the

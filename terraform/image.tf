@@ -9,7 +9,7 @@ resource "google_artifact_registry_repository" "trainer" {
   # vs artifact_registry_repository_cleanup: setting cleanup_policies.condition.tag_prefixes: tags are Ray versions, no release naming to keep by
   # vs artifact_registry_repository_cleanup: setting cleanup_policy_dry_run: the provider default (false) is what we want: policies act
   #checkov:skip=CKV_GCP_84:Images hold public packages and the trainer's code, no secrets; Google-managed encryption suffices.
-  location      = var.region
+  location      = local.image_location # where every region's nodes pull it (var.image_location)
   repository_id = var.name
   description   = "raytune trainer images"
   format        = "DOCKER"

@@ -1,11 +1,14 @@
-# Egress for the private cluster nodes: Cloud NAT on the cluster's network in every region runs may use
-# (var.region and policy_regions; the functions reject a config naming another), so pods reach PyPI
+# Egress for the private cluster nodes: Cloud NAT on the clusters' network in every region runs may use
+# (var.region and policy_regions, each with its cluster: gke.tf; the functions reject a config naming another), so
+# pods reach PyPI
 # (runtime-env pip), the Hugging Face Hub (model, dataset) and Docker Hub (rayproject/ray) without public node
 # IPs, also on clusters the functions create (functions_create_clusters) in those regions.
 # Skip it (create_nat = false) only in a no-egress setup: image from Artifact Registry with everything in
 # it (raytune image), model and dataset staged in a bucket (gs:// paths in the run config).
 locals {
-  regions = distinct(concat([var.region], var.policy_regions))
+  regions        = distinct(concat([var.region], var.policy_regions))
+  data_location  = coalesce(var.data_location, var.region)
+  image_location = coalesce(var.image_location, var.region)
 }
 
 resource "google_compute_router" "nat" {

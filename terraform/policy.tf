@@ -65,9 +65,27 @@ variable "policy_capacity_kinds" {
 }
 
 variable "policy_regions" {
-  description = "Regions besides var.region that cluster.region may name (Cloud NAT is created in each); a config naming another is rejected."
+  description = "Regions besides var.region where runs may go (cluster.region, cluster.fallback_regions): a GKE cluster of gke_cluster_name (with create_gke_cluster) and Cloud NAT are created in each. Append, never reorder (the clusters are indexed by this order). A config naming another region is rejected."
   type        = list(string)
   default     = []
+}
+
+variable "policy_default_regions" {
+  description = "The regions, in order, of a config that names none (neither cluster.region nor cluster.fallback_regions): it starts in the first and moves on when it waits for capacity. Each must be var.region or among policy_regions (a config placed elsewhere is rejected naming the rule). Empty: such a config stays in cluster.region's default."
+  type        = list(string)
+  default     = []
+}
+
+variable "policy_region_seconds" {
+  description = "How long a submitted run waits for GPU capacity in one region before it moves to the next of its regions, unless its config sets deadlines.region_seconds."
+  type        = number
+  default     = 1800
+}
+
+variable "policy_region_seconds_ceiling" {
+  description = "The longest deadlines.region_seconds a config may set (at least policy_region_seconds)."
+  type        = number
+  default     = 14400
 }
 
 variable "policy_gke_clusters" {

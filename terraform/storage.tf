@@ -1,7 +1,9 @@
 # Run records (runs/), allocations (clusters/), champions and nightly pointers, checkpoints (checkpoints/).
 resource "google_storage_bucket" "runs" {
-  name                        = "${var.name}-runs-${var.project_id}"
-  location                    = var.region
+  name = "${var.name}-runs-${var.project_id}"
+  # Every region's runs read and write here (checkpoints a moved run resumes from, staged models): a dual- or
+  # multi-region location (var.data_location) where runs move between regions, else var.region.
+  location                    = local.data_location
   uniform_bucket_level_access = true
   public_access_prevention    = "enforced"
   force_destroy               = false

@@ -4,9 +4,21 @@ variable "project_id" {
 }
 
 variable "region" {
-  description = "Region of the bucket, the functions and the GKE cluster: the region of the A4 (B200) reservation."
+  description = "Region of the buckets, the functions and the first GKE cluster: the region of the A4 (B200) reservation. More regions: policy_regions."
   type        = string
   default     = "us-central1"
+}
+
+variable "data_location" {
+  description = "Location of the runs bucket (records, checkpoints, staged models): a multi-region (US, EU, ASIA) or dual-region (NAM4, EUR4, ...) where runs move between regions, so a moved run resumes from its checkpoints without a copy. Empty: var.region. Chosen at the first apply: a bucket's location never changes (docs/regions.md)."
+  type        = string
+  default     = ""
+}
+
+variable "image_location" {
+  description = "Location of the trainer image repository: a multi-region (us, europe, asia) where the clusters of several regions pull it. Empty: var.region."
+  type        = string
+  default     = ""
 }
 
 variable "name" {

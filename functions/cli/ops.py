@@ -14,6 +14,7 @@ from functions.cli import options, targets
 from functions.cli.backends import LocalBackend, records
 from functions.core import joblog
 from functions.core.runs import RunRecord, State
+from functions.core.story import where
 from functions.core.sweep import shown_values, trial_lines
 
 DURATION = re.compile(r"^(\d+)([smhd])$")
@@ -174,6 +175,10 @@ def cmd_status(args: argparse.Namespace) -> int:
         out.print(f"  queue      position {record.queue_position}")
     for t in record.history:
         out.print(f"  {t.at:%Y-%m-%d %H:%M:%S}  {t.state.value}" + (f"  {t.reason}" if t.reason else ""))
+    if record.region:
+        out.print(f"  region     {record.region}" + (f" (via {where(record)})" if record.placements else ""))
+    for left in (p for p in record.placements if p.until):
+        out.print(f"  moved      from {left.region} at {left.until:%H:%M:%S}: {left.why}", markup=False)
     for node, kind in sorted(record.nodes.items()):
         out.print(f"  node       {node}: {kind}")
     for a in record.attempts:

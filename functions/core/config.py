@@ -553,7 +553,7 @@ class DeadlineSpec(Strict):
     run_seconds: Annotated[int, Field(ge=60, le=30 * 86400)] = 86400
     """Hard limit on the whole job (RayJob activeDeadlineSeconds)."""
     # Left out where unset, as run records are written: a release before regions reads them.
-    region_seconds: Annotated[int, Field(ge=60, le=7 * 86400)] | None = Field(
+    region_seconds: Annotated[int, Field(ge=5, le=7 * 86400)] | None = Field(
         None, exclude_if=lambda seconds: seconds is None
     )
     """How long a submitted run waits for its nodes in one region before it moves to the next of

@@ -42,6 +42,7 @@ class Story:
     def __init__(self) -> None:
         self.said: tuple[State, str | None] | None = None
         self.job: str | None = None
+        self.moves = 0  # the region moves said
         self._new_job()
 
     def _new_job(self) -> None:
@@ -60,6 +61,9 @@ class Story:
                 lines.append(f"attempt {record.attempt}: RayJob {record.job_name}{by}")
             self.job = record.job_name
             self._new_job()
+        for left, to in list(zip(record.placements, record.placements[1:], strict=False))[self.moves :]:
+            lines.append(f"run {record.run_id}: moved from {left.region} to {to.region} ({left.why})")
+            self.moves += 1
         if not record.state.terminal and (record.state, record.reason) != self.said:
             lines.append(
                 f"run {record.run_id}: {record.state.value}" + (f" ({record.reason})" if record.reason else "")
@@ -107,6 +111,8 @@ def summary(record: RunRecord, wall_s: float | None = None, record_path: str | N
     lines = [f"run {record.run_id} {record.state.value}{took}{why}"]
     if record.attempt > 1:
         lines.append(f"  attempts         {record.attempt}")
+    if record.placements:
+        lines.append(f"  regions          {where(record)}")
     result = record.result
     if result is not None:
         metrics = result.metrics
@@ -145,6 +151,15 @@ def summary(record: RunRecord, wall_s: float | None = None, record_path: str | N
     if record_path:
         lines.append(f"  record           {record_path}")
     return lines
+
+
+def where(record: RunRecord) -> str:
+    """The regions a run that moved went through: how long it waited in each it left, and where it is."""
+    stays = [
+        f"{p.region} (waited {(p.until - p.since).total_seconds():.0f}s)" if p.until else p.region
+        for p in record.placements
+    ]
+    return " -> ".join(stays)
 
 
 def _num(value: float | None) -> str:

@@ -164,8 +164,9 @@ def sync_workers(
             done = ctx.platform.scale(spec, workers, target, alloc.version, adopt=adopt)
         if done:
             log.info(
-                "RayCluster %s: worker nodes %s -> %d (groups %s -> %s, allocation %d)",
+                "RayCluster %s in %s: worker nodes %s -> %d (groups %s -> %s, allocation %d)",
                 spec.ray_cluster,
+                spec.region,
                 workers.replicas if workers else "none",
                 sum(target.values()),
                 workers.groups if workers else {},

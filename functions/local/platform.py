@@ -26,7 +26,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,7 +36,7 @@ import requests
 import tenacity
 
 from functions.core import joblog, manifests
-from functions.core.allocation import group_name
+from functions.core.allocation import group_name, key_path
 from functions.core.config import ClusterSpec, RunConfig
 from functions.core.errors import NotFound, PermanentError, TransientError, from_status
 from functions.core.platform import ClusterReadiness, NodeSeen, RayObject, Workers
@@ -63,6 +63,9 @@ STOP_GRACE_S = 1.0
 # Ray Train's controller looks at its workers every 2 s by default, and the end of a run waits for several of
 # those looks (the last report to fit() returning: 6.8 s). Four times a second costs a local run nothing it notices.
 TRAIN_HEALTH_CHECK_INTERVAL_S = "0.25"
+# Regions, comma-separated, where the local platform never gets GPUs: runs there wait, and move on where their
+# config lists fallback regions (docs/regions.md).
+NO_CAPACITY_ENV = "RAYTUNE_LOCAL_NO_CAPACITY"
 logger = logging.getLogger(__name__)
 
 
@@ -175,8 +178,11 @@ def live_driver_log(workdir: Path, run_id: str) -> Path | None:
 class LocalRay:
     """Platform on a Ray cluster of local processes, driven through the Ray Jobs API."""
 
-    def __init__(self, workdir: Path, tag: str, gpus: int | None = None):
+    def __init__(self, workdir: Path, tag: str, gpus: int | None = None, no_capacity: Collection[str] = ()):
         self.workdir = workdir
+        # Regions where GPUs never come (the local stand-in for GKE out of stock there): a run's group there is
+        # sized but never started, and its job waits, as a RayJob whose worker pods stay Pending.
+        self.no_capacity = frozenset(no_capacity)
         self.logs = workdir / "logs"
         self.tag = tag
         self.gpus = machine_gpus() if gpus is None else gpus
@@ -202,10 +208,15 @@ class LocalRay:
         self.dashboard_port = 0
         self.shapes: dict[str, NodeShape] = {}  # each run's worker group: its nodes' shape
         self.groups: dict[str, GroupNode | None] = {}  # each run's worker group: its local node (None at zero)
+        # Every region's RayCluster is this one Ray cluster: each group belongs to one of them (its allocation's
+        # key_path), so sizing one region's RayCluster never touches another's groups.
+        self.owner: dict[str, str] = {}
+        self.starved: dict[str, dict[str, int]] = {}  # a RayCluster in a region without capacity: its groups' sizes
+        self.waiting: dict[str, str] = {}  # jobs applied there, never started: job -> region
+        self.stamps: dict[str, int] = {}  # each RayCluster's allocation version its groups were last sized for
         self.departed: list[tuple[str, dt.datetime, str]] = []  # nodes that died and were replaced: group, when, what
         self.started = 0  # worker nodes started so far: each gets a Ray folder of its own
         self.generation = 0  # bumped on every scale: the precondition size()/scale() check
-        self.stamp = 0  # the allocation version the worker group was last sized for
         self.lock = threading.RLock()
         self._client: Any = None
         self._code_sha256: str | None = None
@@ -331,12 +342,13 @@ class LocalRay:
         args.append(f"--resources={json.dumps(resources)}")
         return args, env
 
-    def _scale_to(self, groups: dict[str, int]) -> None:
-        """Each group's node at its size: a dead one is replaced, one of another size stopped and started at
-        the new size (the controller only scales a group from or to zero), the groups left out stopped. What
-        goes is stopped together, as KubeRay deletes pods."""
+    def _scale_to(self, groups: dict[str, int], owner: str | None = None) -> None:
+        """The groups of one RayCluster (`owner`; None: all of them) each at its size: a dead node is replaced, one
+        of another size stopped and started at the new size (the controller only scales a group from or to zero),
+        its groups left out stopped. What goes is stopped together, as KubeRay deletes pods."""
+        mine = {g: node for g, node in self.groups.items() if owner is None or self.owner.get(g) == owner}
         leaving: list[emulators.Service] = []
-        for group, node in list(self.groups.items()):
+        for group, node in mine.items():
             replicas = groups.get(group, 0)
             if node is None or (node.alive and node.replicas == replicas):
                 continue
@@ -345,9 +357,12 @@ class LocalRay:
             leaving.append(node.service)  # a dead node's process group may have left something: stop() takes it
             self.groups[group] = None
         stop_together(leaving)
-        for group in [g for g in self.groups if g not in groups]:
+        for group in [g for g in mine if g not in groups]:
             del self.groups[group]
+            self.owner.pop(group, None)
         for group, replicas in groups.items():
+            if owner is not None:
+                self.owner[group] = owner
             if self.groups.get(group) is None and replicas > 0:
                 with self.timed("starting worker nodes"):
                     self._start_group_node(group, replicas)
@@ -379,6 +394,12 @@ class LocalRay:
         with self.lock:
             if self.head is None or (workers is not None and workers.handle != self.generation):
                 return False
+            owner = key_path(cfg.cluster)
+            if cfg.cluster.region in self.no_capacity:
+                self.starved[owner] = dict(groups)
+                self.stamps[owner] = stamp
+                self.generation += 1
+                return True
             self.shapes[group_name(run_id)] = NodeShape(
                 cpus=scaling.cpus_per_worker
                 if not scaling.use_gpu
@@ -386,8 +407,8 @@ class LocalRay:
                 gpus=scaling.gpus_per_node,
                 accelerator=scaling.accelerator if scaling.use_gpu else None,
             )
-            self._scale_to(groups)
-            self.stamp = stamp
+            self._scale_to(groups, owner)
+            self.stamps[owner] = stamp
             return True
 
     def code_sha256(self) -> str:
@@ -400,6 +421,9 @@ class LocalRay:
     def submit(self, cfg: RunConfig, run_id: str, job: str, env: dict[str, str]) -> None:
         if self.job_status(cfg, job) is not None:
             return  # submitted before: the submission id is the attempt's job name
+        if cfg.cluster.region in self.no_capacity:
+            self.waiting[job] = cfg.cluster.region  # applied; its workers never come there
+            return
         # No runtime env: the job's processes are the cluster's own (PYTHONPATH and the rest come from the nodes'
         # environment); the variables meant for the driver are set on its command.
         variables = {
@@ -419,6 +443,8 @@ class LocalRay:
     def job_status(self, cfg: RunConfig | None, job: str) -> dict[str, Any] | None:
         if self.head is None:
             return None  # no cluster, no job
+        if job in self.waiting and (cfg is None or cfg.cluster.region == self.waiting[job]):
+            return {"jobStatus": "PENDING", "jobDeploymentStatus": JOB_DEPLOYMENT["PENDING"]}
         try:
             with jobs_api(f"status of {job}"):
                 info = self.client.get_job_info(job)
@@ -465,11 +491,16 @@ class LocalRay:
         return f"{cause[: joblog.REASON_LIMIT]}" + (f" (driver log: {path})" if path else "")
 
     def stop(self, spec: ClusterSpec | None, job: str) -> None:
+        if job in self.waiting and (spec is None or spec.region == self.waiting[job]):
+            del self.waiting[job]
+            return
         if self.head is not None:
             with contextlib.suppress(NotFound), jobs_api(f"stop {job}"):  # never submitted: nothing to stop
                 self.client.stop_job(job)
 
     def waiting_reason(self, cfg: RunConfig, run_id: str) -> str | None:
+        if cfg.cluster.region in self.no_capacity:
+            return f"no GPU capacity in {cfg.cluster.region} (the local platform was told so: {NO_CAPACITY_ENV})"
         return None  # Ray's own job message says why locally; there are no pods
 
     def disruptions(
@@ -494,31 +525,50 @@ class LocalRay:
         return f"node {node.name} exited with {node.proc.returncode} (its log: {self.logs / node.name}.log)"
 
     def workers(self, spec: ClusterSpec, listed: object = None) -> Workers | None:
-        """The worker groups; a group at zero is drained at once (its nodes were stopped, not asked to go)."""
+        """One RayCluster's worker groups; a group at zero is drained at once (its nodes were stopped, not asked to
+        go)."""
+        owner = key_path(spec)
         with self.lock:
             if self.head is None:
                 return None
+            if spec.region in self.no_capacity:
+                starved = self.starved.get(owner)
+                return None if starved is None else Workers(dict(starved), self.stamps[owner], self.generation)
+            mine = {group: node for group, node in self.groups.items() if self.owner.get(group) == owner}
+            if not mine and owner not in self.stamps:
+                return None  # never sized: no RayCluster there
             # A node that died counts no more (as KubeRay's worker pods gone): the next sizing starts another.
-            groups = {group: node.replicas if node and node.alive else 0 for group, node in self.groups.items()}
-            drained = frozenset(group for group, node in self.groups.items() if node is None)
-            return Workers(groups, self.stamp, self.generation, drained=drained)
+            groups = {group: node.replicas if node and node.alive else 0 for group, node in mine.items()}
+            drained = frozenset(group for group, node in mine.items() if node is None)
+            return Workers(groups, self.stamps.get(owner, 0), self.generation, drained=drained)
 
     def scale(
         self, spec: ClusterSpec, workers: Workers, groups: dict[str, int], stamp: int, adopt: bool = False
     ) -> bool:
+        owner = key_path(spec)
         with self.lock:
             if workers.handle != self.generation:
                 return False
-            self._scale_to(groups)
-            self.stamp = stamp
+            if spec.region in self.no_capacity:
+                self.starved[owner] = dict(groups)
+                self.generation += 1
+            else:
+                self._scale_to(groups, owner)
+            self.stamps[owner] = stamp
             return True
 
     def delete_cluster(self, spec: ClusterSpec, workers: Workers) -> bool:
-        """The idle teardown: every node and the head go; the next ensure_cluster starts a new head."""
+        """The idle teardown of one region's RayCluster: its groups go, and the head with the last of them (the next
+        ensure_cluster starts a new one)."""
+        owner = key_path(spec)
         with self.lock:
             if workers.handle != self.generation:
                 return False
-            self._stop_all()
+            self.starved.pop(owner, None)
+            self.stamps.pop(owner, None)
+            self._scale_to({}, owner)
+            if not self.groups and not self.starved:
+                self._stop_all()
             return True
 
     def ray_objects(self, spec: ClusterSpec) -> list[RayObject]:
@@ -532,6 +582,10 @@ class LocalRay:
 
     def _stop_all(self) -> None:
         self._scale_to({})
+        self.owner.clear()
+        self.starved.clear()
+        self.stamps.clear()
+        self.waiting.clear()
         if self.head:
             self.head.stop(grace_s=0)  # the last of the cluster: nothing is left to tell that it goes
             self.head = None

@@ -25,7 +25,7 @@ from functions.handlers.settings import Settings
 from functions.local import emulators, session
 from functions.local.interrupts import Interrupted
 from functions.local.local_run import BUCKET, ConsolePublisher, LocalRun, newest_run
-from functions.local.platform import LocalRay
+from functions.local.platform import NO_CAPACITY_ENV, LocalRay
 from functions.local.workdirs import cancel_asked, write_record
 
 log = logging.getLogger(__name__)
@@ -55,7 +55,8 @@ class RunSession:
         bucket and the cluster, and the earlier runs it left live settled."""
         if orphans := session.stop(self.workdir):
             self.say(f"stopped {len(orphans)} processes an earlier raytune local of this workdir left")
-        self.platform = LocalRay(self.workdir, self.tag)  # starts nothing yet; records the session's tag first
+        starved = [r.strip() for r in os.environ.get(NO_CAPACITY_ENV, "").split(",") if r.strip()]
+        self.platform = LocalRay(self.workdir, self.tag, no_capacity=starved)  # starts nothing yet; tags first
         logs = self.workdir / "logs"
         self.gcs = emulators.fake_gcs(
             logs / "fake-gcs.log", data_dir=self.workdir / "gcs", env={emulators.TAG: self.tag}

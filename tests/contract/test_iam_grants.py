@@ -178,3 +178,26 @@ def test_the_function_build_reads_only_cloud_functions_copy_of_its_source():
     for other in ("function-source.zip", "image-source/1.tgz", "function-build-probe", "function-build-probex/a"):
         assert not any(g.applies_to(build + other) for g in readers), other
     assert not any(g.resource.startswith("bucket:") for g in grants)
+
+
+@pytest.mark.parametrize("more", [["europe-west4"], ["europe-west4", "us-east5"]])
+def test_every_region_gets_its_cluster_and_nat_and_every_identity_reaches_the_shared_data(more):
+    """Issue 55, for two and three regions: an Autopilot cluster of the same name with the Ray operator and Cloud NAT
+    in each, var.region's first (its state address is the single cluster's); the data in one multi-region bucket and
+    one multi-region image repository; the identities that act in a region (the nodes, the trainer, the functions)
+    are project-wide, so every grant that serves the first region serves the others."""
+    one, many = Deployment(), Deployment(policy_regions=more, data_location="US", image_location="us")
+    clusters = {i.address: i.get("location") for i in many.module.instances("google_container_cluster")}
+    assert clusters == {f"google_container_cluster.ray[{n}]": r for n, r in enumerate(["us-central1", *more])}
+    assert {i.get("name") for i in many.module.instances("google_container_cluster")} == {"raytune"}
+    nat = {i.get("region") for i in many.module.instances("google_compute_router_nat")}
+    assert nat == {"us-central1", *more}
+    assert many.module._resource("google_storage_bucket", "runs").get("location") == "US"
+    assert many.module._resource("google_artifact_registry_repository", "trainer").get("location") == "us"
+    assert one.module._resource("google_storage_bucket", "runs").get("location") == "us-central1"
+    env = many.module.local("function_env")
+    assert env["RAYTUNE_POLICY_REGIONS"].split(",") == ["us-central1", *more]
+    assert (env["RAYTUNE_POLICY_REGION_SECONDS"], env["RAYTUNE_POLICY_DEFAULT_REGIONS"]) == ("1800", "")
+    assert {(g.identity, g.resource, g.name) for g in many.grants()} == {
+        (g.identity, g.resource, g.name) for g in one.grants()
+    }, "no grant names a region: one set serves them all"

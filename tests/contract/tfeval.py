@@ -364,6 +364,8 @@ FUNCTIONS: dict[str, Any] = {
     "toset": lambda values: sorted(dict.fromkeys(values), key=str),
     "tolist": list,
     "distinct": lambda values: list(dict.fromkeys(values)),
+    # the first argument that is neither null nor an empty string (Terraform's coalesce)
+    "coalesce": lambda *values: next(v for v in values if v is not None and v != ""),
     "flatten": lambda values: [x for v in values for x in (v if isinstance(v, list) else [v])],
     "length": len,
     "tostring": _text,

@@ -256,7 +256,8 @@ def test_unreadable_is_said_by_name_and_a_bugs_value_error_is_not_taken_for_it(c
     upload(bucket, "runs/broken-0123456789.json", b"{not json")
     with pytest.raises(Unreadable):
         h.ctx.store.get("broken-0123456789")
-    assert sizing.standing(h.ctx, "broken-0123456789").unserved.startswith("its record cannot be read")
+    spec = RunConfig().cluster
+    assert sizing.standing(h.ctx, "broken-0123456789", spec).unserved.startswith("its record cannot be read")
     good = json.loads(json.dumps(previous_release_record(bucket, "live-0123456789")))
     upload(bucket, "runs/live-0123456789.json", json.dumps(good).encode())
     with pytest.raises(RetryRefused, match="only a FAILED or CANCELLED run can be retried"):
@@ -267,4 +268,4 @@ def test_unreadable_is_said_by_name_and_a_bugs_value_error_is_not_taken_for_it(c
 
     monkeypatch.setattr(h.ctx.store, "get", buggy)
     with pytest.raises(ValueError, match="a bug, not a record"):
-        sizing.standing(h.ctx, "live-0123456789")  # before: taken for an unreadable record, nodes kept on a guess
+        sizing.standing(h.ctx, "live-0123456789", spec)  # before: taken for an unreadable record, nodes kept on a guess
