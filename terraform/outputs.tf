@@ -39,6 +39,7 @@ output "cli_config" {
   value       = <<-EOT
     project = "${var.project_id}"
     region = "${var.region}"
+    regions = '${jsonencode(local.regions)}'
     runs_bucket = "${google_storage_bucket.runs.name}"
     configs_bucket = "${google_storage_bucket.configs.name}"
     launch_topic = "${google_pubsub_topic.launch.id}"

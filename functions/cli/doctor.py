@@ -5,6 +5,7 @@ functions/core/doctor.py's; this module only asks."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -97,7 +98,13 @@ class Doctor:
         found += _read(lambda: self.functions(deployment), ("function", "the functions"))
         questions: list[tuple[Callable[[], list[Finding]], tuple[str, str]]] = [
             (lambda: self.apis(deployment), ("api", "services")),
-            (lambda: self.cluster(deployment), ("gke", self.settings.gke_cluster or "the cluster")),
+            *(
+                (
+                    lambda region=region: self.cluster(deployment, region),
+                    ("gke", f"{region}/{self.spec(region).gke_cluster}"),
+                )
+                for region in self.regions()
+            ),
             (lambda: self.image(deployment), ("image", "the trainer image")),
             *((lambda what=what: self.exists(deployment, what), what[:2]) for what in self.resources(deployment)),
             *((lambda a=a: [self.iam.access(a)], ("iam", a.full_name)) for a in accesses if a.principal is not None),
@@ -206,15 +213,26 @@ class Doctor:
 
     # -- the cluster ---------------------------------------------------------------------------------------
 
-    def spec(self) -> ClusterSpec:
+    def regions(self) -> list[str]:
+        """Every region of the deployment with a cluster (raytune.toml's regions, else its region), and the regions
+        of the config asked about."""
+        try:
+            listed = json.loads(self.settings.regions or "[]")
+        except ValueError:
+            listed = []  # a hand-edited raytune.toml: the region alone is asked about
+        listed = [r for r in listed if isinstance(r, str)] if isinstance(listed, list) else []
+        first = self.settings.region or (self.config or RunConfig()).cluster.region
+        return list(dict.fromkeys([first, *listed, *(self.config.cluster.regions if self.config else ())]))
+
+    def spec(self, region: str) -> ClusterSpec:
         cfg = self.config or RunConfig()
         spec = cfg.cluster
         if self.settings.gke_cluster:
             spec = spec.model_copy(update={"gke_cluster": self.settings.gke_cluster})
-        return spec.model_copy(update={"region": self.settings.region or spec.region})
+        return spec.model_copy(update={"region": region, "fallback_regions": []})
 
-    def cluster(self, deployment: d.Deployment) -> list[Finding]:
-        spec = self.spec()
+    def cluster(self, deployment: d.Deployment, region: str) -> list[Finding]:
+        spec = self.spec(region)
         subject = f"{spec.region}/{spec.gke_cluster}"
         path = f"v1/projects/{deployment.project}/locations/{spec.region}/clusters/{spec.gke_cluster}"
         try:

@@ -43,6 +43,7 @@ ENV = {
 class CliSettings:
     project: str | None = None
     region: str | None = None
+    regions: str | None = None  # `raytune doctor`: JSON, every region with a cluster (region first)
     runs_bucket: str | None = None  # run records
     configs_bucket: str | None = None  # uploads launch runs
     launch_topic: str | None = None  # full topic path

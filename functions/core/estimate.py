@@ -15,7 +15,7 @@ import math
 from collections.abc import Mapping
 from typing import Any, get_args
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from functions.core.advice import KNOWN_ROWS
 from functions.core.config import CapacityKind, RunConfig, TrainingSpec
@@ -48,6 +48,10 @@ class Estimate(BaseModel):
     basis: str  # how the throughput was had
     trials: int | None = None  # a sweep's: every figure above is for all of them, each run to its end
     concurrent: int | None = None
+    # A run that may move: its regions in order, and its wait in each before it moves on (None: the deployment's);
+    # left out for one region, as records are written: a release before regions reads them.
+    regions: list[str] = Field([], exclude_if=lambda regions: not regions)
+    region_wait_s: int | None = Field(None, exclude_if=lambda seconds: seconds is None)
 
     @property
     def upper_cost(self) -> float | None:
@@ -67,6 +71,13 @@ class Estimate(BaseModel):
         else:
             said.append(f"  training  {self.samples} samples in {_span_time(self.train_s)} ({self.basis})")
         said.append(f"  start-up  {_span_time(self.startup_s)}")
+        if self.regions:
+            wait = _time(self.region_wait_s) if self.region_wait_s else "the deployment's wait (policy_region_seconds)"
+            said.append(
+                f"  regions   {', then '.join(self.regions)}: where its nodes do not come, it moves on after {wait}, "
+                "which adds to its start; each region reads the same runs bucket, nothing is copied "
+                "(docs/regions.md: what the data's location costs)"
+            )
         if self.node_hours is not None:
             said.append(f"  nodes     {_span(*self.node_hours, '.2f')} node-hours")
         unit = f" {currency}" if currency else ""
@@ -206,6 +217,8 @@ def _one_run(cfg: RunConfig, prices: Mapping[str, float], rows: int | None = Non
         node_hours=hours if s.use_gpu else None,
         costs=costs,
         basis=f"{basis}; {SOURCE}",
+        regions=list(cfg.cluster.regions) if cfg.cluster.fallback_regions else [],
+        region_wait_s=cfg.deadlines.region_seconds,
     )
 
 

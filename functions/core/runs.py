@@ -211,9 +211,8 @@ class RunRecord(BaseModel):
         """The run's accepted config (never rejected now for a rule added since it was accepted), validated once
         per config (a tick asks for it at every step of every run), as applied in the region the run is in now
         (regions.placed: its cluster there and the capacity offered there)."""
-        if not self.placements:
-            return self.accepted_config()
-        return placed(self.accepted_config(), self.placements[-1].region)
+        accepted = self.accepted_config()
+        return placed(accepted, self.placements[-1].region if self.placements else accepted.cluster.region)
 
     def accepted_config(self) -> RunConfig:
         """The run's config as accepted, in its first region."""

@@ -397,3 +397,19 @@ def test_the_doctor_names_what_terraform_makes(name):
     assert settings.hf_token_secret == deployment.module.var("hf_token_secret_id")
     apis = {str(i.get("service")) for i in deployment.module.instances("google_project_service")}
     assert apis == set(d.REQUIRED_APIS)
+
+
+def test_every_region_of_the_deployment_has_its_cluster_asked_about(gcs_emulator):
+    """Issue 55: a deployment of two regions (policy_regions) is two clusters; doctor asks about each, and a config
+    naming a region with no cluster there gets its problem named."""
+    import dataclasses
+
+    with stand_ins(gcs_emulator, policy_regions=["europe-west4"]) as (settings, rest, _google, kube):
+        both = dataclasses.replace(settings, regions='["us-central1", "europe-west4"]')
+        findings, _ = doctor(both, rest, kube)
+        elsewhere = RunConfig.model_validate({"cluster": {"region": "us-central1", "fallback_regions": ["asia-east1"]}})
+        asked, _ = doctor(both, rest, kube, elsewhere)
+    gke = {f.subject: f.status for f in findings if f.check == "gke"}
+    for region in ("us-central1", "europe-west4"):
+        assert gke[f"{region}/raytune version"] == d.OK and gke[f"{region}/raytune Ray operator add-on"] == d.OK
+    assert problems(asked)["gke asia-east1/raytune"].detail == "no such cluster"

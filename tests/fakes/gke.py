@@ -61,7 +61,10 @@ class FakeClusterManager:
         from google.cloud import container_v1
 
         cluster = container_v1.Cluster(
-            name=path.rsplit("/", 1)[-1], status=container_v1.Cluster.Status.RUNNING, endpoint="10.0.0.1"
+            name=path.rsplit("/", 1)[-1],
+            location=path.split("/locations/", 1)[1].split("/", 1)[0],  # as GKE answers: the cluster's region
+            status=container_v1.Cluster.Status.RUNNING,
+            endpoint="10.0.0.1",
         )
         cluster.addons_config.ray_operator_config.enabled = ray_operator
         self.clusters[path] = cluster

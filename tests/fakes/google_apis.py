@@ -254,7 +254,7 @@ class FakeGoogle(BackgroundServer):
                 return 200, {"name": rest.removeprefix("v1/")}
         if service == "container":
             for cluster in self.d.module.instances("google_container_cluster"):
-                if rest == f"v1/projects/{project}/locations/{region}/clusters/{cluster.get('name')}":
+                if rest == f"v1/projects/{project}/locations/{cluster.get('location')}/clusters/{cluster.get('name')}":
                     return 200, {
                         "status": "RUNNING",
                         "currentMasterVersion": self.broken.gke_version or str(self.d.module.var("gke_min_version")),

@@ -1,8 +1,11 @@
-"""A rollback (issue 39): the previous release reads what this release stored. Its own code (functions/ at
-PREVIOUS, taken from this clone's history with `git archive`) reads every record and allocation object that
-this release's handlers wrote through functions-framework on the emulators: each parses, each accepted config
-validates by that release's rules, its decision takes the same first step as this release's, and what it would
-drop on a rewrite is only the fields listed in DROPPED_ON_REWRITE, each with why dropping it is safe."""
+"""A rollback (issues 39, 53, 55), both ways. The previous release (functions/ at PREVIOUS, the release landed before
+this one, taken from this clone's history with `git archive`) reads every record and allocation object that this
+release's handlers wrote through functions-framework on the emulators: each parses, each accepted config validates
+by that release's rules, its decision takes the same first step as this release's, and what it would drop on a
+rewrite is only the fields listed in DROPPED_ON_REWRITE, each with why dropping it is safe; a record it cannot act
+on (a newer format: a run that may move between regions) it leaves alone, never quarantined while its GPUs run on.
+And this release reads what the previous release writes back (its rewrite of each record) and decides the same.
+"""
 
 from __future__ import annotations
 
@@ -21,14 +24,12 @@ from tests.fakes.http_events import post, storage_event
 from tests.integration.test_functions import QUICK, upload, watch, write_result
 
 ROOT = Path(__file__).resolve().parents[2]
-PREVIOUS = "fb1fea2"  # the last release landed before this one (format 2, no sweeps)
+PREVIOUS = "23bbbcf"  # the release landed before this one (stop 58): format 3, sweeps, no regions
 
 # Fields this release writes that the previous one does not know: it reads records without them and, when it
-# rewrites one, leaves them out. What is new for sweeps (a sweep's config and results) is in records of format 3,
-# which that release leaves alone. `node_ids` (issue 51: each node's identity as first seen under the run): a
-# record rewritten without it is read back with no identity to compare, so none of its nodes counts as made or
-# booted again (never a false lost node), and the next tick reads the nodes' identities again.
-DROPPED_ON_REWRITE: set[str] = {"node_ids"}
+# rewrites one, leaves them out. What is new for regions (a config's regions and waits, the record's placements) is
+# only in records of format 4, which that release leaves alone, and is left out of every other record.
+DROPPED_ON_REWRITE: set[str] = set()
 
 # Runs in the previous release's own process (its API: Step.move): it prints one JSON line per stored object read.
 READER = """
@@ -52,7 +53,7 @@ for path, text in json.load(open(sys.argv[1])).items():
     kept = json.loads(record.model_dump_json())
     print(json.dumps({
         "path": path, "state": record.state.value, "step": [step.action.value, step.move and step.move.state.value],
-        "dropped": sorted(set(json.loads(text)) - set(kept)),
+        "dropped": sorted(set(json.loads(text)) - set(kept)), "rewritten": record.model_dump_json(),
     }))
 """
 
@@ -104,6 +105,8 @@ def test_the_previous_release_reads_what_this_release_stored(
     sweep = {"space": {"lora.r": {"kind": "choice", "values": [8, 16]}}, "trials": 2, "concurrent": 1}
     swept = {**QUICK, "name": "swept", "scaling": {"nodes": 1}, "dataset": {"eval_fraction": 0.1}, "sweep": sweep}
     launch(functions_server, bucket, "swept", swept)
+    moving = {"region": "us-central1", "fallback_regions": ["europe-west4"]}
+    launch(functions_server, bucket, "moving", {**QUICK, "name": "moving", "scaling": {"nodes": 1}, "cluster": moving})
     by_name = {r.config["name"] if r.config else "bad": r for r in h.ctx.store.active()}
     by_name |= {"bad": next(h.ctx.store.get(n[5:-5]) for n in h.ctx.store.blobs.list("runs/") if "/bad-" in n)}
     write_result(h, by_name["shop-descriptions"].run_id)
@@ -127,23 +130,30 @@ def test_the_previous_release_reads_what_this_release_stored(
     records = {path: RunRecord.model_validate_json(text) for path, text in stored.items() if path.startswith("runs/")}
     states = {r.state for r in records.values()}
     assert {State.SUCCEEDED, State.RUNNING, State.QUEUED, State.CANCELLED, State.REJECTED} <= states, states
-    # A sweep's record is format 3: the release before sweeps (which cannot run one, nor keep its config on a
-    # rewrite) reads it as a newer release's and leaves it alone; every other record stays format 2, its own.
+    # A run that may move between regions is format 4: the release before regions (which would follow it in its first
+    # region only, and cannot keep its config on a rewrite) reads it as a newer release's and leaves it alone.
+    [moving_path] = [path for path, r in records.items() if r.config and r.config["cluster"].get("fallback_regions")]
+    assert read[moving_path].get("newer") is True and json.loads(stored[moving_path])["format"] == 4
     [swept_path] = [path for path, r in records.items() if r.config and r.config.get("sweep")]
-    assert read[swept_path].get("newer") is True and json.loads(stored[swept_path])["format"] == 3
+    assert json.loads(stored[swept_path])["format"] == 3 and not read[swept_path].get("newer")  # it runs sweeps
     assert all(
         json.loads(text)["format"] == 2
         for path, text in stored.items()
-        if path.startswith("runs/") and path != swept_path
+        if path.startswith("runs/") and path not in (swept_path, moving_path)
     )
     for path, record in records.items():
-        if path == swept_path:
+        if path == moving_path:
             continue
         old = read[path]
         assert old["state"] == record.state.value
         assert set(old["dropped"]) <= DROPPED_ON_REWRITE, f"{path}: the previous release would drop {old['dropped']}"
         ours = decision.decide(record, decision.Facts(now=now, handler="watch"))
         assert old["step"] == [ours.action.value, ours.move and ours.move.state.value], (path, record.state)
+        # The other way: what the previous release writes back is read here as it was, and decided the same.
+        back = RunRecord.model_validate_json(old["rewritten"])
+        assert back.model_dump(exclude={"generation"}) == record.model_dump(exclude={"generation"}), path
+        again = decision.decide(back, decision.Facts(now=now, handler="watch"))
+        assert [again.action.value, again.move and again.move.state.value] == old["step"], path
     assert "claim_released" not in read[f"runs/{claimed}.json"]["dropped"]  # a field that release knows
     [alloc] = [v for k, v in read.items() if k.startswith("clusters/")]
     assert alloc["queue"] == [] or alloc["holders"], alloc
