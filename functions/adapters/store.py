@@ -41,7 +41,7 @@ RECORDS = "runs/"
 ACTIVE = "runs/active/"
 QUARANTINE_ROOT = "quarantine/"  # what cannot be read is moved under it
 QUARANTINE = f"{QUARANTINE_ROOT}runs/"  # outside runs/: never listed as a record again
-EVENT_CLAIMS = "events/claims/"  # one object per run and state: who publishes its run-finished event
+EVENT_CLAIMS = "events/claims/"  # one object per attempt and state: who publishes its run-finished event
 STALE_CLAIM = dt.timedelta(minutes=5)
 ORPHAN_AFTER = dt.timedelta(minutes=10)
 QUARANTINED_ALLOCATIONS = "quarantine/clusters/"
@@ -441,10 +441,11 @@ class RunStore:
         except Unreadable as err:  # corrupt JSON, not a record, or a config no rules accept
             return None, " ".join(str(err).split())[:300]
 
-    def claim_event(self, run_id: str, state: str, now: dt.datetime) -> bool:
-        """Whether this caller publishes the run's event for `state`: the first to create the claim does;
+    def claim_event(self, job: str, state: str, now: dt.datetime) -> bool:
+        """Whether this caller publishes the event of the run's attempt `job` for `state`: the first to create the
+        claim does;
         a claim whose publisher died before settling the run (older than STALE_CLAIM) is taken over."""
-        path = f"{EVENT_CLAIMS}{run_id}.{state}"
+        path = f"{EVENT_CLAIMS}{job}.{state}"
         try:
             self.blobs.write(path, now.isoformat().encode(), if_generation_match=0)
             return True

@@ -336,7 +336,9 @@ def sweep_of(sweep: SweepResult, cost: float | None) -> dict[str, Any]:
 def settle(ctx: Context, record: RunRecord) -> RunRecord:
     """A terminal run: publish its run-finished event, then stop watching it. One event per run and state
     however many handlers settle it at once (the claim); at least one if its publisher dies (claims go stale)."""
-    if not ctx.store.claim_event(record.run_id, record.state.value, ctx.clock()):
+    # One claim per attempt's end (its RayJob's name: the run id for the first, as releases before wrote it): a
+    # retried run that ends in the same state again has its event published, not held for an earlier attempt's claim.
+    if not ctx.store.claim_event(record.job_name, record.state.value, ctx.clock()):
         return record  # another handler publishes it and settles the run
     if ctx.settings.events_topic:
         event = redact_json(finished_event(record))

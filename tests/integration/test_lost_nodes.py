@@ -253,6 +253,18 @@ def test_retry_by_message_starts_the_next_attempt_of_a_failed_run(controller, bu
     # a second retry of a run that is live again is refused and changes nothing
     watch.handle(message_published({"kind": "retry", "run_id": record.run_id}, "retry-2"), h.ctx)
     assert h.ctx.store.get(record.run_id).attempt == 2
+    # It fails again, in the same state: its end is published and settled at once, not held for the claim of the
+    # first attempt's end (which left `raytune retry` refusing "retry shortly" until that claim went stale).
+    first = [m for m in h.finished_events() if m["run_id"] == record.run_id]
+    assert [m["state"] for m in first] == ["FAILED"]
+    h.kube.set_status("rayjobs", f"{record.run_id}-2", {**FAILED, "message": "ConnectionError: again"})
+    tick(h)
+    again = h.ctx.store.get(record.run_id)
+    assert again.state == State.FAILED and again.settled, again.reason
+    ends = [m for m in h.finished_events() if m["run_id"] == record.run_id]
+    assert [m["state"] for m in ends] == ["FAILED", "FAILED"] and len(ends[1]["attempts"]) == 2
+    watch.handle(message_published({"kind": "retry", "run_id": record.run_id}, "retry-3"), h.ctx)
+    assert h.ctx.store.get(record.run_id).attempt == 3
 
 
 def test_a_capacity_list_applies_its_compute_class_before_the_group_that_selects_it(controller, bucket):
