@@ -109,7 +109,11 @@ def serve(root: Path) -> None:
     sys.path.insert(0, str(root))
     from functions.adapters.gcs import Bucket, storage_client
     from functions.adapters.gke import GkePlatform
-    from functions.adapters.gke_clusters import GkeClusters
+
+    try:
+        from functions.adapters.gke_clusters import GkeClusters
+    except ImportError:  # a version from before adapters/gke_clusters.py (b716476 and older)
+        from functions.adapters.gke import GkeClusters  # type: ignore[attr-defined,no-redef]
     from functions.adapters.kube import Kube, api_client
     from functions.adapters.store import RunStore
     from functions.core.manifests import owner_id
