@@ -230,6 +230,11 @@ class RunStore:
         is noted again (active())."""
         if run_id in self.remembered:  # only the active runs this process watches are remembered
             self.remembered[run_id] = Remembered(record, time.monotonic())
+        if record.state.terminal:
+            # Not noted: an ended run's next write is its settling, which deletes the marker (two marker writes a
+            # run saved where 1,000 end in one tick); until then its marker notes no generation, and readers read
+            # the record itself, as after any failed note.
+            return
         self._note(run_id, record)
 
     def _note(self, run_id: str, record: RunRecord) -> None:
