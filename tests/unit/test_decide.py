@@ -91,6 +91,12 @@ EXPIRED = CLAIM_SECONDS + 1
 CHANGED = Inputs(fingerprint="f2", config_sha256="c", code_sha256="k", dataset_sha256="d", dataset_objects=3)
 SAME = CHANGED.model_copy(update={"unchanged_since": "nightly-20261201"})
 EVALUATED = {**CONFIG, "evaluation": {"samples": 4}}
+# May move: a submitted run waiting past 60 s in us-central1 goes to europe-west4 (functions/core/regions.py).
+MOVING = {
+    **CONFIG,
+    "cluster": {"region": "us-central1", "fallback_regions": ["europe-west4"]},
+    "deadlines": {**CONFIG["deadlines"], "region_seconds": 60},
+}
 VERDICT = Promotion(promoted=True, reason="rougeL 0.5 vs 0.4 of the base model: better by 0.1 > margin 0.0")
 
 NIGHTLY = [
@@ -626,7 +632,7 @@ JOBS = st.one_of(
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=400, deadline=None)
 @given(
     state=st.sampled_from(list(State)),
     handler=st.sampled_from(["launch", "watch"]),
@@ -644,6 +650,7 @@ JOBS = st.one_of(
     evaluated=st.booleans(),
     lost_nodes=st.booleans(),
     tick=st.booleans(),
+    moving=st.booleans(),
 )
 def test_the_loop_ends_legally(
     state,
@@ -662,7 +669,10 @@ def test_the_loop_ends_legally(
     evaluated,
     lost_nodes,
     tick,
+    moving,
 ):
+    if moving:  # a run that may move between regions, while it waits for its nodes (decide._move_region)
+        state = S.SUBMITTED
     on_cluster = state in (S.SUBMITTED, S.RUNNING) or (
         state.terminal and state not in (S.REJECTED, S.SKIPPED) and reached
     )
@@ -671,9 +681,9 @@ def test_the_loop_ends_legally(
         age=age,
         idle=min(idle, age),
         cancel=cancel,
-        submitted=min(age, 10) if on_cluster else None,
+        submitted=(age if moving else min(age, 10)) if on_cluster else None,
         kind="nightly" if nightly else "upload",
-        config=EVALUATED if evaluated else CONFIG,
+        config=MOVING if moving else EVALUATED if evaluated else CONFIG,
         inputs=CHANGED if nightly and state != S.RECEIVED else None,  # fingerprinted while RECEIVED
     )
     # `tick`: the watch tick's way, which releases each RayCluster once after its runs' steps, then settles them
@@ -697,6 +707,10 @@ def test_the_loop_ends_legally(
             # raises InvalidTransition on an illegal move
             if step.move.state == S.SKIPPED:
                 assert A.ADMIT not in actions and A.SUBMIT not in actions, "a skipped run never asks for nodes"
+            if step.move.placements is not None:
+                assert moving and was_submitted and step.move.state == S.QUEUED
+                assert A.STOP_JOB in actions, "a run leaves a region only after its job there was stopped"
+                assert step.move.placements[-1].region == "europe-west4"
             run = run.moved(
                 step.move.state,
                 NOW,
@@ -706,6 +720,7 @@ def test_the_loop_ends_legally(
                 **({"inputs": step.move.inputs} if step.move.inputs is not None else {}),
                 **({"promotion": step.move.promotion} if step.move.promotion is not None else {}),
                 **({"attempts": step.move.attempts} if step.move.attempts is not None else {}),
+                **({"placements": step.move.placements} if step.move.placements is not None else {}),
             )
         elif step.action is A.SETTLE:
             assert run.state.terminal
