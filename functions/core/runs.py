@@ -12,6 +12,8 @@ every change is decided by `functions.core.decide` and written with compare-and-
 
     SUBMITTED | RUNNING ──► QUEUED: the attempt lost its nodes (preempted, node gone); the next attempt
                              resumes from the last checkpoint, up to scaling.max_attempts
+    SUBMITTED ──► QUEUED: its nodes did not come within deadlines.region_seconds; the same attempt moves to the
+                          next of its regions (functions/core/regions.py)
     FAILED | CANCELLED ──► QUEUED: `raytune retry` started a new attempt by hand
 
 A marker `runs/active/<run_id>` lists the runs the watcher must still look at; it goes once a run
