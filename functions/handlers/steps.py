@@ -318,6 +318,9 @@ def finished_event(record: RunRecord) -> dict[str, Any]:
         "cost": record.cost,
         "attempts": [a.model_dump(mode="json") for a in record.attempts] or None,
         "nodes": record.nodes or None,
+        "region": record.region,  # where it ran (or ended): its last region
+        # where it waited and why it moved on, for a run that moved between regions (functions/core/regions.py)
+        "placements": [p.model_dump(mode="json") for p in record.placements] or None,
         "queue_position": record.queue_position,
         "sweep": sweep_of(result.sweep, record.cost) if result.sweep else None,
     }

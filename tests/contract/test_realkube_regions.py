@@ -127,6 +127,10 @@ def test_a_run_without_capacity_moves_and_nothing_of_another_run_is_touched(regi
     running_workers(second, 2)
     second.succeed([staying, moving])
     assert second.h.ctx.store.get(moving).placements[-1].region == SECOND
+    [ended] = [m for m in second.h.finished_events() if m["run_id"] == moving]
+    assert ended["region"] == SECOND and [p["region"] for p in ended["placements"]] == [FIRST, SECOND]
+    [stayed] = [m for m in second.h.finished_events() if m["run_id"] == staying]
+    assert stayed["region"] == SECOND and stayed["placements"] is None
     first.tick({"kind": "cancel", "run_id": waiting})
     assert first.state(waiting) == State.CANCELLED
     eventually(lambda: first.rayjobs() == [], "the waiting run's RayJob stopped", 60)
