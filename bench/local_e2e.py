@@ -7,7 +7,12 @@ counts neighbours too: the table says which), and the moments a person waits for
 every process the run starts (/proc, every 0.3 s) and reports their CPU by kind: Ray's own processes by their
 title, the training workers, the job's driver, the controller (`raytune local` itself).
 
-    .venv/bin/python bench/local_e2e.py --against /tmp/before --runs 5 [--processes]
+    .venv/bin/python bench/local_e2e.py --against /tmp/before --runs 5 [--processes] [--warm]
+
+Every version's run is a cold one (RAYTUNE_LOCAL_KEEP_WARM_S=0: the cluster started and stopped with the run, as
+before warm clusters). `--warm` adds "this, warm": the same quickstart in a workdir whose head an earlier run left
+warm (started once, before the first round, outside the measure), its head's processes joined to the run's cgroup
+for the run, so what the head does for it is counted.
 """
 
 from __future__ import annotations
@@ -151,10 +156,19 @@ def raytune_local(args: list[str], env: dict[str, str], home: str, stderr: int) 
     )
 
 
-def one_run(root: Path, processes: bool = False) -> dict:
-    """The quickstart with `root`'s code (first on the path, its nodes and jobs given the same)."""
-    with tempfile.TemporaryDirectory() as workdir, tempfile.TemporaryDirectory() as home, cpu_meter() as (cpu, join):
-        env = {**os.environ, "HOME": home, "PYTHONPATH": str(root)}
+def one_run(root: Path, processes: bool = False, warm: Path | None = None) -> dict:
+    """The quickstart with `root`'s code (first on the path, its nodes and jobs given the same), cold in a new
+    workdir, or in `warm`, a workdir whose head is warm."""
+    with contextlib.ExitStack() as stack:
+        workdir = str(warm) if warm else stack.enter_context(tempfile.TemporaryDirectory())
+        home = stack.enter_context(tempfile.TemporaryDirectory())
+        cpu, join = stack.enter_context(cpu_meter())
+        keep = "3600" if warm else "0"
+        env = {**os.environ, "HOME": home, "PYTHONPATH": str(root), "RAYTUNE_LOCAL_KEEP_WARM_S": keep}
+        if warm:
+            for pid in warm_head(warm):
+                with contextlib.suppress(OSError):  # gone meanwhile
+                    join(pid)
         started = time.monotonic()
         proc = raytune_local(["--workdir", workdir], env, home, stderr=subprocess.STDOUT)
         join(proc.pid)
@@ -169,9 +183,31 @@ def one_run(root: Path, processes: bool = False) -> dict:
             sampler.join()
         if proc.returncode != 0:
             raise SystemExit(f"run of {root} failed:\n{console[-4000:]}")
-        record = json.loads(next((Path(workdir) / "records").glob("*.json")).read_text())
+        if warm and "reusing the warm local Ray cluster" not in console:
+            raise SystemExit(f"the run in {warm} did not find its head warm:\n{console[-4000:]}")
+        newest = max((Path(workdir) / "records").glob("*.json"), key=lambda path: path.stat().st_mtime)
+        record = json.loads(newest.read_text())
     train = record["result"]["metrics"]["train_runtime_seconds"]
     return {"wall_s": wall, **cpu, "train_s": train, **phases(console), **({"processes": by_kind} if processes else {})}
+
+
+def warm_head(workdir: Path) -> list[int]:
+    """The processes of the workdir's warm session (its head's): those carrying its tag or holding its Ray folder."""
+    from functions.local import session
+
+    found = session.read(workdir)
+    return session.processes(found) if found else []
+
+
+def warmed(root: Path) -> Path:
+    """A workdir whose head a first quickstart left warm (for an hour; `raytune local --stop` ends it)."""
+    workdir = Path(tempfile.mkdtemp(prefix="bench-warm-"))
+    env = {**os.environ, "PYTHONPATH": str(root), "RAYTUNE_LOCAL_KEEP_WARM_S": "3600"}
+    done = raytune_local(["--workdir", str(workdir)], env, str(workdir), stderr=subprocess.STDOUT)
+    console, _ = done.communicate(timeout=900)
+    if done.returncode != 0 or "stays up" not in console:
+        raise SystemExit(f"the warming run failed:\n{console[-4000:]}")
+    return workdir
 
 
 def table(samples: dict[str, list[dict]]) -> list[str]:
@@ -214,17 +250,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--against", type=Path, help="a checkout of the version to compare with")
     parser.add_argument("--processes", action="store_true", help="also the CPU of each kind of process it starts")
+    parser.add_argument("--warm", action="store_true", help="also this version's run on a warm local cluster")
     args = parser.parse_args(argv)
     versions = {"this": ROOT} | ({"against": args.against.resolve()} if args.against else {})
-    samples: dict[str, list[dict]] = {name: [] for name in versions}
-    for round_ in range(args.runs):
-        order = list(versions)
-        order = order[round_ % len(order) :] + order[: round_ % len(order)]
-        for name in order:
-            samples[name].append(one_run(versions[name], args.processes))
-            print(
-                f"round {round_ + 1} {name}: " + ", ".join(f"{k} {v}" for k, v in samples[name][-1].items()), flush=True
-            )
+    warm = warmed(ROOT) if args.warm else None
+    runs = {name: (root, None) for name, root in versions.items()} | ({"this, warm": (ROOT, warm)} if warm else {})
+    samples: dict[str, list[dict]] = {name: [] for name in runs}
+    try:
+        for round_ in range(args.runs):
+            order = list(runs)
+            order = order[round_ % len(order) :] + order[: round_ % len(order)]
+            for name in order:
+                root, workdir = runs[name]
+                samples[name].append(one_run(root, args.processes, workdir))
+                said = ", ".join(f"{k} {v}" for k, v in samples[name][-1].items())
+                print(f"round {round_ + 1} {name}: {said}", flush=True)
+    finally:
+        if warm is not None:
+            subprocess.run([sys.executable, "-c", CLI, "local", "--stop", "--workdir", str(warm)], check=False)
     print(f"\nraytune local end to end, {args.runs} runs of each version interleaved, seconds from start")
     print("\n".join(table(samples)))
     if args.processes:

@@ -23,6 +23,9 @@ settings.load_profile("raytune")
 
 ROOT = Path(__file__).resolve().parents[1]
 RUN_DIR = ROOT / ".raytune" / "test-services"
+# Every `raytune local` a story starts stops all it started at its end (each story holds that nothing is left);
+# tests/e2e/test_warm_local.py asks for the warm cluster a user gets by default.
+os.environ.setdefault("RAYTUNE_LOCAL_KEEP_WARM_S", "0")
 
 
 def _pubsub_jar() -> Path:

@@ -5,23 +5,48 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import math
+import os
 from pathlib import Path
 from typing import Any
 
 from functions.cli import options
 from functions.cli.config_commands import FileError, load
 
+KEEP_WARM_S = 600.0  # a person iterating on a config runs again within minutes
+KEEP_WARM_ENV = "RAYTUNE_LOCAL_KEEP_WARM_S"
+
+
+def seconds(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"{text} is not a number of seconds (0 or more)")
+    return value
+
 
 def cmd_local(args: argparse.Namespace) -> int:
     from functions.local import driver as local
 
+    workdir = Path(args.workdir) if args.workdir else None
+    if args.stop:
+        return local.stop_warm(workdir)
     if args.config:
         load(args.config)  # a bad config fails here, naming the file, before any process starts
     night = args.night or (dt.datetime.now(dt.UTC).date() if args.nightly else None)
-    workdir = Path(args.workdir) if args.workdir else None
     if args.detach:
         return local.detach(local_args(args), workdir)
-    return local.run(args.config, workdir, as_json=args.json, night=night, timings=args.timings)
+    return local.run(
+        args.config, workdir, as_json=args.json, night=night, timings=args.timings, keep_warm_s=args.keep_warm
+    )
+
+
+def keep_warm_default() -> float:
+    """How long a local cluster stays up after a run: RAYTUNE_LOCAL_KEEP_WARM_S, else KEEP_WARM_S."""
+    given = os.environ.get(KEEP_WARM_ENV, "")
+    try:
+        return max(0.0, float(given)) if given else KEEP_WARM_S
+    except ValueError:
+        return KEEP_WARM_S
 
 
 def local_args(args: argparse.Namespace) -> list[str]:
@@ -35,7 +60,7 @@ def local_args(args: argparse.Namespace) -> list[str]:
         found.append("--json")
     if args.timings:
         found.append("--timings")
-    return found
+    return [*found, "--keep-warm", str(args.keep_warm)]
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
@@ -78,6 +103,17 @@ def add_parsers(sub: Any) -> None:
         "--night",
         type=dt.date.fromisoformat,
         help="with --nightly: the night (YYYY-MM-DD) it stands for (default today, UTC); one run per night",
+    )
+    run_local.add_argument(
+        "--keep-warm",
+        type=seconds,
+        default=keep_warm_default(),
+        metavar="SECONDS",
+        help=f"after a run that ended on its own, keep the local Ray head up this long for the workdir's next run "
+        f"(default {KEEP_WARM_S:.0f}, or {KEEP_WARM_ENV}; 0: stop everything at the end)",
+    )
+    run_local.add_argument(
+        "--stop", action="store_true", help="stop the workdir's warm local cluster now (never one a run is using)"
     )
     options.add_set(run_local)
     run_local.set_defaults(func=cmd_local)

@@ -21,10 +21,11 @@ from pathlib import Path
 from typing import TextIO
 
 from functions.core.config_file import config_format, parse_config
+from functions.local import session
 from functions.local.interrupts import Interrupted, Interrupts
 from functions.local.platform import check_fits, machine_gpus
 from functions.local.run_session import RunSession
-from functions.local.workdirs import candidates, controller_log, holder, workdir_lock
+from functions.local.workdirs import DEFAULT_WORKDIR, candidates, controller_log, held_if_free, holder, workdir_lock
 
 QUICKSTART = Path(__file__).with_name("quickstart.json")
 
@@ -48,6 +49,25 @@ class OneLine(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         return record.getMessage()
+
+
+def stop_warm(requested: Path | None) -> int:
+    """`raytune local --stop`: the warm local cluster of the workdir stopped now (never one a run is using)."""
+    workdir = (requested or DEFAULT_WORKDIR).resolve()
+    if not (workdir / ".lock").exists():
+        print(f"nothing runs in {workdir}")
+        return 0
+    with held_if_free(workdir) as held:
+        if not held:
+            print(f"{workdir} is in use by a run (pid {holder(workdir)}): it stops or keeps its cluster when it ends")
+            return 1
+        stopped = session.stop(workdir)
+    print(
+        f"stopped the local Ray cluster of {workdir} ({len(stopped)} processes)"
+        if stopped
+        else f"nothing runs in {workdir}"
+    )
+    return 0
 
 
 def detach(args: list[str], requested: Path | None, wait_s: float = 180) -> int:
@@ -96,8 +116,10 @@ def run(
     retry: str | None = None,
     settle_only: bool = False,
     timings: bool = False,
+    keep_warm_s: float = 0,
 ) -> int:
-    """`raytune local [CONFIG] [--nightly [--night DATE]] [--timings]`: upload the config, launch, follow to the end;
+    """`raytune local [CONFIG] [--nightly [--night DATE]] [--timings] [--keep-warm S]`: upload the config, launch,
+    follow to the end;
     print a summary (or the record as JSON) and write the record to a file. Exit 0 when the run succeeded
     (or, a nightly, was skipped: nothing new to learn). `retry`: instead, the next attempt of that ended run
     of the workdir (`raytune retry RUN --local`), followed the same way. `settle_only`: only what a raytune local
@@ -118,7 +140,7 @@ def run(
     # a signal at any moment either cancels the run or, once the clean-up has begun, waits for it.
     try:
         with Interrupts(say) as interrupts, workdir_lock(workdir) as held, controller_log(held):
-            return _run(config, held, say, interrupts, as_json, night, retry, settle_only, timings)
+            return _run(config, held, say, interrupts, as_json, night, retry, settle_only, timings, keep_warm_s)
     except Interrupted as exc:  # raised only before _run's clean-up guard: nothing was started
         say(f"interrupted ({exc}) before the run started")
         return 128 + exc.signum
@@ -134,8 +156,9 @@ def _run(
     retry: str | None,
     settle_only: bool = False,
     timings: bool = False,
+    keep_warm_s: float = 0,
 ) -> int:
-    with RunSession(workdir, say) as ran:
+    with RunSession(workdir, say, keep_warm_s) as ran:
 
         def start_and_follow() -> None:
             local = ran.start(night)

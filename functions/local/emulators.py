@@ -150,9 +150,31 @@ def wait_until(
     raise TimeoutError(f"not {what} after {timeout_s}s")
 
 
+class Adopted:
+    """A process another process started (a warm local Ray head that an earlier `raytune local` left): as much of
+    Popen as Service needs. Alive while its pid still carries `tag` (a reused pid does not)."""
+
+    def __init__(self, pid: int, tag: str) -> None:
+        self.pid, self.tag = pid, tag
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None and self.pid not in tagged(self.tag):
+            self.returncode = -1  # not ours to reap: its exit status went to its own parent
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if deadline is not None and time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(str(self.pid), timeout or 0)
+            time.sleep(0.1)
+        return -1
+
+
 @dataclass
 class Service:
-    proc: subprocess.Popen
+    proc: subprocess.Popen | Adopted
     port: int
     name: str = ""  # what it stands for, where that is not its program (a local Ray node)
 

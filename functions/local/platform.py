@@ -28,7 +28,7 @@ import threading
 import time
 from collections.abc import Collection, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -178,7 +178,16 @@ def live_driver_log(workdir: Path, run_id: str) -> Path | None:
 class LocalRay:
     """Platform on a Ray cluster of local processes, driven through the Ray Jobs API."""
 
-    def __init__(self, workdir: Path, tag: str, gpus: int | None = None, no_capacity: Collection[str] = ()):
+    def __init__(
+        self,
+        workdir: Path,
+        tag: str,
+        gpus: int | None = None,
+        no_capacity: Collection[str] = (),
+        warm: session.Session | None = None,
+    ):
+        """`warm`: the session whose head an earlier clean run left warm (session.warm), attached to instead of
+        starting a head; its tag is `tag`."""
         self.workdir = workdir
         # Regions where GPUs never come (the local stand-in for GKE out of stock there): a run's group there is
         # sized but never started, and its job waits, as a RayJob whose worker pods stay Pending.
@@ -186,8 +195,9 @@ class LocalRay:
         self.logs = workdir / "logs"
         self.tag = tag
         self.gpus = machine_gpus() if gpus is None else gpus
-        self.ray_tmp = session.new_ray_tmp()
-        session.write(workdir, session.Session(tag, self.ray_tmp))
+        self.ray_tmp = warm.ray_tmp if warm else session.new_ray_tmp()
+        # In use from here (no warm_until): a keeper leaves it alone, and a run that dies leaves it to be stopped.
+        session.write(workdir, replace(warm, warm_until=None) if warm else session.Session(tag, self.ray_tmp))
         self.env = {
             "RAY_AUTH_MODE": "token",
             "RAY_AUTH_TOKEN_PATH": str(auth_token(workdir)),
@@ -206,6 +216,9 @@ class LocalRay:
         self.ray = str(Path(sys.executable).parent / "ray")  # the ray CLI of this environment
         self.head: emulators.Service | None = None
         self.dashboard_port = 0
+        if warm is not None and warm.head_pid and warm.head_port and warm.dashboard_port:
+            self.head = emulators.Service(emulators.Adopted(warm.head_pid, tag), warm.head_port, "ray-head")
+            self.dashboard_port = warm.dashboard_port
         self.shapes: dict[str, NodeShape] = {}  # each run's worker group: its nodes' shape
         self.groups: dict[str, GroupNode | None] = {}  # each run's worker group: its local node (None at zero)
         # Every region's RayCluster is this one Ray cluster: each group belongs to one of them (its allocation's
@@ -215,7 +228,9 @@ class LocalRay:
         self.waiting: dict[str, str] = {}  # jobs applied there, never started: job -> region
         self.stamps: dict[str, int] = {}  # each RayCluster's allocation version its groups were last sized for
         self.departed: list[tuple[str, dt.datetime, str]] = []  # nodes that died and were replaced: group, when, what
-        self.started = 0  # worker nodes started so far: each gets a Ray folder of its own
+        # worker nodes started so far in the cluster's Ray folder (a warm one has those of earlier runs): each gets a
+        # folder of its own
+        self.started = len(list(Path(self.ray_tmp).glob("n[0-9]*")))
         self.generation = 0  # bumped on every scale: the precondition size()/scale() check
         self.lock = threading.RLock()
         self._client: Any = None
@@ -301,6 +316,27 @@ class LocalRay:
             taken=(self.dashboard_port, client_port),
         )
         emulators.wait_until(lambda: emulators.port_open(self.dashboard_port), "dashboard up", 120)
+        session.write(self.workdir, self._session())
+
+    def _session(self) -> session.Session:
+        """The session as it stands: its head's pid and ports once it has one."""
+        head = self.head
+        return session.Session(
+            self.tag,
+            self.ray_tmp,
+            head.proc.pid if head else None,
+            head.port if head else None,
+            self.dashboard_port or None,
+        )
+
+    def left_warm(self) -> session.Session | None:
+        """At a clean end: every worker group stopped, the head left running for the next run of the workdir; the
+        session to keep warm, or None without a live head."""
+        with self.lock:
+            self._scale_to({})
+            if self.head is None or self.head.proc.poll() is not None:
+                return None
+            return self._session()
 
     @property
     def client(self) -> Any:

@@ -38,8 +38,10 @@ class RunSession:
     """Owns what the run starts: `start` brings it up, leaving the context manager stops it all (the job's driver
     log kept, the cluster shut down, fake-gcs-server stopped, any process of the session swept)."""
 
-    def __init__(self, workdir: Path, say: Callable[[str], None]) -> None:
+    def __init__(self, workdir: Path, say: Callable[[str], None], keep_warm_s: float = 0) -> None:
         self.workdir, self.say = workdir, say
+        self.keep_warm_s = keep_warm_s  # after a clean end, the head stays up this long for the workdir's next run
+        self.clean = False  # the run ended on its own (no failure, no signal): its head may stay warm
         self.tag = uuid.uuid4().hex
         self.started = time.monotonic()
         self.gcs: emulators.Service | None = None
@@ -53,10 +55,15 @@ class RunSession:
     def start(self, night: dt.date | None) -> LocalRun:
         """What a run needs, brought up: what a killed raytune local of this workdir left stopped first, then the
         bucket and the cluster, and the earlier runs it left live settled."""
-        if orphans := session.stop(self.workdir):
+        warm = session.warm(self.workdir)
+        if warm is not None:
+            self.tag = warm.tag  # what this run starts belongs to the warm session, and is stopped with it
+            self.say(f"reusing the warm local Ray cluster an earlier run left (head pid {warm.head_pid})")
+        elif orphans := session.stop(self.workdir):
             self.say(f"stopped {len(orphans)} processes an earlier raytune local of this workdir left")
         starved = [r.strip() for r in os.environ.get(NO_CAPACITY_ENV, "").split(",") if r.strip()]
-        self.platform = LocalRay(self.workdir, self.tag, no_capacity=starved)  # starts nothing yet; tags first
+        # starts nothing yet; marks the session in use first
+        self.platform = LocalRay(self.workdir, self.tag, no_capacity=starved, warm=warm)
         logs = self.workdir / "logs"
         self.gcs = emulators.fake_gcs(
             logs / "fake-gcs.log", data_dir=self.workdir / "gcs", env={emulators.TAG: self.tag}
@@ -104,6 +111,7 @@ class RunSession:
             log.error("%s", why, exc_info=failure)
         elif self.record is not None:
             code = exit_code(self.record.state)
+            self.clean = True
         if why is not None:
             self.say(f"{why}: cancelling the run and stopping what it started")
             self._cancel(why)
@@ -128,13 +136,25 @@ class RunSession:
     def __exit__(
         self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
     ) -> None:
+        warm = None
         if self.platform is not None:
             if self.record is not None:
                 self.platform.save_job_log(self.record.job_name)
-            with self.platform.timed("stopping the cluster"):
-                self.platform.shutdown()
+            if self.clean and error is None and self.keep_warm_s > 0:
+                with self.platform.timed("stopping the worker nodes"):
+                    warm = self.platform.left_warm()
+            if warm is None:
+                with self.platform.timed("stopping the cluster"):
+                    self.platform.shutdown()
         if self.gcs is not None:
             self.gcs.stop()
+        if warm is not None:
+            session.keep_warm(self.workdir, warm, self.keep_warm_s)
+            self.say(
+                f"the local Ray cluster stays up {self.keep_warm_s:.0f}s for the next run of {self.workdir} "
+                f"(`raytune local --stop --workdir {self.workdir}` stops it now)"
+            )
+            return
         leftovers = session.stop(self.workdir)
         if leftovers:  # Ray processes that left their node's process group: expected, logged, not shown
             log.info("stopped %d leftover processes of this run: %s", len(leftovers), leftovers)

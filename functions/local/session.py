@@ -1,19 +1,31 @@
 """A workdir's local session, kept in logs/session.json: the tag every process of the session carries and
 Ray's temp dir. `raytune logs --local` finds a live job's driver log through it, and the next `raytune local`
 of the workdir stops what a killed one left: it holds the workdir lock, so the earlier driver is gone and
-anything still carrying its tag is an orphan (a Ray node, fake-gcs-server writing to the bucket's folder)."""
+anything still carrying its tag is an orphan (a Ray node, fake-gcs-server writing to the bucket's folder).
+
+A run that ended cleanly may leave its Ray head warm (`warm_until`, with the head's pid and ports): the next run of
+the workdir attaches to it instead of starting one, and a keeper process (functions/local/keeper.py) stops it once
+it has been idle until then. A session without `warm_until` is held by a run, or was left by one that died: the next
+run stops everything in it, as before.
+"""
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
+import sys
 import tempfile
-from dataclasses import asdict, dataclass
+import time
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from functions.local import emulators
+from trainer.codehash import ROOT
 
 FILE = "session.json"
+KEEPER = "RAYTUNE_LOCAL_KEEPER"  # the keeper's environment names the session it keeps
 RAY_TMP_PREFIX = "rt-"  # Ray's socket paths are length-limited: its temp dir is short, directly under /tmp
 
 
@@ -21,6 +33,10 @@ RAY_TMP_PREFIX = "rt-"  # Ray's socket paths are length-limited: its temp dir is
 class Session:
     tag: str
     ray_tmp: str
+    head_pid: int | None = None  # the head's `ray start` (its session leader), once started
+    head_port: int | None = None  # its GCS port
+    dashboard_port: int | None = None
+    warm_until: float | None = None  # left warm by a clean run until then (seconds since the epoch); None: in use
 
 
 def _path(workdir: Path) -> Path:
@@ -41,6 +57,33 @@ def scratch(ray_tmp: str) -> str:
 def write(workdir: Path, session: Session) -> None:
     _path(workdir).parent.mkdir(parents=True, exist_ok=True)
     _path(workdir).write_text(json.dumps(asdict(session)))
+
+
+def warm(workdir: Path) -> Session | None:
+    """The session a clean run left warm, if its head still runs (its pid carries the tag, its port answers)."""
+    found = read(workdir)
+    if found is None or found.warm_until is None or found.head_pid is None or found.head_port is None:
+        return None
+    if found.head_pid not in emulators.tagged(found.tag) or not emulators.port_open(found.head_port):
+        return None
+    return found
+
+
+def keep_warm(workdir: Path, left: Session, seconds: float) -> None:
+    """Leave the session's head warm for `seconds` of idle time; the keeper stops it then (one per session)."""
+    write(workdir, replace(left, warm_until=time.time() + seconds))
+    keepers = [pid for pid in emulators.tagged(left.tag, variable=KEEPER) if pid != os.getpid()]
+    if keepers:
+        return  # the session's keeper reads the new time
+    env = {k: v for k, v in os.environ.items() if k != emulators.TAG}  # the sweep it runs must not stop itself
+    subprocess.Popen(
+        [sys.executable, "-m", "functions.local.keeper", str(workdir), left.tag],
+        env={**env, KEEPER: left.tag, "PYTHONPATH": str(ROOT)},
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,  # outlives this raytune local and its terminal
+    )
 
 
 def read(workdir: Path) -> Session | None:

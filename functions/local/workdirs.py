@@ -50,6 +50,22 @@ def holder(workdir: Path) -> int | None:
         return None
 
 
+@contextlib.contextmanager
+def held_if_free(workdir: Path) -> Iterator[bool]:
+    """The workdir's lock, if no run holds it (True while held here): for what stops a warm cluster, which must never
+    stop one a run is using."""
+    with open(workdir / ".lock", "a+") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+            return
+        try:
+            yield True
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
 def candidates(requested: Path | None) -> list[Path]:
     """The workdirs a run may take: the one asked for, else the default and the next free .raytune/local-N."""
     return [requested] if requested else [DEFAULT_WORKDIR, *(Path(f"{DEFAULT_WORKDIR}-{n}") for n in range(2, 10))]
