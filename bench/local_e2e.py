@@ -29,7 +29,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -116,13 +116,16 @@ def kind_of(command: str) -> str:
     return next((name for needle, name in KINDS if needle in command), command[:40] or "unnamed")
 
 
-def processes_cpu(root_pid: int, done: threading.Event, found: dict[str, float]) -> None:
-    """Until `done`: every 0.3 s, the CPU of each descendant of `root_pid` (and of itself), named by kind; each
-    process counted once, at the last look it was alive, under the first name it had that is not Ray's idle
-    worker's (a worker takes its actor's title once it has one)."""
+def processes_cpu(root_pid: int, done: threading.Event, found: dict[str, float], warm: Iterable[int] = ()) -> None:
+    """Until `done`: every 0.3 s, the CPU of each descendant of `root_pid` (and of itself) and of the `warm` head's
+    processes and theirs, named by kind; each process counted once, at the last look it was alive, less what it had
+    used at the first look (a warm head's processes ran before the run), under the first name it had that is not
+    Ray's idle worker's (a worker takes its actor's title once it has one)."""
     tick = os.sysconf("SC_CLK_TCK")
     seen: dict[tuple[int, int], list] = {}  # (pid, start tick) -> [cpu s, kind]
-    family = {root_pid}
+    before: dict[tuple[int, int], float] = {}  # CPU at the first look, of the processes alive then
+    family = {root_pid, *warm}
+    first = True
     while True:
         stopping = done.is_set()
         for entry in Path("/proc").iterdir():
@@ -138,15 +141,18 @@ def processes_cpu(root_pid: int, done: threading.Event, found: dict[str, float])
                 continue
             family.add(pid)
             key, cpu = (pid, int(stat[19])), (int(stat[11]) + int(stat[12])) / tick
+            if first:
+                before[key] = cpu
             kind = kind_of(command)
             if key in seen and (not command or kind == "ray::IDLE"):
                 kind = seen[key][1]
             seen[key] = [cpu, kind]
         if stopping:
             break
+        first = False
         time.sleep(0.3)
-    for cpu, kind in seen.values():
-        found[kind] = found.get(kind, 0.0) + cpu
+    for key, (cpu, kind) in seen.items():
+        found[kind] = found.get(kind, 0.0) + cpu - before.get(key, 0.0)
 
 
 def raytune_local(args: list[str], env: dict[str, str], home: str, stderr: int) -> subprocess.Popen:
@@ -165,15 +171,15 @@ def one_run(root: Path, processes: bool = False, warm: Path | None = None) -> di
         cpu, join = stack.enter_context(cpu_meter())
         keep = "3600" if warm else "0"
         env = {**os.environ, "HOME": home, "PYTHONPATH": str(root), "RAYTUNE_LOCAL_KEEP_WARM_S": keep}
-        if warm:
-            for pid in warm_head(warm):
-                with contextlib.suppress(OSError):  # gone meanwhile
-                    join(pid)
+        head = warm_head(warm) if warm else []
+        for pid in head:
+            with contextlib.suppress(OSError):  # gone meanwhile
+                join(pid)
         started = time.monotonic()
         proc = raytune_local(["--workdir", workdir], env, home, stderr=subprocess.STDOUT)
         join(proc.pid)
         done, by_kind = threading.Event(), {}
-        sampler = threading.Thread(target=processes_cpu, args=(proc.pid, done, by_kind)) if processes else None
+        sampler = threading.Thread(target=processes_cpu, args=(proc.pid, done, by_kind, head)) if processes else None
         if sampler:
             sampler.start()
         console, _ = proc.communicate(timeout=900)
