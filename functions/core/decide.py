@@ -329,9 +329,9 @@ def _submitted(record: RunRecord, facts: Facts) -> Step:
 
 def _move_region(record: RunRecord, facts: Facts, seen: JobSeen) -> Step | None:
     """A submitted run whose job still waits for its nodes longer than it may wait in one region moves to the next
-    of its regions (regions.next_region): its job there is stopped first, then the record moves it (the executor
-    releases its group in the region it leaves), and it is applied there as the same attempt, queued for that
-    region's RayCluster. In its last region, or with nothing else to try, the pending deadline ends it instead."""
+    of its regions (regions.next_region): its job there is stopped first, then the record moves it (the tick's
+    housekeeping releases its group in the region it left), and it is applied there as the same attempt, queued for
+    that region's RayCluster. In its last region, or with nothing else to try, the pending deadline ends it."""
     status = seen.status
     entered = record.entered(State.SUBMITTED)
     if record.state != State.SUBMITTED or status is None or entered is None:

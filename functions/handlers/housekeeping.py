@@ -36,6 +36,10 @@ def tidy(
     on their markers' notes (functions/core/quiet.py), unread."""
     troubles: list[Exception] = []
     allocs = ctx.allocations.all()
+    # Where each live run of the tick stands now (its RayCluster's key_path): one that moved to another region
+    # (functions/core/regions.py) leaves its place in the RayCluster it waited in, released here.
+    placed = {r.run_id: allocation.key_path(r.run_config().cluster) for r in live if r.config}
+    placed |= {n.run_id: allocation.key_path(n.cluster) for n in passing}
     listed = {
         (region, gke, namespace, o.name): o.handle
         for (region, gke, namespace), found in (surveyed or {}).items()
@@ -44,9 +48,15 @@ def tidy(
     }
     for alloc in allocs:
         try:
+            here = allocation.key_path(alloc.cluster)
             if allocation.idle_expired(alloc, ctx.clock()):
                 teardown(ctx, alloc)
-            elif not alloc.deleted and allocation.key_path(alloc.cluster) not in synced:
+            elif not alloc.deleted and any(
+                placed.get(run_id, here) != here for run_id in [*alloc.holders, *(w.run_id for w in alloc.queue)]
+            ):
+                # its group goes, exactly: the runs seen live here keep their places without a read
+                sizing.release(ctx, alloc.cluster, live={run_id for run_id, key in placed.items() if key == here})
+            elif not alloc.deleted and here not in synced:
                 # Groups of ended runs leave the spec once drained; a size a lost write left behind is repaired.
                 spec = alloc.cluster
                 handle = listed.get((spec.region, spec.gke_cluster, spec.namespace, spec.ray_cluster))

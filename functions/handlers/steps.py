@@ -218,21 +218,7 @@ def move(ctx: Context, record: RunRecord, transition: Move) -> RunRecord:
         )
     if updated.state == State.QUEUED and updated.reason != record.reason:
         publish_state(ctx, updated)
-    if transition.placements is not None and updated is not record:
-        vacate(ctx, record)
     return updated
-
-
-def vacate(ctx: Context, left: RunRecord) -> None:
-    """The region a run moved away from gives back its place: its RayCluster's allocation drops the run (it now
-    stands in another cluster) and its group goes. A failure here is left to the tick, which releases every
-    RayCluster's ended and departed holders."""
-    try:
-        sizing.release(ctx, left.run_config().cluster)
-    except Exception as exc:
-        if not is_transient(exc):
-            raise
-        log.warning("%s: cannot release its place in %s yet: %s", left.run_id, left.region, describe(exc))
 
 
 def cost(ctx: Context, gpu_node_seconds: float, attempts: list[Attempt], nodes: dict[str, str]) -> float | None:
