@@ -378,10 +378,16 @@ class LocalRay:
         args.append(f"--resources={json.dumps(resources)}")
         return args, env
 
-    def _scale_to(self, groups: dict[str, int], owner: str | None = None) -> None:
-        """The groups of one RayCluster (`owner`; None: all of them) each at its size: a dead node is replaced, one
+    def _scale_to(self, groups: dict[str, int], spec: ClusterSpec | None = None) -> None:
+        """The groups of one RayCluster (`spec`; None: all of them) each at its size: a dead node is replaced, one
         of another size stopped and started at the new size (the controller only scales a group from or to zero),
-        its groups left out stopped. What goes is stopped together, as KubeRay deletes pods."""
+        its groups left out stopped. What goes is stopped together, as KubeRay deletes pods. In a region without
+        capacity the sizes are kept and nothing starts, as pods that stay Pending."""
+        if spec is not None and spec.region in self.no_capacity:
+            self.starved[key_path(spec)] = dict(groups)
+            self.generation += 1
+            return
+        owner = key_path(spec) if spec is not None else None
         mine = {g: node for g, node in self.groups.items() if owner is None or self.owner.get(g) == owner}
         leaving: list[emulators.Service] = []
         for group, node in mine.items():
@@ -430,12 +436,6 @@ class LocalRay:
         with self.lock:
             if self.head is None or (workers is not None and workers.handle != self.generation):
                 return False
-            owner = key_path(cfg.cluster)
-            if cfg.cluster.region in self.no_capacity:
-                self.starved[owner] = dict(groups)
-                self.stamps[owner] = stamp
-                self.generation += 1
-                return True
             self.shapes[group_name(run_id)] = NodeShape(
                 cpus=scaling.cpus_per_worker
                 if not scaling.use_gpu
@@ -443,8 +443,8 @@ class LocalRay:
                 gpus=scaling.gpus_per_node,
                 accelerator=scaling.accelerator if scaling.use_gpu else None,
             )
-            self._scale_to(groups, owner)
-            self.stamps[owner] = stamp
+            self._scale_to(groups, cfg.cluster)
+            self.stamps[key_path(cfg.cluster)] = stamp
             return True
 
     def code_sha256(self) -> str:
@@ -581,16 +581,11 @@ class LocalRay:
     def scale(
         self, spec: ClusterSpec, workers: Workers, groups: dict[str, int], stamp: int, adopt: bool = False
     ) -> bool:
-        owner = key_path(spec)
         with self.lock:
             if workers.handle != self.generation:
                 return False
-            if spec.region in self.no_capacity:
-                self.starved[owner] = dict(groups)
-                self.generation += 1
-            else:
-                self._scale_to(groups, owner)
-            self.stamps[owner] = stamp
+            self._scale_to(groups, spec)
+            self.stamps[key_path(spec)] = stamp
             return True
 
     def delete_cluster(self, spec: ClusterSpec, workers: Workers) -> bool:
@@ -600,9 +595,9 @@ class LocalRay:
         with self.lock:
             if workers.handle != self.generation:
                 return False
-            self.starved.pop(owner, None)
             self.stamps.pop(owner, None)
-            self._scale_to({}, owner)
+            self._scale_to({}, spec)
+            self.starved.pop(owner, None)
             if not self.groups and not self.starved:
                 self._stop_all()
             return True
