@@ -448,8 +448,7 @@ class RunStore:
 
     def claim_event(self, job: str, state: str, now: dt.datetime) -> bool:
         """Whether this caller publishes the event of the run's attempt `job` for `state`: the first to create the
-        claim does;
-        a claim whose publisher died before settling the run (older than STALE_CLAIM) is taken over."""
+        claim does; a claim whose publisher died before settling the run (older than STALE_CLAIM) is taken over."""
         path = f"{EVENT_CLAIMS}{job}.{state}"
         try:
             self.blobs.write(path, now.isoformat().encode(), if_generation_match=0)

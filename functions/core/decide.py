@@ -122,7 +122,7 @@ class Facts:
     job_stopped: bool = False  # after STOP_JOB
     scaled: bool = False  # after SCALE_DOWN
     retry_backoff_s: int = RETRY_BACKOFF_SECONDS[0]  # the deployment's first backoff before a run's next attempt
-    region_seconds: int = 1800  # the operator's default wait for capacity in one region (policy region_seconds)
+    region_seconds: int = regions.DEFAULT_REGION_SECONDS  # the operator's wait for capacity in one region
     tick_releases: bool = False  # the watch tick releases ended runs' nodes once per RayCluster, then settles them
     promotion: Promotion | None = None  # after CONCLUDE
     error: str | None = None  # a permanent controller error while handling the run

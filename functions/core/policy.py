@@ -32,6 +32,7 @@ from functions.core.config import (
     RunConfig,
     reservation_selector,
 )
+from functions.core.regions import DEFAULT_REGION_SECONDS
 
 NIGHTLY_KEY_ATTRIBUTE = "raytune-nightly-key"
 OPERATOR_KEY_ATTRIBUTE = "raytune-operator-key"
@@ -90,7 +91,7 @@ class Policy(BaseModel):
     default_regions: tuple[str, ...] = ()
     # How long a submitted run waits for capacity in one region before it moves on, unless its config says
     # (deadlines.region_seconds), and the most a config may say.
-    region_seconds: int = 1800
+    region_seconds: int = DEFAULT_REGION_SECONDS
     region_seconds_ceiling: int = 4 * 3600
     gke_clusters: tuple[str, ...] = ()  # cluster.gke_cluster: the clusters runs (and the HF Secret) may go; empty: any
     # GPU worker nodes one RayCluster may hold at once: a config's cluster.max_worker_nodes may ask for less.

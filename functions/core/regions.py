@@ -14,6 +14,10 @@ from pydantic import BaseModel
 
 from functions.core.config import RunConfig
 
+# How long a submitted run waits for capacity in one region before it moves on, where neither its config
+# (deadlines.region_seconds) nor the operator (policy region_seconds, Terraform's policy_region_seconds) says.
+DEFAULT_REGION_SECONDS = 1800
+
 
 class Placement(BaseModel):
     """One region a run was placed in: from when, until when, and why it left. A run that never moved has none
@@ -41,9 +45,9 @@ def placed(cfg: RunConfig, region: str) -> RunConfig:
 
 
 def next_region(cfg: RunConfig, here: str, tried: set[str]) -> str | None:
-    """Where a run waiting in `here` goes next (`cfg`: its accepted config): the next of its regions in order, coming round to the first, that
-    this attempt has not tried (an attempt after lost nodes may go back to a region an earlier one left); None when
-    it has tried them all."""
+    """Where a run waiting in `here` goes next (`cfg`: its accepted config): the next of its regions in order,
+    coming round to the first, that this attempt has not tried (an attempt after lost nodes may go back to a region
+    an earlier one left); None when it has tried them all."""
     regions = cfg.cluster.regions
     index = regions.index(here) if here in regions else -1
     return next((r for r in (*regions[index + 1 :], *regions[: index + 1]) if r != here and r not in tried), None)

@@ -214,7 +214,7 @@ class RunRecord(BaseModel):
         per config (a tick asks for it at every step of every run), as applied in the region the run is in now
         (regions.placed: its cluster there and the capacity offered there)."""
         accepted = self.accepted_config()
-        return placed(accepted, self.placements[-1].region if self.placements else accepted.cluster.region)
+        return placed(accepted, self.region or accepted.cluster.region)
 
     def accepted_config(self) -> RunConfig:
         """The run's config as accepted, in its first region."""

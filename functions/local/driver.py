@@ -119,8 +119,7 @@ def run(
     keep_warm_s: float = 0,
 ) -> int:
     """`raytune local [CONFIG] [--nightly [--night DATE]] [--timings] [--keep-warm S]`: upload the config, launch,
-    follow to the end;
-    print a summary (or the record as JSON) and write the record to a file. Exit 0 when the run succeeded
+    follow to the end; print a summary (or the record as JSON) and write the record to a file. Exit 0 when the run succeeded
     (or, a nightly, was skipped: nothing new to learn). `retry`: instead, the next attempt of that ended run
     of the workdir (`raytune retry RUN --local`), followed the same way. `settle_only`: only what a raytune local
     that died left (its processes stopped, its runs cancelled: `raytune cancel` of an orphaned run)."""
