@@ -24,6 +24,7 @@ locals {
     RAYTUNE_POLICY_CAPACITY               = length(var.policy_capacity) > 0 ? jsonencode(var.policy_capacity) : ""
     RAYTUNE_POLICY_CAPACITY_KINDS         = join(",", var.policy_capacity_kinds)
     RAYTUNE_POLICY_RESERVATION_PROJECTS   = join(",", distinct(concat([var.project_id], var.policy_reservation_projects)))
+    RAYTUNE_POLICY_IMAGE_CACHE_PROJECTS   = join(",", distinct(concat([var.project_id], var.policy_image_cache_projects)))
     RAYTUNE_POLICY_BUCKETS                = join(",", concat([google_storage_bucket.runs.name, google_storage_bucket.configs.name], var.policy_buckets))
     RAYTUNE_POLICY_STORAGE_BUCKETS        = join(",", values(local.storage_buckets))
     RAYTUNE_POLICY_DATASET_BUCKETS        = join(",", concat(values(local.storage_buckets), var.dataset_buckets))

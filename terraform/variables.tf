@@ -180,3 +180,9 @@ variable "policy_reservation_projects" {
   type        = list(string)
   default     = []
 }
+
+variable "policy_image_cache_projects" {
+  description = "Projects besides this one whose disk images a run config's cluster.image_cache may name (the launch allows the image in the GKE cluster)."
+  type        = list(string)
+  default     = []
+}

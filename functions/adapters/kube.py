@@ -174,7 +174,14 @@ COMPUTE_CLASS_GKE = "custom compute classes need GKE 1.30.3-gke.1451000 or later
 # What a server-side apply of a kind whose CRD is not installed answers (404, no such resource type), as opposed to
 # a missing namespace ('namespaces "x" not found').
 NO_SUCH_TYPE = "the server could not find the requested resource"
+# GKE's cluster-scoped kinds a launch applies: the capacity list's ComputeClass, the image cache's allowlist.
+CLUSTER_SCOPED = {"ComputeClass": "computeclasses", "GCPResourceAllowlist": "gcpresourceallowlists"}
 MISSING_CRD = {
+    "GCPResourceAllowlist": (
+        "the cluster has no GCPResourceAllowlist CRD (gcpresourceallowlists.node.gke.io), which cluster.image_cache "
+        "needs: secondary boot disks need GKE 1.30.1-gke.1329000 or later on Autopilot (raytune doctor checks a "
+        "cluster)"
+    ),
     "ComputeClass": (
         "the cluster has no ComputeClass CRD (computeclasses.cloud.google.com), which scaling.capacity needs: "
         + COMPUTE_CLASS_GKE
@@ -251,9 +258,10 @@ class Kube:
             **({"dry_run": "All"} if dry_run else {}),
         }
         args: tuple[Any, ...]
-        if kind == "ComputeClass":  # cluster-scoped, GKE's own API group
+        if kind in CLUSTER_SCOPED:  # GKE's own API groups
             group, version = obj["apiVersion"].split("/")
-            call, args = self.custom.patch_cluster_custom_object, (group, version, "computeclasses", meta["name"], obj)
+            plural = CLUSTER_SCOPED[kind]
+            call, args = self.custom.patch_cluster_custom_object, (group, version, plural, meta["name"], obj)
         elif kind == "Secret":
             call, args = self.core.patch_namespaced_secret, (meta["name"], meta["namespace"], obj)
         elif kind == "ConfigMap":

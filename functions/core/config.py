@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal
 from pydantic import (
     AfterValidator,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     StringConstraints,
@@ -21,6 +22,7 @@ from pydantic import (
     model_validator,
 )
 
+from functions.core import image_cache
 from functions.core.gpu_shapes import shape_problem
 from functions.core.sweep import SweepSpec, problems
 
@@ -52,6 +54,16 @@ Name = Annotated[str, StringConstraints(pattern=DNS_LABEL, max_length=40)]
 Source = Annotated[str, StringConstraints(pattern=SOURCE, max_length=256)]
 Image = Annotated[str, StringConstraints(pattern=IMAGE, max_length=256)]
 Quantity = Annotated[str, StringConstraints(pattern=QUANTITY, max_length=16)]
+
+
+def _image_cache_hint(value: Any) -> Any:
+    """The disk image's path explained before the pattern speaks (its name is bounded by a node label's)."""
+    if isinstance(value, str):
+        image_cache.parse(value)
+    return value
+
+
+ImageCachePath = Annotated[str, BeforeValidator(_image_cache_hint), StringConstraints(pattern=image_cache.PATH)]
 
 
 def _label_key(key: str) -> str:
@@ -504,6 +516,12 @@ class ClusterSpec(Strict):
     worker_image: Image | None = None
     """The workers' image (raytune image builds one with the trainer's packages); None:
     rayproject/ray:<ray_version>-py311-gpu.
+    """
+    # Left out where unset, as run records are written: a release before the image cache reads them.
+    image_cache: ImageCachePath | None = Field(None, exclude_if=lambda path: path is None)
+    """A disk image holding worker_image (projects/PROJECT/global/images/NAME, made by `raytune image --cache`),
+    attached to each GPU node as a secondary boot disk so the image is not pulled; None: nodes pull it
+    (functions/core/image_cache.py).
     """
     head: ResourcesSpec = ResourcesSpec(cpu="24", memory="64Gi", ephemeral_storage="9Gi")
     """The head pod's resources (it bills around the clock while the RayCluster exists)."""

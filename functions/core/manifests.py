@@ -1,5 +1,5 @@
-"""Pure rendering of the Kubernetes objects for a run: Secret, code ConfigMap, ComputeClass, RayCluster, RayJob
-(ray.io/v1), assembled in one place (`assemble`) for `raytune render`, the golden file, doctor's dry run and the GKE
+"""Pure rendering of the Kubernetes objects for a run: Secret, code ConfigMap, ComputeClass, GCPResourceAllowlist,
+RayCluster, RayJob (ray.io/v1), assembled in one place (`assemble`) for `raytune render`, the golden file, doctor's dry run and the GKE
 adapter, which only applies the parts in their order.
 
 Only fields that KubeRay v1.3-v1.5 (the GKE Ray operator add-on) know are used. Nothing here talks to a
@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from functions.core import computeclass
+from functions.core import computeclass, image_cache
 from functions.core.allocation import group_name
 from functions.core.config import RunConfig
 from functions.core.result import NODE_NAME_ENV, TRIAL_DRIVER_RESOURCE, TRIAL_DRIVERS, WORKER_RESOURCE_ENV
@@ -134,6 +134,8 @@ def _worker_node_selector(cfg: RunConfig) -> dict[str, Any]:
         selector.update(LOCAL_SSD)
     selector.update(scaling.derived_selectors())
     selector.update(computeclass.selector(scaling))
+    if cfg.cluster.image_cache:
+        selector.update(image_cache.selector(cfg.cluster.image_cache))
     return selector
 
 
@@ -319,17 +321,18 @@ def ray_job(
 @dataclass(frozen=True)
 class RunObjects:
     """What a run's launch applies, by part, and the order it goes in: what the RayCluster's pods mount (the
-    Secret, the code ConfigMap) and the ComputeClass its group selects (GKE provisions by it) before the
-    RayCluster, the RayJob last (once the cluster is sized)."""
+    Secret, the code ConfigMap), the ComputeClass its group selects (GKE provisions by it) and the allowlist of
+    the disk image its nodes boot with before the RayCluster, the RayJob last (once the cluster is sized)."""
 
     code: dict[str, Any]
     cluster: dict[str, Any]
     job: dict[str, Any]
     secret: dict[str, Any] | None = None
     capacity: dict[str, Any] | None = None
+    image_cache: dict[str, Any] | None = None  # the GCPResourceAllowlist of the worker image's disk image
 
     def before_cluster(self) -> list[dict[str, Any]]:
-        return [part for part in (self.secret, self.code, self.capacity) if part is not None]
+        return [part for part in (self.secret, self.code, self.capacity, self.image_cache) if part is not None]
 
     def in_order(self) -> list[dict[str, Any]]:
         return [*self.before_cluster(), self.cluster, self.job]
@@ -373,6 +376,9 @@ def assemble(
         job=ray_job(cfg, run_id, code_hash, env or {}, owner=owner, job=job),
         secret=secret(cfg, hf_token) if hf_token else None,
         capacity=computeclass.compute_class(cfg.scaling, ownership(owner)),
+        image_cache=image_cache.allowlist(cfg.cluster.image_cache, ownership(owner))
+        if cfg.cluster.image_cache
+        else None,
     )
 
 

@@ -19,7 +19,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from functions.core import images
+from functions.core import image_cache, images
 from functions.core.config import (
     ACCELERATOR_LABEL,
     CAPACITY_LABELS,
@@ -82,6 +82,9 @@ class Policy(BaseModel):
     # The projects whose reservations a capacity list may name (a reservation shared from another project);
     # None: any (the local default). Terraform sets the deployment's project and policy_reservation_projects.
     reservation_projects: tuple[str, ...] | None = None
+    # The projects whose disk images cluster.image_cache may name (the launch allows the image in the cluster);
+    # None: any (the local default). Terraform sets the deployment's project and policy_image_cache_projects.
+    image_cache_projects: tuple[str, ...] | None = None
     buckets: tuple[str, ...] = ()  # config_uri buckets; empty: the controller's own
     # storage_path (and a gs:// init_adapter) buckets: where the trainer may write; empty: the controller's own.
     storage_buckets: tuple[str, ...] = ()
@@ -137,6 +140,13 @@ class Policy(BaseModel):
         ):
             if not any(images.allowed(image, pattern) for pattern in self.images):
                 found.append(f"policy images: {name} {image!r} is not from an allowed registry {list(self.images)}")
+        if cluster.image_cache and self.image_cache_projects is not None:
+            project, _ = image_cache.parse(cluster.image_cache)
+            if project not in self.image_cache_projects:
+                found.append(
+                    f"policy image_cache_projects: cluster.image_cache is a disk image of project {project!r}; "
+                    f"disk images may come from {list(self.image_cache_projects)}"
+                )
         extra = sorted(set(cluster.pip) - set(TRAINER_PIP))
         if cluster.dependencies == "pip" and extra and not self.allow_pip:
             found.append(

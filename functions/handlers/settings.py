@@ -144,6 +144,9 @@ def policy_from_env(env: Mapping[str, str]) -> Policy:
         # Reservations a capacity list names come from the deployment's project unless the operator lists others.
         "reservation_projects": _list(env.get("RAYTUNE_POLICY_RESERVATION_PROJECTS"))
         or ((project,) if project else None),
+        # Disk images an image cache names come from the deployment's project unless the operator lists others.
+        "image_cache_projects": _list(env.get("RAYTUNE_POLICY_IMAGE_CACHE_PROJECTS"))
+        or ((project,) if project else None),
         "max_worker_nodes": env.get("RAYTUNE_POLICY_MAX_WORKER_NODES") or None,
         "nightly_key": env.get("RAYTUNE_NIGHTLY_KEY") or None,
         "operator_key": env.get("RAYTUNE_OPERATOR_KEY") or None,

@@ -424,9 +424,9 @@ def test_a_job_that_never_starts_says_what_it_waited_for(real):
 
 @pytest.fixture
 def compute_classes(control_plane):
-    from tests.realkube.computeclass_crd import crd
+    from tests.realkube import gke_crds
 
-    control_plane.kubectl("apply", "--server-side", "-f", "-", stdin=json.dumps(crd()))
+    control_plane.kubectl("apply", "--server-side", "-f", "-", stdin=json.dumps(gke_crds.compute_class()))
     control_plane.established("computeclasses.cloud.google.com")
     return control_plane
 
@@ -472,6 +472,46 @@ def test_the_real_server_refuses_a_compute_class_field_the_reference_does_not_li
         kube.apply(bad)
     # An older GKE's CRD is named as the cause, not KubeRay's.
     assert str(err.value).startswith("the cluster's ComputeClass CRD (GKE's own) does not know"), str(err.value)
+
+
+@pytest.fixture
+def resource_allowlists(control_plane):
+    from tests.realkube import gke_crds
+
+    control_plane.kubectl("apply", "--server-side", "-f", "-", stdin=json.dumps(gke_crds.resource_allowlist()))
+    control_plane.established("gcpresourceallowlists.node.gke.io")
+    return control_plane
+
+
+def test_an_image_cache_is_allowed_and_the_workers_ask_for_nodes_that_boot_with_it(real, resource_allowlists):
+    """cluster.image_cache: the launch applies the disk image's GCPResourceAllowlist (valid against the CRD GKE
+    installs) before the RayCluster, and the run's worker pods select nodes with it as their secondary boot disk;
+    a second run with the same cache finds the allowlist there and changes nothing."""
+    from functions.core import image_cache
+
+    cache = "projects/rk-project/global/images/raytune-trainer-0123456789ab"
+    body = real.config("cached", nodes=1, scaling={"nodes": 1}, cluster={"image_cache": cache})
+    run_id = real.launch("cached", body)
+    assert real.state(run_id) == State.SUBMITTED
+    name = image_cache.allowlist_name(cache)
+    applied = json.loads(
+        resource_allowlists.kubectl("get", "gcpresourceallowlist", name, "-o", "json", "--show-managed-fields")
+    )
+    assert applied["spec"]["allowedResourcePatterns"] == [f"^{cache}$"]
+    assert {f["manager"] for f in applied["metadata"]["managedFields"]} == {"raytune"}
+    running_workers(real, 1)
+    [worker] = real.pods("ray.io/node-type=worker")
+    key = "cloud.google.com.node-restriction.kubernetes.io/gke-secondary-boot-disk-raytune-trainer-0123456789ab"
+    assert worker.spec.node_selector[key] == "CONTAINER_IMAGE_CACHE.rk-project"
+    [head] = real.pods("ray.io/node-type=head")
+    assert key not in (head.spec.node_selector or {})  # the head runs Ray's CPU image: nothing cached for it
+    before = applied["metadata"]["resourceVersion"]
+    second = real.launch(
+        "cached-again", real.config("cached-again", nodes=1, scaling={"nodes": 1}, cluster={"image_cache": cache})
+    )
+    assert real.state(second) in (State.SUBMITTED, State.QUEUED)
+    again = json.loads(resource_allowlists.kubectl("get", "gcpresourceallowlist", name, "-o", "json"))
+    assert again["metadata"]["resourceVersion"] == before
 
 
 @pytest.mark.cluster_scoped

@@ -32,7 +32,9 @@ from tests.fakes.kuberay_fields import unknown_fields
 PATHS = re.compile(
     r"^/(?:api/v1|apis/(?P<group>[a-z.]+)/(?P<version>v1))(?:/namespaces/(?P<ns>[a-z0-9-]+))?/(?P<plural>[a-z]+)(?:/(?P<name>[a-z0-9.-]+)(?P<log>/log)?)?$"
 )
-CLUSTER_SCOPED = frozenset({("cloud.google.com", "computeclasses"), (None, "nodes")})  # the rest are namespaced
+CLUSTER_SCOPED = frozenset(
+    {("cloud.google.com", "computeclasses"), ("node.gke.io", "gcpresourceallowlists"), (None, "nodes")}
+)  # the rest are namespaced
 KINDS = {
     (None, "secrets"): ("v1", "Secret"),
     (None, "configmaps"): ("v1", "ConfigMap"),
@@ -42,6 +44,7 @@ KINDS = {
     ("ray.io", "rayclusters"): ("ray.io/v1", "RayCluster"),
     ("ray.io", "rayjobs"): ("ray.io/v1", "RayJob"),
     ("cloud.google.com", "computeclasses"): ("cloud.google.com/v1", "ComputeClass"),  # GKE's, cluster-scoped
+    ("node.gke.io", "gcpresourceallowlists"): ("node.gke.io/v1", "GCPResourceAllowlist"),  # GKE's, cluster-scoped
 }
 APPLY = "application/apply-patch+yaml"
 JSON_PATCH = "application/json-patch+json"

@@ -1,7 +1,8 @@
-"""A CustomResourceDefinition for GKE's ComputeClass, made from the vendored schema (tests/data/computeclass/,
-transcribed from the CRD reference), so the real API server validates what the controller applies: the same
-fields, and unknown ones refused (the controller applies with fieldValidation=Strict). GKE installs the real CRD
-in its clusters; a bare API server has none."""
+"""CustomResourceDefinitions for GKE's own kinds a launch applies, made from the vendored schemas: ComputeClass
+(tests/data/computeclass/, transcribed from the CRD reference) and GCPResourceAllowlist
+(tests/data/gcpresourceallowlist/, the CRD as GKE installs it), so the real API server validates what the
+controller applies: the same fields, and unknown ones refused (the controller applies with
+fieldValidation=Strict). GKE installs the real CRDs in its clusters; a bare API server has none."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-SCHEMA = Path(__file__).resolve().parents[1] / "data" / "computeclass" / "computeclass.schema.json"
+DATA = Path(__file__).resolve().parents[1] / "data"
 
 
 def _structural(node: dict[str, Any]) -> dict[str, Any]:
@@ -31,22 +32,28 @@ def _structural(node: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def crd() -> dict[str, Any]:
-    schema = _structural(json.loads(SCHEMA.read_text()))
+def _crd(schema_file: Path, group: str, plural: str, kind: str) -> dict[str, Any]:
+    schema = _structural(json.loads(schema_file.read_text()))
     schema["properties"]["metadata"] = {"type": "object"}  # the API server owns metadata's schema
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
-        "metadata": {"name": "computeclasses.cloud.google.com"},
+        "metadata": {"name": f"{plural}.{group}"},
         "spec": {
-            "group": "cloud.google.com",
+            "group": group,
             "scope": "Cluster",
-            "names": {
-                "plural": "computeclasses",
-                "singular": "computeclass",
-                "kind": "ComputeClass",
-                "listKind": "ComputeClassList",
-            },
+            "names": {"plural": plural, "singular": kind.lower(), "kind": kind, "listKind": f"{kind}List"},
             "versions": [{"name": "v1", "served": True, "storage": True, "schema": {"openAPIV3Schema": schema}}],
         },
     }
+
+
+def compute_class() -> dict[str, Any]:
+    return _crd(
+        DATA / "computeclass" / "computeclass.schema.json", "cloud.google.com", "computeclasses", "ComputeClass"
+    )
+
+
+def resource_allowlist() -> dict[str, Any]:
+    schema = DATA / "gcpresourceallowlist" / "gcpresourceallowlist.schema.json"
+    return _crd(schema, "node.gke.io", "gcpresourceallowlists", "GCPResourceAllowlist")
