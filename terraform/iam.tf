@@ -348,6 +348,16 @@ resource "google_project_iam_custom_role" "policy_reader" {
   permissions = ["resourcemanager.projects.getIamPolicy", "storage.buckets.getIamPolicy", "pubsub.topics.getIamPolicy"]
 }
 
+# `raytune doctor` reads the disk image a config's cluster.image_cache names (its status and the labels that say
+# which build of the worker image it holds): the image's metadata only, not its use (compute.imageUser would add
+# compute.images.useReadOnly, making disks from it).
+resource "google_project_iam_custom_role" "image_reader" {
+  role_id     = "${replace(var.name, "-", "_")}_image_reader"
+  title       = "raytune disk image reader"
+  description = "Read the metadata of the project's disk images (raytune doctor: the image cache); nothing else."
+  permissions = ["compute.images.get"]
+}
+
 locals {
   # Keys are labels known at plan time; the custom role's name is known only after it is created.
   operator_bucket_roles = {
@@ -361,6 +371,7 @@ locals {
     builds = "roles/cloudbuild.builds.editor"
     logs   = google_project_iam_custom_role.pod_logs.name
     policy = google_project_iam_custom_role.policy_reader.name
+    images = google_project_iam_custom_role.image_reader.name
   }
   operator_topics = { launch = google_pubsub_topic.launch.id, watch = google_pubsub_topic.watch.id }
 }

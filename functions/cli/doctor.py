@@ -18,7 +18,7 @@ from functions.adapters.store import RECORDS
 from functions.cli.config_commands import bucket_storage
 from functions.cli.doctor_iam import IamQuestions
 from functions.cli.settings import CliSettings
-from functions.core import computeclass, errors, manifests
+from functions.core import computeclass, errors, image_cache, manifests
 from functions.core import doctor as d
 from functions.core.config import ClusterSpec, RunConfig
 from functions.core.doctor import OK, PROBLEM, UNKNOWN, Finding
@@ -352,9 +352,10 @@ class Doctor:
             )
             found.append(self.present("image", subject, "artifactregistry", path, "terraform apply (image.tf)"))
         cluster = (self.config or RunConfig()).cluster
-        return found + [
-            self.tagged(ref) for ref in sorted({i for i in (cluster.worker_image, cluster.head_image) if i})
-        ]
+        found += [self.tagged(ref) for ref in sorted({i for i in (cluster.worker_image, cluster.head_image) if i})]
+        if cluster.image_cache:
+            found.append(self.cached(cluster.image_cache, cluster.worker_image_ref))
+        return found
 
     def present(self, check: str, subject: str, service: str, path: str, fix: str, missing: str = "missing") -> Finding:
         def ask() -> Finding:
@@ -366,16 +367,52 @@ class Doctor:
 
     def tagged(self, ref: str) -> Finding:
         """An image in Artifact Registry (REGION-docker.pkg.dev/PROJECT/REPO/IMAGE:TAG): its tag exists."""
-        host, _, rest = ref.partition("/")
-        if not host.endswith("-docker.pkg.dev") or rest.count("/") < 2 or "@" in rest:
+        path = _tag_path(ref)
+        if path is None:
             return Finding("image", ref, UNKNOWN, "not a tagged Artifact Registry image: not checked")
-        project, repo, image_tag = rest.split("/", 2)
-        image, _, tag = image_tag.rpartition(":") if ":" in image_tag else (image_tag, "", "latest")
-        location = host.removesuffix("-docker.pkg.dev")
-        package = image.replace("/", "%2F")
-        path = f"v1/projects/{project}/locations/{location}/repositories/{repo}/packages/{package}/tags/{tag}"
         fix = "raytune image (builds and pushes it), then set cluster.worker_image to what it prints"
         return self.present("image", ref, "artifactregistry", path, fix, missing="no such image")
+
+    def cached(self, disk_image: str, ref: str) -> Finding:
+        """The disk image a config's GPU nodes boot with (cluster.image_cache): it exists, is READY, and holds the
+        build of the worker image its tag names now."""
+        project, name = image_cache.parse(disk_image)
+        subject = f"image cache {disk_image}"
+        fix = "raytune image --cache (builds the disk image from the pushed image), then set cluster.image_cache"
+
+        def ask() -> Finding:
+            disk = self.rest.get("compute", f"compute/v1/projects/{project}/global/images/{name}")
+            if not isinstance(disk, dict):
+                return Finding("image", subject, UNKNOWN, NOT_AN_OBJECT)
+            in_place, said = image_cache.verdict(disk_image, ref, disk, self.digest(ref))
+            return Finding("image", subject, OK if in_place else PROBLEM, said, "" if in_place else fix)
+
+        return _asked("image", subject, ask, "no such disk image: nodes pull the worker image", fix)
+
+    def digest(self, ref: str) -> str | None:
+        """The digest an Artifact Registry tag names now (its version); None where it cannot be read."""
+        path = _tag_path(ref)
+        if path is None:
+            return None
+        try:
+            version = str((self.rest.get("artifactregistry", path) or {}).get("version") or "")
+        except (errors.ControllerError, AttributeError):
+            return None
+        digest = version.rpartition("/versions/")[2]
+        return digest if digest.startswith("sha256:") else None
+
+
+def _tag_path(ref: str) -> str | None:
+    """Artifact Registry's path of an image's tag (REGION-docker.pkg.dev/PROJECT/REPO/IMAGE:TAG); None for another
+    registry, or a reference by digest."""
+    host, _, rest = ref.partition("/")
+    if not host.endswith("-docker.pkg.dev") or rest.count("/") < 2 or "@" in rest:
+        return None
+    project, repo, image_tag = rest.split("/", 2)
+    image, _, tag = image_tag.rpartition(":") if ":" in image_tag else (image_tag, "", "latest")
+    location = host.removesuffix("-docker.pkg.dev")
+    package = image.replace("/", "%2F")
+    return f"v1/projects/{project}/locations/{location}/repositories/{repo}/packages/{package}/tags/{tag}"
 
 
 def cloud_doctor(settings: CliSettings, config: RunConfig | None, create_clusters: bool) -> Doctor:

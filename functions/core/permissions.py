@@ -560,6 +560,14 @@ USES: tuple[Use, ...] = tuple(
         "pubsub.topics.getIamPolicy",
         source="https://cloud.google.com/policy-intelligence/docs/reference/policytroubleshooter/rest/v3/AccessTuple",
     )
+    + _uses(
+        OPERATOR,
+        "project",
+        "Compute images.get",
+        "raytune doctor: the disk image a config's cluster.image_cache names, and which build it holds",
+        "compute.images.get",
+        source="https://cloud.google.com/compute/docs/reference/rest/v1/images/get",
+    )
     + _uses(OPERATOR, "topic:launch", "Pub/Sub publish", "raytune submit --via-topic", "pubsub.topics.publish")
     + _uses(OPERATOR, "topic:watch", "Pub/Sub publish", "raytune cancel", "pubsub.topics.publish")
     + _uses(

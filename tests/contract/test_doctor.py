@@ -305,6 +305,43 @@ def test_the_trainer_image_a_config_names_is_looked_up(gcs_emulator):
     assert gone.detail == "no such image" and gone.fix.startswith("raytune image")
 
 
+def test_the_image_cache_is_checked_against_the_build_the_tag_names_now(gcs_emulator):
+    """cluster.image_cache: the disk image exists, is READY and holds the worker image's current build (its labels
+    as `raytune image --cache` sets them, held against the tag's version in Artifact Registry); an older build, a
+    disk image still being made or one gone is a problem with the command that makes it."""
+    from functions.core import image_cache
+
+    image = "us-central1-docker.pkg.dev/{project}/raytune/trainer:2.60.0"
+    built, rebuilt = "sha256:" + "a" * 64, "sha256:" + "b" * 64
+    disk_name = image_cache.disk_image_name(built)
+    broken = Breakage(tags={"trainer:2.60.0"}, digests={"trainer:2.60.0": built})
+    with stand_ins(gcs_emulator, broken) as (settings, rest, google, kube):
+        ref = image.format(project=settings.project)
+        cache = f"projects/{settings.project}/global/images/{disk_name}"
+        cfg = RunConfig.model_validate({"cluster": {"worker_image": ref, "image_cache": cache}})
+        google.broken.disk_images[disk_name] = {"status": "READY", "labels": image_cache.labels_for(ref, built)}
+        ready, _ = doctor(settings, rest, kube, cfg)
+        google.broken.digests["trainer:2.60.0"] = rebuilt  # the tag was pushed again
+        stale, _ = doctor(settings, rest, kube, cfg)
+        google.broken.disk_images[disk_name]["status"] = "PENDING"
+        pending, _ = doctor(settings, rest, kube, cfg)
+        google.broken.disk_images.clear()
+        gone, _ = doctor(settings, rest, kube, cfg)
+    subject = f"image cache {cache}"
+    [ok] = [f for f in ready if f.subject == subject]
+    assert ok.status == d.OK and ok.detail == f"READY, holds {ref} at sha256:aaaaaaaaaaaa, the tag's current build"
+    # the allowlist a launch applies is dry-run with the rest of what it renders
+    assert any(f.subject == "GCPResourceAllowlist node.gke.io/v1" and f.status == d.OK for f in ready)
+    for findings, said in (
+        (stale, "holds an older build of"),
+        (pending, "status PENDING"),
+        (gone, "no such disk image"),
+    ):
+        [found] = [f for f in findings if f.subject == subject]
+        assert found.status == d.PROBLEM and said in found.detail, found
+        assert found.fix.startswith("raytune image --cache")
+
+
 def test_a_cli_run_prints_the_report_and_exits_with_its_code(gcs_emulator, monkeypatch, capsys, tmp_path):
     from functions.cli import doctor as cli_doctor
     from functions.cli import main

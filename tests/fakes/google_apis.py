@@ -33,6 +33,8 @@ class Breakage:
     gke_version: str | None = None
     ray_operator: bool = True
     tags: set[str] = field(default_factory=set)  # image tags that exist (package/tag)
+    digests: dict[str, str] = field(default_factory=dict)  # a tag's current digest (package:tag -> sha256:...)
+    disk_images: dict[str, dict] = field(default_factory=dict)  # Compute Engine disk images: name -> its answer
 
 
 class FakeGoogle(BackgroundServer):
@@ -59,7 +61,7 @@ class FakeGoogle(BackgroundServer):
 
     def endpoints(self) -> dict[str, str]:
         services = ("cloudresourcemanager", "serviceusage", "pubsub", "cloudfunctions", "cloudscheduler")
-        services += ("secretmanager", "artifactregistry", "container", "iam", "policytroubleshooter")
+        services += ("secretmanager", "artifactregistry", "container", "iam", "policytroubleshooter", "compute")
         return {s: f"{self.url}/{s}" for s in services}
 
     # -- what terraform/ makes ------------------------------------------------------------------------------
@@ -247,11 +249,20 @@ class FakeGoogle(BackgroundServer):
             repo = f"v1/projects/{project}/locations/{region}/repositories/{n}"
             if rest == repo and self.exists(n):
                 return 200, {"name": rest.removeprefix("v1/")}
-            if (
-                rest.startswith(repo + "/packages/")
-                and rest.removeprefix(repo + "/packages/").replace("/tags/", ":") in self.broken.tags
-            ):
-                return 200, {"name": rest.removeprefix("v1/")}
+            tag = rest.removeprefix(repo + "/packages/").replace("/tags/", ":")
+            if rest.startswith(repo + "/packages/") and tag in self.broken.tags:
+                # Artifact Registry's Tag: its name and the version (the digest) it points to
+                answer = {"name": rest.removeprefix("v1/")}
+                if tag in self.broken.digests:
+                    package = tag.partition(":")[0]
+                    answer["version"] = (
+                        f"{repo.removeprefix('v1/')}/packages/{package}/versions/{self.broken.digests[tag]}"
+                    )
+                return 200, answer
+        if service == "compute":
+            name = rest.removeprefix(f"compute/v1/projects/{project}/global/images/")
+            if name in self.broken.disk_images:
+                return 200, {"name": name, "kind": "compute#image", **self.broken.disk_images[name]}
         if service == "container":
             for cluster in self.d.module.instances("google_container_cluster"):
                 if rest == f"v1/projects/{project}/locations/{cluster.get('location')}/clusters/{cluster.get('name')}":
