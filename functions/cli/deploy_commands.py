@@ -93,9 +93,15 @@ def cmd_image(args: argparse.Namespace) -> int:
     )
     ref, command = image.build(target, args.dry_run)
     print(("would run: " if args.dry_run else "built: ") + (command if args.dry_run else ref))
-    print(
-        f"use it in a run config:\n  cluster:\n    dependencies: image\n    worker_image: {ref}\n    head_image: {ref}"
-    )
+    lines = f"  cluster:\n    dependencies: image\n    worker_image: {ref}\n    head_image: {ref}"
+    if args.cache:
+        cache = image.Cache(args.cache_zone or f"{target.region}-b", args.cache_disk_gb, args.cache_vm_account)
+        path, command = image.build_cache(target, cache, args.dry_run)
+        print(("would run: " + command) if path is None else f"cache disk: {path}")
+        lines += (
+            f"\n    image_cache: {path or 'projects/' + target.project + '/global/images/raytune-trainer-<digest>'}"
+        )
+    print("use it in a run config:\n" + lines)
     return 0
 
 
@@ -134,6 +140,18 @@ def add_parsers(sub: Any) -> None:
     img.add_argument(
         "--service-account",
         help="the build's identity (Terraform: <name>-image-build@<project>.iam.gserviceaccount.com)",
+    )
+    img.add_argument(
+        "--cache",
+        action="store_true",
+        help="then make the image's cache disk (gke-disk-image-builder): GPU nodes boot with it instead of pulling",
+    )
+    img.add_argument("--cache-zone", help="the zone of the builder's VM (default: <region>-b)")
+    img.add_argument("--cache-disk-gb", type=int, default=100, help="the cache disk's size (the unpacked image)")
+    img.add_argument(
+        "--cache-vm-account",
+        default="default",
+        help="the builder VM's identity, which pulls the image (default: Compute Engine's default account)",
     )
     img.add_argument("--dry-run", action="store_true", help="print the gcloud command instead of running it")
     img.add_argument(

@@ -1,5 +1,7 @@
 """`raytune image`: build the trainer image (image/Dockerfile) with Cloud Build and push it to the
-project's Artifact Registry repository (terraform/image.tf); print the config lines that use it.
+project's Artifact Registry repository (terraform/image.tf); print the config lines that use it. `--cache` then
+makes the image's cache disk (image/cache.cloudbuild.yaml: Google's gke-disk-image-builder), which GPU nodes boot
+with so they do not pull the image (functions/core/image_cache.py).
 
 The build runs as its own service account (Terraform's image_build: reads the build bucket, pushes to the
 repository, writes logs), not the project's default one, which new projects give no roles since mid-2024.
@@ -13,6 +15,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from functions.core import image_cache
 from functions.core.config import RAY_VERSION, TRAINER_PIP
 from trainer.codehash import ROOT
 
@@ -123,3 +126,64 @@ def build(target: Target, dry_run: bool) -> tuple[str, str]:
             raise RuntimeError("gcloud is not installed: https://cloud.google.com/sdk/docs/install")
         subprocess.run(command, check=True)
     return image, shlex.join(command)
+
+
+@dataclass(frozen=True)
+class Cache:
+    """Where the cache disk is made: the builder's VM runs in `zone` as `vm_account` (it pulls the image: Artifact
+    Registry read; Compute Engine's default account unless given), its logs go under the build bucket."""
+
+    zone: str
+    disk_gb: int = 100
+    vm_account: str = "default"
+
+
+def cache_command(target: Target, cache: Cache) -> list[str]:
+    ref = target.image
+    logs = target.staging.removesuffix("/image-source") + "/image-cache/"
+    substitutions = {
+        "_IMAGE": ref,
+        "_IMAGE_LABEL": image_cache.image_label(ref),
+        "_FAMILY": image_cache.FAMILY,
+        "_ZONE": cache.zone,
+        "_LOGS": logs,
+        "_DISK_GB": str(cache.disk_gb),
+        "_VM_ACCOUNT": cache.vm_account,
+    }
+    return [
+        "gcloud",
+        "builds",
+        "submit",
+        "--no-source",
+        f"--project={target.project}",
+        f"--region={target.region}",
+        f"--config={ROOT / 'image' / 'cache.cloudbuild.yaml'}",
+        "--substitutions=" + ",".join(f"{k}={v}" for k, v in substitutions.items()),
+        f"--service-account={target.build_identity}",
+    ]
+
+
+def digest_command(target: Target) -> list[str]:
+    return [
+        "gcloud",
+        "artifacts",
+        "docker",
+        "images",
+        "describe",
+        target.image,
+        f"--project={target.project}",
+        "--format=value(image_summary.digest)",
+    ]
+
+
+def build_cache(target: Target, cache: Cache, dry_run: bool) -> tuple[str | None, str]:
+    """Make the cache disk of the pushed image; returns (its path for cluster.image_cache, None in a dry run;
+    the command)."""
+    command = cache_command(target, cache)
+    if dry_run:
+        return None, shlex.join(command)
+    if shutil.which("gcloud") is None:
+        raise RuntimeError("gcloud is not installed: https://cloud.google.com/sdk/docs/install")
+    subprocess.run(command, check=True)
+    digest = subprocess.run(digest_command(target), check=True, capture_output=True, text=True).stdout.strip()
+    return f"projects/{target.project}/global/images/{image_cache.disk_image_name(digest)}", shlex.join(command)
