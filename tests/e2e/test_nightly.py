@@ -2,7 +2,8 @@
 evaluates against the base model, the second has nothing new and is SKIPPED without a cluster, the third
 finds a new shard, warm-starts from the champion, evaluates against it and is promoted or not, as the
 rule says. The report is opened in headless Chromium where the machine has it, and its HTML is parsed
-with every image decoded in any case."""
+with every image decoded in any case. As a person running them one after another would, the nights share the
+Ray head the first one leaves warm (`--keep-warm`), and `raytune local --stop` ends it."""
 
 from __future__ import annotations
 
@@ -23,7 +24,8 @@ pytestmark = pytest.mark.slow
 
 def night(workdir: Path, config: Path, date: str, home: Path) -> tuple[dict, str]:
     proc = subprocess.run(
-        [RAYTUNE, "local", "--workdir", str(workdir), "--json", "--nightly", "--night", date, str(config)],
+        [RAYTUNE, "local", "--workdir", str(workdir), "--json", "--keep-warm", "600", "--nightly", "--night", date]
+        + [str(config)],
         cwd=home,
         env={**os.environ, "HOME": str(home)},
         capture_output=True,
@@ -73,6 +75,17 @@ def test_three_nights(tmp_path):
     )
     workdir = tmp_path / "w"
 
+    try:
+        three_nights(workdir, config, home, shards, tmp_path)
+    finally:
+        stopped = subprocess.run(
+            [RAYTUNE, "local", "--stop", "--workdir", str(workdir)], capture_output=True, text=True, timeout=120
+        )
+    assert stopped.returncode == 0, stopped.stderr
+    assert not (workdir / "logs" / "session.json").exists()
+
+
+def three_nights(workdir: Path, config: Path, home: Path, shards: Path, tmp_path: Path) -> None:
     first, err = night(workdir, config, "2026-12-01", home)
     assert first["run_id"] == "nightly-20261201" and first["state"] == "SUCCEEDED"
     evaluation = first["result"]["evaluation"]
@@ -100,6 +113,7 @@ def test_three_nights(tmp_path):
 
     tiny.product_dataset(16, seed=2).to_parquet(str(shards / "part-1.parquet"))  # new data arrives
     third, err = night(workdir, config, "2026-12-03", home)
+    assert "reusing the warm local Ray cluster an earlier run left" in err, "the first night's head, still warm"
     assert third["state"] == "SUCCEEDED" and third["inputs"]["dataset_objects"] == 2
     assert third["inputs"]["fingerprint"] != first["inputs"]["fingerprint"]
     assert third["result"]["init_adapter"] == first["result"]["adapter_path"], "warm start from the champion"
