@@ -384,7 +384,7 @@ class Doctor:
             disk = self.rest.get("compute", f"compute/v1/projects/{project}/global/images/{name}")
             if not isinstance(disk, dict):
                 return Finding("image", subject, UNKNOWN, NOT_AN_OBJECT)
-            in_place, said = image_cache.verdict(disk_image, ref, disk, self.digest(ref))
+            in_place, said = image_cache.verdict(ref, disk, self.digest(ref))
             return Finding("image", subject, OK if in_place else PROBLEM, said, "" if in_place else fix)
 
         return _asked("image", subject, ask, "no such disk image: nodes pull the worker image", fix)

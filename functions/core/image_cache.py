@@ -84,10 +84,12 @@ def disk_image_name(digest: str) -> str:
 
 
 def labels_for(ref: str, digest: str) -> dict[str, str]:
+    """The labels image/cache.cloudbuild.yaml gives the disk image of `ref` at `digest` (tests hold the two
+    together)."""
     return {IMAGE_LABEL: image_label(ref), DIGEST_LABEL: digest.removeprefix("sha256:")[:DIGEST_KEPT]}
 
 
-def verdict(path: str, ref: str, disk: dict[str, Any], digest: str | None) -> tuple[bool, str]:
+def verdict(ref: str, disk: dict[str, Any], digest: str | None) -> tuple[bool, str]:
     """Whether the disk image (Compute Engine's answer) caches the build of `ref` that a run pulls now (`digest`:
     the tag's current one, None when unknown): (in place, what to say)."""
     status = disk.get("status")

@@ -96,19 +96,19 @@ def test_the_verdict_holds_the_disk_against_the_build_the_tag_names_now():
     for value in labels.values():  # Compute Engine label values
         assert re.fullmatch(r"[a-z0-9_-]{0,63}", value)
     ready = {"status": "READY", "labels": labels}
-    assert image_cache.verdict(PATH, REF, ready, DIGEST)[0]
-    assert image_cache.verdict(PATH, REF, ready, None) == (
+    assert image_cache.verdict(REF, ready, DIGEST)[0]
+    assert image_cache.verdict(REF, ready, None) == (
         True,
         f"READY, holds {REF} at sha256:0123456789ab (the tag's current build was not read)",
     )
     newer = "sha256:" + "f" * 64
-    assert image_cache.verdict(PATH, REF, ready, newer)[1].startswith(f"holds an older build of {REF}")
-    assert not image_cache.verdict(PATH, REF.replace("2.60.0", "2.61.0"), ready, DIGEST)[0]
-    assert image_cache.verdict(PATH, REF, {"status": "PENDING", "labels": labels}, DIGEST) == (
+    assert image_cache.verdict(REF, ready, newer)[1].startswith(f"holds an older build of {REF}")
+    assert not image_cache.verdict(REF.replace("2.60.0", "2.61.0"), ready, DIGEST)[0]
+    assert image_cache.verdict(REF, {"status": "PENDING", "labels": labels}, DIGEST) == (
         False,
         "status PENDING: GKE cannot attach it yet",
     )
-    assert not image_cache.verdict(PATH, REF, {"status": "READY"}, DIGEST)[0]  # not made by raytune image --cache
+    assert not image_cache.verdict(REF, {"status": "READY"}, DIGEST)[0]  # not made by raytune image --cache
     assert image_cache.disk_image_name(DIGEST) == "raytune-trainer-0123456789ab"
     image_cache.parse(f"projects/p-roject/global/images/{image_cache.disk_image_name(DIGEST)}")
 
