@@ -24,8 +24,19 @@ pytestmark = pytest.mark.slow
 
 def night(workdir: Path, config: Path, date: str, home: Path) -> tuple[dict, str]:
     proc = subprocess.run(
-        [RAYTUNE, "local", "--workdir", str(workdir), "--json", "--keep-warm", "600", "--nightly", "--night", date]
-        + [str(config)],
+        [
+            RAYTUNE,
+            "local",
+            "--workdir",
+            str(workdir),
+            "--json",
+            "--keep-warm",
+            "600",
+            "--nightly",
+            "--night",
+            date,
+            config,
+        ],
         cwd=home,
         env={**os.environ, "HOME": str(home)},
         capture_output=True,
