@@ -7,6 +7,7 @@ Every string is constrained by a pattern: values end up in Kubernetes objects an
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -22,7 +23,6 @@ from pydantic import (
     model_validator,
 )
 
-from functions.core import image_cache
 from functions.core.gpu_shapes import shape_problem
 from functions.core.sweep import SweepSpec, problems
 
@@ -56,14 +56,26 @@ Image = Annotated[str, StringConstraints(pattern=IMAGE, max_length=256)]
 Quantity = Annotated[str, StringConstraints(pattern=QUANTITY, max_length=16)]
 
 
+# A disk image: projects/PROJECT/global/images/NAME (a project id or a domain-scoped one). Autopilot selects it by
+# the node label `...node-restriction.kubernetes.io/gke-secondary-boot-disk-NAME`, whose name part is a Kubernetes
+# label name of at most 63 characters: NAME has at most 39 (functions/core/image_cache.py).
+IMAGE_CACHE_NAME_MAX = 63 - len("gke-secondary-boot-disk-")
+IMAGE_CACHE = (
+    r"^projects/([a-z][-a-z0-9.:]{4,61}[a-z0-9])/global/images/"
+    rf"([a-z](?:[-a-z0-9]{{0,{IMAGE_CACHE_NAME_MAX - 2}}}[a-z0-9])?)$"
+)
+
+
 def _image_cache_hint(value: Any) -> Any:
     """The disk image's path explained before the pattern speaks (its name is bounded by a node label's)."""
-    if isinstance(value, str):
-        image_cache.parse(value)
+    if isinstance(value, str) and re.fullmatch(IMAGE_CACHE, value) is None:
+        raise ValueError(
+            f"{value!r} is not projects/PROJECT/global/images/NAME (a name of at most {IMAGE_CACHE_NAME_MAX})"
+        )
     return value
 
 
-ImageCachePath = Annotated[str, BeforeValidator(_image_cache_hint), StringConstraints(pattern=image_cache.PATH)]
+ImageCachePath = Annotated[str, BeforeValidator(_image_cache_hint), StringConstraints(pattern=IMAGE_CACHE)]
 
 
 def _label_key(key: str) -> str:

@@ -23,12 +23,11 @@ import hashlib
 import re
 from typing import Any
 
+from functions.core.config import IMAGE_CACHE, IMAGE_CACHE_NAME_MAX
+
 SELECTOR_PREFIX = "cloud.google.com.node-restriction.kubernetes.io/gke-secondary-boot-disk-"
 MODE = "CONTAINER_IMAGE_CACHE"
 API_VERSION = "node.gke.io/v1"
-NAME_MAX = 63 - len("gke-secondary-boot-disk-")  # 39
-# projects/PROJECT/global/images/NAME (Compute Engine's image names; a project id or a domain-scoped one)
-PATH = rf"^projects/([a-z][-a-z0-9.:]{{4,61}}[a-z0-9])/global/images/([a-z](?:[-a-z0-9]{{0,{NAME_MAX - 2}}}[a-z0-9])?)$"
 FAMILY = "raytune-trainer-cache"  # the family every disk image `raytune image --cache` makes belongs to
 # The disk image's labels (Compute Engine label values: at most 63 lowercase letters, digits, - and _).
 IMAGE_LABEL = "raytune-worker-image"  # a hash of the worker image's reference
@@ -38,9 +37,11 @@ DIGEST_KEPT = 40
 
 def parse(path: str) -> tuple[str, str]:
     """(project, image name) of projects/PROJECT/global/images/NAME; ValueError when it is not one."""
-    match = re.fullmatch(PATH, path)
+    match = re.fullmatch(IMAGE_CACHE, path)
     if match is None:
-        raise ValueError(f"{path!r} is not projects/PROJECT/global/images/NAME (a name of at most {NAME_MAX})")
+        raise ValueError(
+            f"{path!r} is not projects/PROJECT/global/images/NAME (a name of at most {IMAGE_CACHE_NAME_MAX})"
+        )
     return match[1], match[2]
 
 

@@ -52,7 +52,6 @@ def test_the_trainer_ships_only_the_shared_contracts_and_what_they_import():
         "functions/core/config.py",
         "functions/core/result.py",
         "functions/core/gpu_shapes.py",  # config.py: which machine types carry each accelerator
-        "functions/core/image_cache.py",  # config.py: what a disk image's path may be
         "functions/core/sweep.py",  # config.py's sweep section; the trainer draws each trial's config with it
         "functions/core/fields.py",  # sweep.py: a trial's fields set by their dotted names
         "functions/core/gpu_driver.py",  # the preflight: the oldest driver that runs the image's CUDA

@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from functions.core import image_cache, manifests
-from functions.core.config import RunConfig
+from functions.core.config import IMAGE_CACHE_NAME_MAX, RunConfig
 from functions.core.policy import Policy
 
 DATA = Path(__file__).parents[1] / "data"
@@ -34,7 +34,7 @@ def test_a_path_names_the_project_and_an_image_whose_node_label_fits():
     assert key == f"{image_cache.SELECTOR_PREFIX}raytune-trainer-0123456789ab"
     assert value == "CONTAINER_IMAGE_CACHE.team-proj"
     assert len(key.rpartition("/")[2]) <= 63  # a Kubernetes label name
-    longest = "projects/team-proj/global/images/" + "a" * image_cache.NAME_MAX
+    longest = "projects/team-proj/global/images/" + "a" * IMAGE_CACHE_NAME_MAX
     assert len(next(iter(image_cache.selector(longest))).rpartition("/")[2]) == 63
     for bad in (
         longest + "a",
