@@ -422,13 +422,18 @@ def test_a_job_that_never_starts_says_what_it_waited_for(real):
     )
 
 
+def installed(control_plane, crd: dict):
+    """The control plane with one of GKE's CRDs (tests/realkube/gke_crds.py) installed and served."""
+    control_plane.kubectl("apply", "--server-side", "-f", "-", stdin=json.dumps(crd))
+    control_plane.established(crd["metadata"]["name"])
+    return control_plane
+
+
 @pytest.fixture
 def compute_classes(control_plane):
     from tests.realkube import gke_crds
 
-    control_plane.kubectl("apply", "--server-side", "-f", "-", stdin=json.dumps(gke_crds.compute_class()))
-    control_plane.established("computeclasses.cloud.google.com")
-    return control_plane
+    return installed(control_plane, gke_crds.compute_class())
 
 
 def test_a_capacity_list_is_applied_as_a_compute_class_and_its_workers_run_on_its_nodes(real, compute_classes):
@@ -478,9 +483,7 @@ def test_the_real_server_refuses_a_compute_class_field_the_reference_does_not_li
 def resource_allowlists(control_plane):
     from tests.realkube import gke_crds
 
-    control_plane.kubectl("apply", "--server-side", "-f", "-", stdin=json.dumps(gke_crds.resource_allowlist()))
-    control_plane.established("gcpresourceallowlists.node.gke.io")
-    return control_plane
+    return installed(control_plane, gke_crds.resource_allowlist())
 
 
 def test_an_image_cache_is_allowed_and_the_workers_ask_for_nodes_that_boot_with_it(real, resource_allowlists):
