@@ -120,10 +120,10 @@ def translate(exc: Exception) -> Exception:
         message = _message(exc)
         if message and (undeclared := UNDECLARED.search(message)):
             what, field = undeclared.groups()
-            return _unknown_to_kuberay(f"{field} ({what})", message, _status(exc))
+            return _unknown_to_crd(f"{field} ({what})", message, _status(exc))
         if message and (unknown := UNKNOWN.search(message)):
             fields = ", ".join("." + f for f in re.findall(r'unknown field "([^"]+)"', unknown.group(1)))
-            return _unknown_to_kuberay(fields, unknown.group(0), _status(exc))
+            return _unknown_to_crd(fields, unknown.group(0), _status(exc))
         return errors.from_status(_status(exc), message or getattr(exc, "reason", None) or str(exc))
     if type(exc).__name__ in URLLIB3_TRANSIENT:
         return errors.TransientError(f"{type(exc).__name__}: {exc}")
@@ -154,11 +154,14 @@ def _not_applied(exc: Exception) -> bool:
     return _status(exc) == 422 and _message(exc) == PATCH_NOT_APPLIED
 
 
-def _unknown_to_kuberay(fields: str, said: str, status: int | None) -> errors.PermanentError:
-    if "Kind=ComputeClass" in fields:
+def _unknown_to_crd(fields: str, said: str, status: int | None) -> errors.PermanentError:
+    """A field the cluster's CRD does not declare: GKE's own CRD (older than the GKE raytune renders for) where the
+    kind is one of GKE's, else KubeRay's."""
+    gke = next((kind for kind in GKE_KINDS if f"Kind={kind}" in fields), None)
+    if gke is not None:
         return errors.PermanentError(
-            f"the cluster's ComputeClass CRD (GKE's own) does not know {fields}: the cluster's GKE version is older "
-            f"than the one raytune renders for ({COMPUTE_CLASS_GKE}); the API said: " + said,
+            f"the cluster's {gke} CRD (GKE's own) does not know {fields}: the cluster's GKE version is older "
+            f"than the one raytune renders for ({GKE_KINDS[gke].gke}); the API said: " + said,
             status,
         )
     return errors.PermanentError(
@@ -168,25 +171,42 @@ def _unknown_to_kuberay(fields: str, said: str, status: int | None) -> errors.Pe
     )
 
 
-# Custom compute classes on Autopilot (https://cloud.google.com/kubernetes-engine/docs/concepts/about-custom-compute-classes);
-# terraform/gke.tf's release channel has it.
-COMPUTE_CLASS_GKE = "custom compute classes need GKE 1.30.3-gke.1451000 or later on Autopilot"
+@dataclass(frozen=True)
+class GkeKind:
+    """One of GKE's own (cluster-scoped) kinds a launch applies."""
+
+    plural: str
+    crd: str  # its CRD's name
+    needed_by: str  # the config field whose runs render it
+    gke: str  # the GKE that installs its CRD
+
+
+GKE_KINDS = {
+    # https://cloud.google.com/kubernetes-engine/docs/concepts/about-custom-compute-classes; terraform/gke.tf's
+    # release channel has it.
+    "ComputeClass": GkeKind(
+        "computeclasses",
+        "computeclasses.cloud.google.com",
+        "scaling.capacity",
+        "custom compute classes need GKE 1.30.3-gke.1451000 or later on Autopilot",
+    ),
+    # https://cloud.google.com/kubernetes-engine/docs/how-to/data-container-image-preloading
+    "GCPResourceAllowlist": GkeKind(
+        "gcpresourceallowlists",
+        "gcpresourceallowlists.node.gke.io",
+        "cluster.image_cache",
+        "secondary boot disks need GKE 1.30.1-gke.1329000 or later on Autopilot",
+    ),
+}
 # What a server-side apply of a kind whose CRD is not installed answers (404, no such resource type), as opposed to
 # a missing namespace ('namespaces "x" not found').
 NO_SUCH_TYPE = "the server could not find the requested resource"
-# GKE's cluster-scoped kinds a launch applies: the capacity list's ComputeClass, the image cache's allowlist.
-CLUSTER_SCOPED = {"ComputeClass": "computeclasses", "GCPResourceAllowlist": "gcpresourceallowlists"}
 MISSING_CRD = {
-    "GCPResourceAllowlist": (
-        "the cluster has no GCPResourceAllowlist CRD (gcpresourceallowlists.node.gke.io), which cluster.image_cache "
-        "needs: secondary boot disks need GKE 1.30.1-gke.1329000 or later on Autopilot (raytune doctor checks a "
+    **{
+        kind: f"the cluster has no {kind} CRD ({k.crd}), which {k.needed_by} needs: {k.gke} (raytune doctor checks a "
         "cluster)"
-    ),
-    "ComputeClass": (
-        "the cluster has no ComputeClass CRD (computeclasses.cloud.google.com), which scaling.capacity needs: "
-        + COMPUTE_CLASS_GKE
-        + " (raytune doctor checks a cluster)"
-    ),
+        for kind, k in GKE_KINDS.items()
+    },
     **{
         kind: f"the cluster has no KubeRay CRD for {kind} ({plural}.ray.io): enable the Ray operator add-on "
         "(gcloud container clusters update CLUSTER --update-addons=RayOperator=ENABLED; raytune doctor checks it)"
@@ -258,9 +278,9 @@ class Kube:
             **({"dry_run": "All"} if dry_run else {}),
         }
         args: tuple[Any, ...]
-        if kind in CLUSTER_SCOPED:  # GKE's own API groups
+        if kind in GKE_KINDS:  # cluster-scoped, GKE's own API groups
             group, version = obj["apiVersion"].split("/")
-            plural = CLUSTER_SCOPED[kind]
+            plural = GKE_KINDS[kind].plural
             call, args = self.custom.patch_cluster_custom_object, (group, version, plural, meta["name"], obj)
         elif kind == "Secret":
             call, args = self.core.patch_namespaced_secret, (meta["name"], meta["namespace"], obj)

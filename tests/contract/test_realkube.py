@@ -517,6 +517,24 @@ def test_an_image_cache_is_allowed_and_the_workers_ask_for_nodes_that_boot_with_
     assert again["metadata"]["resourceVersion"] == before
 
 
+def test_an_allowlist_field_the_crd_gke_installs_lacks_is_named_as_gkes(real, resource_allowlists):
+    from functions.adapters.kube import Kube, api_client
+    from functions.core.errors import PermanentError
+
+    plane = resource_allowlists
+    kube = Kube(api_client(plane.api, token=lambda: plane.token, ca_file=plane.ca))
+    bad = {
+        "apiVersion": "node.gke.io/v1",
+        "kind": "GCPResourceAllowlist",
+        "metadata": {"name": "raytune-typo"},
+        "spec": {"allowedResourcePatterns": ["^projects/p/global/images/x$"], "allowedResourcePattern": ["x"]},
+    }
+    with pytest.raises(PermanentError, match="allowedResourcePattern") as err:
+        kube.apply(bad)
+    assert str(err.value).startswith("the cluster's GCPResourceAllowlist CRD (GKE's own) does not know"), str(err.value)
+    assert "secondary boot disks need GKE 1.30.1-gke.1329000" in str(err.value)
+
+
 @pytest.mark.cluster_scoped
 def test_a_cluster_without_the_compute_class_crd_is_named_as_the_reason(control_plane):
     """GKE older than custom compute classes has no ComputeClass CRD: the apply's 404 names the CRD and the GKE
