@@ -91,8 +91,13 @@ class Target:
         return f"{self.region}-docker.pkg.dev/{self.project}/{self.repository or self.name}/trainer:{RAY_VERSION}"
 
     @property
+    def bucket(self) -> str:
+        """The build bucket: the staged source, the cache build's logs."""
+        return f"gs://{self.build_bucket or f'{self.name}-build-{self.project}'}"
+
+    @property
     def staging(self) -> str:
-        return f"gs://{self.build_bucket or f'{self.name}-build-{self.project}'}/image-source"
+        return f"{self.bucket}/image-source"
 
     @property
     def build_identity(self) -> str:
@@ -122,10 +127,15 @@ def build(target: Target, dry_run: bool) -> tuple[str, str]:
     image = target.image
     command = build_command(target)
     if not dry_run:
-        if shutil.which("gcloud") is None:
-            raise RuntimeError("gcloud is not installed: https://cloud.google.com/sdk/docs/install")
-        subprocess.run(command, check=True)
+        gcloud(command)
     return image, shlex.join(command)
+
+
+def gcloud(command: list[str], capture: bool = False) -> str:
+    """Run a gcloud command (its output, when captured); a clear error where gcloud is not installed."""
+    if shutil.which("gcloud") is None:
+        raise RuntimeError("gcloud is not installed: https://cloud.google.com/sdk/docs/install")
+    return subprocess.run(command, check=True, capture_output=capture, text=True).stdout or ""
 
 
 @dataclass(frozen=True)
@@ -140,7 +150,7 @@ class Cache:
 
 def cache_command(target: Target, cache: Cache) -> list[str]:
     ref = target.image
-    logs = target.staging.removesuffix("/image-source") + "/image-cache/"
+    logs = f"{target.bucket}/image-cache/"
     substitutions = {
         "_IMAGE": ref,
         "_IMAGE_LABEL": image_cache.image_label(ref),
@@ -182,8 +192,6 @@ def build_cache(target: Target, cache: Cache, dry_run: bool) -> tuple[str | None
     command = cache_command(target, cache)
     if dry_run:
         return None, shlex.join(command)
-    if shutil.which("gcloud") is None:
-        raise RuntimeError("gcloud is not installed: https://cloud.google.com/sdk/docs/install")
-    subprocess.run(command, check=True)
-    digest = subprocess.run(digest_command(target), check=True, capture_output=True, text=True).stdout.strip()
+    gcloud(command)
+    digest = gcloud(digest_command(target), capture=True).strip()
     return f"projects/{target.project}/global/images/{image_cache.disk_image_name(digest)}", shlex.join(command)
