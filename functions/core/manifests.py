@@ -1,6 +1,6 @@
 """Pure rendering of the Kubernetes objects for a run: Secret, code ConfigMap, ComputeClass, GCPResourceAllowlist,
-RayCluster, RayJob (ray.io/v1), assembled in one place (`assemble`) for `raytune render`, the golden file, doctor's dry run and the GKE
-adapter, which only applies the parts in their order.
+RayCluster, RayJob (ray.io/v1), assembled in one place (`assemble`) for `raytune render`, the golden file, doctor's
+dry run and the GKE adapter, which only applies the parts in their order.
 
 Only fields that KubeRay v1.3-v1.5 (the GKE Ray operator add-on) know are used. Nothing here talks to a
 cluster; the same inputs always give the same objects, so applying them twice changes nothing.
