@@ -67,10 +67,8 @@ def test_the_workers_ask_for_nodes_that_boot_with_it_and_the_launch_allows_it_fi
     [group] = objects.cluster["spec"]["workerGroupSpecs"]
     selector = group["template"]["spec"]["nodeSelector"]
     assert selector[f"{image_cache.SELECTOR_PREFIX}raytune-trainer-0123456789ab"] == "CONTAINER_IMAGE_CACHE.team-proj"
-    assert "nodeSelector" not in objects.cluster["spec"]["headGroupSpec"]["template"]["spec"] or not any(
-        k.startswith(image_cache.SELECTOR_PREFIX)
-        for k in objects.cluster["spec"]["headGroupSpec"]["template"]["spec"]["nodeSelector"]
-    )
+    head = objects.cluster["spec"]["headGroupSpec"]["template"]["spec"].get("nodeSelector", {})
+    assert not any(key.startswith(image_cache.SELECTOR_PREFIX) for key in head)
     kinds = [o["kind"] for o in objects.in_order()]
     assert kinds.index("GCPResourceAllowlist") < kinds.index("RayCluster")
     plain = manifests.assemble(RunConfig(), "r1", {"trainer/__init__.py": b""}, "0" * 64)
@@ -115,14 +113,12 @@ def test_the_verdict_holds_the_disk_against_the_build_the_tag_names_now():
 
 def test_the_cache_build_runs_the_pinned_builder_with_flags_it_declares_and_sets_the_labels_doctor_reads():
     build = yaml.safe_load((ROOT / "image" / "cache.cloudbuild.yaml").read_text())
-    declared = set(json.loads((DATA / "gke-disk-image-builder" / "flags.json").read_text())["flags"])
+    builder = json.loads((DATA / "gke-disk-image-builder" / "flags.json").read_text())
+    declared = set(builder["flags"])
     script = "\n".join(arg for step in build["steps"] for arg in step["args"])
     used = set(re.findall(r"--([a-z0-9-]+)=", script.split("go run ./cli", 1)[1]))
     assert used and used <= declared, used - declared
-    assert (
-        build["substitutions"]["_BUILDER_COMMIT"]
-        in json.loads((DATA / "gke-disk-image-builder" / "flags.json").read_text())["source"]
-    )
+    assert build["substitutions"]["_BUILDER_COMMIT"] in builder["source"]
     # Cloud Build substitutes $NAME and ${NAME}: every one is a declared user substitution or a built-in; bash's own
     # variables are escaped as $$.
     referenced = set(re.findall(r"(?<!\$)\$\{?([A-Za-z_][A-Za-z0-9_]*)", script.replace("$$", "")))
