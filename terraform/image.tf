@@ -40,3 +40,60 @@ resource "google_artifact_registry_repository_iam_member" "nodes_pull" {
   role       = "roles/artifactregistry.reader"
   member     = "serviceAccount:${data.google_project.this.number}-compute@developer.gserviceaccount.com"
 }
+
+# `raytune image --cache` (docs/gpu-start.md): the image build also runs Google's gke-disk-image-builder, which
+# makes a VM with a blank disk, lets the VM pull and unpack the trainer image onto it, makes a disk image of that
+# disk and deletes the rest. Google's README for it grants the build roles/compute.admin; the build needs
+# instances, disks and images (functions/core/permissions.py lists each call), which roles/compute.instanceAdmin.v1
+# holds without compute.admin's networks, firewalls and routers. The VM runs as an account of its own that can
+# read the trainer image and its startup script, and nothing else.
+resource "google_project_iam_member" "image_build_cache_disks" {
+  count   = var.image_cache ? 1 : 0
+  project = var.project_id
+  role    = "roles/compute.instanceAdmin.v1"
+  member  = google_service_account.image_build.member
+}
+
+resource "google_service_account" "image_cache" {
+  count        = var.image_cache ? 1 : 0
+  account_id   = "${var.name}-image-cache"
+  display_name = "raytune image cache builder VM"
+}
+
+resource "google_service_account_iam_member" "image_build_runs_cache_vm" {
+  count              = var.image_cache ? 1 : 0
+  service_account_id = google_service_account.image_cache[0].name
+  role               = "roles/iam.serviceAccountUser"
+  member             = google_service_account.image_build.member
+}
+
+resource "google_artifact_registry_repository_iam_member" "image_cache_pull" {
+  count      = var.image_cache ? 1 : 0
+  location   = google_artifact_registry_repository.trainer.location
+  repository = google_artifact_registry_repository.trainer.name
+  role       = "roles/artifactregistry.reader"
+  member     = google_service_account.image_cache[0].member
+}
+
+# Daisy's scratch space is image-cache/ in the build bucket (functions/cli/image.py passes it as --gcs-path): the
+# build writes the VM's startup script and the workflow's log there, the VM reads the script. Nothing else of the
+# bucket (the staged sources, the function build's probe) is theirs to write or the VM's to read.
+locals {
+  image_cache_scratch = "projects/_/buckets/${google_storage_bucket.build.name}/objects/image-cache/"
+  image_cache_scratch_grants = var.image_cache ? {
+    build = { role = "roles/storage.objectUser", member = google_service_account.image_build.member }
+    vm    = { role = "roles/storage.objectViewer", member = google_service_account.image_cache[0].member }
+  } : {}
+}
+
+resource "google_storage_bucket_iam_member" "image_cache_scratch" {
+  for_each = local.image_cache_scratch_grants
+  bucket   = google_storage_bucket.build.name
+  role     = each.value.role
+  member   = each.value.member
+  condition {
+    title       = "raytune-image-cache-scratch-only"
+    description = "gke-disk-image-builder's scratch space under image-cache/ in the build bucket"
+    expression  = "resource.name.startsWith(\"${local.image_cache_scratch}\")"
+  }
+}

@@ -67,6 +67,12 @@ variable "functions_create_clusters" {
   default     = false
 }
 
+variable "image_cache" {
+  description = "Let `raytune image --cache` make the trainer image's cache disk (GPU nodes' secondary boot disk, docs/gpu-start.md): the image build may create and delete VMs, disks and disk images (roles/compute.instanceAdmin.v1), and the builder's VM gets an account that reads the trainer image."
+  type        = bool
+  default     = false
+}
+
 variable "max_event_age_seconds" {
   description = "Deliveries older than this are recorded as rejected instead of launching (Cloud Functions retry for up to 24 h)."
   type        = number

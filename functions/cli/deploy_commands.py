@@ -33,9 +33,9 @@ def cmd_permissions(args: argparse.Namespace) -> int:
     from functions.core import permissions
 
     if args.json:
-        print(json.dumps([asdict(u) for u in permissions.all_uses(args.create_clusters)], indent=2))
+        print(json.dumps([asdict(u) for u in permissions.all_uses(options.switches(args))], indent=2))
     else:
-        print(permissions.table(args.create_clusters))
+        print(permissions.table(options.switches(args)))
     return 0
 
 
@@ -50,7 +50,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     found = cli_settings.load({"project": args.project, "runs_bucket": args.bucket})
     cfg = load(args.config) if args.config else None
     try:
-        findings, skipped = doctor.cloud_doctor(found, cfg, args.create_clusters).run()
+        findings, skipped = doctor.cloud_doctor(found, cfg, options.switches(args)).run()
     except NoCredentials as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -113,7 +113,7 @@ def add_parsers(sub: Any) -> None:
     perms = sub.add_parser(
         "permissions", help="who calls which Google API with which IAM permission (what Terraform grants)"
     )
-    options.add_create_clusters(perms)
+    options.add_switches(perms)
     options.add_json(perms, "the table as JSON")
     perms.set_defaults(func=cmd_permissions)
 
@@ -125,7 +125,7 @@ def add_parsers(sub: Any) -> None:
     doc.add_argument("--config", help="a run config to check too: its images and what it renders")
     doc.add_argument("--project", help="default: project in raytune.toml")
     doc.add_argument("--bucket", help="the runs bucket (default: runs_bucket in raytune.toml)")
-    options.add_create_clusters(doc)
+    options.add_switches(doc)
     options.add_json(doc, "the findings as JSON")
     doc.set_defaults(func=cmd_doctor)
 
@@ -150,8 +150,8 @@ def add_parsers(sub: Any) -> None:
     img.add_argument("--cache-disk-gb", type=int, default=100, help="the cache disk's size (the unpacked image)")
     img.add_argument(
         "--cache-vm-account",
-        default="default",
-        help="the builder VM's identity, which pulls the image (default: Compute Engine's default account)",
+        help="the builder VM's identity, which pulls the image (Terraform with image_cache=true: "
+        "<name>-image-cache@<project>.iam.gserviceaccount.com)",
     )
     img.add_argument("--dry-run", action="store_true", help="print the gcloud command instead of running it")
     img.add_argument(

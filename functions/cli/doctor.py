@@ -6,7 +6,7 @@ functions/core/doctor.py's; this module only asks."""
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -62,7 +62,7 @@ class Doctor:
     rest: GoogleRest
     kube_for: Callable[[ClusterSpec], Any]  # the cluster's Kube adapter (functions/adapters/kube.py)
     config: RunConfig | None = None  # a run config to render, with its images; else the defaults
-    create_clusters: bool = False
+    switches: Sequence[str] = ()  # Terraform's switches that add grants (permissions.SWITCHES) the deployment has on
     functions_env: dict[str, str] = field(default_factory=dict)  # the deployed launch function's environment
     caller: Finding | None = None  # who asks, and the quota project their requests name
 
@@ -93,7 +93,7 @@ class Doctor:
         deployment, found = self.deployment()
         if self.caller is not None:
             found.insert(0, self.caller)
-        accesses, skipped = d.accesses(deployment, self.create_clusters)
+        accesses, skipped = d.accesses(deployment, self.switches)
         # first: the cluster's checks read the policy from their environment
         found += _read(lambda: self.functions(deployment), ("function", "the functions"))
         questions: list[tuple[Callable[[], list[Finding]], tuple[str, str]]] = [
@@ -415,7 +415,7 @@ def _tag_path(ref: str) -> str | None:
     return f"v1/projects/{project}/locations/{location}/repositories/{repo}/packages/{package}/tags/{tag}"
 
 
-def cloud_doctor(settings: CliSettings, config: RunConfig | None, create_clusters: bool) -> Doctor:
+def cloud_doctor(settings: CliSettings, config: RunConfig | None, switches: Sequence[str]) -> Doctor:
     """The doctor of a real deployment: Google's APIs with application default credentials, the cluster's API
     server as the controller reaches it."""
     from functions.adapters.gke import GkePlatform
@@ -437,4 +437,4 @@ def cloud_doctor(settings: CliSettings, config: RunConfig | None, create_cluster
         return kube
 
     caller = Finding("credentials", "application default credentials", OK, quota)
-    return Doctor(settings, rest, kube_for, config, create_clusters, caller=caller)
+    return Doctor(settings, rest, kube_for, config, switches, caller=caller)

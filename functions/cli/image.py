@@ -100,6 +100,11 @@ class Target:
         return f"{self.bucket}/image-source"
 
     @property
+    def cache_vm_account(self) -> str:
+        """The cache builder VM's identity Terraform makes with image_cache=true (terraform/image.tf)."""
+        return f"{self.name}-image-cache@{self.project}.iam.gserviceaccount.com"
+
+    @property
     def build_identity(self) -> str:
         email = self.service_account or f"{self.name}-image-build@{self.project}.iam.gserviceaccount.com"
         return f"projects/{self.project}/serviceAccounts/{email}"
@@ -141,11 +146,12 @@ def gcloud(command: list[str], capture: bool = False) -> str:
 @dataclass(frozen=True)
 class Cache:
     """Where the cache disk is made: the builder's VM runs in `zone` as `vm_account` (it pulls the image: Artifact
-    Registry read; Compute Engine's default account unless given), its logs go under the build bucket."""
+    Registry read; the deployment's image-cache account unless given), its scratch space is under the build
+    bucket (image-cache/, where Terraform lets the build write and the VM read)."""
 
     zone: str
     disk_gb: int = 100
-    vm_account: str = "default"
+    vm_account: str | None = None
 
 
 def cache_command(target: Target, cache: Cache) -> list[str]:
@@ -158,7 +164,7 @@ def cache_command(target: Target, cache: Cache) -> list[str]:
         "_ZONE": cache.zone,
         "_LOGS": logs,
         "_DISK_GB": str(cache.disk_gb),
-        "_VM_ACCOUNT": cache.vm_account,
+        "_VM_ACCOUNT": cache.vm_account or target.cache_vm_account,
     }
     return [
         "gcloud",

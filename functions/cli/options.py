@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from functions.core import permissions
+
 
 def add_set(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
@@ -22,8 +24,16 @@ def add_config(parser: argparse.ArgumentParser, optional: str | None = None) -> 
         parser.add_argument("config", help="a run config, JSON or YAML")
 
 
-def add_create_clusters(parser: argparse.ArgumentParser) -> None:
+def add_switches(parser: argparse.ArgumentParser) -> None:
+    """Terraform's variables that add grants (functions/core/permissions.py's SWITCHES)."""
     parser.add_argument("--create-clusters", action="store_true", help="as with functions_create_clusters=true")
+    parser.add_argument("--image-cache", action="store_true", help="as with image_cache=true")
+
+
+def switches(args: argparse.Namespace) -> list[str]:
+    """The switches add_switches' flags turn on, in permissions.py's words."""
+    on = {permissions.CREATE_CLUSTERS: args.create_clusters, permissions.IMAGE_CACHE: args.image_cache}
+    return [switch for switch in permissions.SWITCHES if on[switch]]
 
 
 def add_json(parser: argparse.ArgumentParser, what: str) -> None:

@@ -5,7 +5,7 @@ could not answer, is never reported as ok. functions/cli/doctor.py asks; this mo
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -68,7 +68,7 @@ class Deployment:
         return given or f"projects/{self.project}/topics/{self.name}-{short}"
 
     def email(self, account: str) -> str:
-        """A service account's address: one of Terraform's (functions, trigger, function-build, image-build) or the
+        """A service account's address: one of Terraform's (functions, trigger, function-build, image-build, image-cache) or the
         Compute Engine default (compute-default), as the permission table's service-account:<name> calls them."""
         if account == "compute-default":
             return f"{self.number}-compute@developer.gserviceaccount.com"
@@ -81,6 +81,7 @@ class Deployment:
             p.TRIGGER: "trigger",
             p.FUNCTION_BUILD: "function-build",
             p.IMAGE_BUILD: "image-build",
+            p.IMAGE_CACHE_VM: "image-cache",
             p.NODES: "compute-default",
         }
         if identity in accounts:
@@ -136,11 +137,13 @@ class Access:
 
 # Object permissions granted under a prefix alone (terraform/iam.tf's IAM Conditions on the object's name) are
 # asked of an object there, never of the bucket, where no condition holds: the trainer's in the runs bucket (as
-# Ray Train writes checkpoints), the function build's in the build bucket (the apply's access probe).
-# objects.list is checked on the bucket (its grants there are unconditioned).
+# Ray Train writes checkpoints), the function build's in the build bucket (the apply's access probe), the image
+# cache builder's there (Daisy's scratch space, terraform/image.tf). objects.list is checked on the bucket (its grants there are unconditioned).
 OBJECT_ASKED = {
     (p.TRAINER, "bucket:runs"): "checkpoints/raytune-doctor-probe",
     (p.FUNCTION_BUILD, "bucket:build"): "function-build-probe/raytune-doctor-probe",
+    (p.IMAGE_BUILD, "bucket:build"): "image-cache/raytune-doctor-probe",
+    (p.IMAGE_CACHE_VM, "bucket:build"): "image-cache/raytune-doctor-probe",
 }
 
 
@@ -151,10 +154,11 @@ def asked_on(use: p.Use, full_name: str) -> str:
     return f"{full_name}/objects/{name}" if object_use and name else full_name
 
 
-def accesses(deployment: Deployment, create_clusters: bool = False) -> tuple[list[Access], list[p.Use]]:
-    """Every use of the permission table this deployment's names let us ask about, and the ones they do not."""
+def accesses(deployment: Deployment, switches: Collection[str] = ()) -> tuple[list[Access], list[p.Use]]:
+    """Every use of the permission table (with these of Terraform's switches on) this deployment's names let us
+    ask about, and the ones they do not."""
     asked, skipped = [], []
-    for use in p.all_uses(create_clusters):
+    for use in p.all_uses(switches):
         full = deployment.full_name(use.resource)
         if full is None:
             skipped.append(use)

@@ -23,12 +23,14 @@ background bucket-metadata reads are switched off (functions/adapters/gcs.py), s
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 
 FUNCTIONS = "functions"  # the launch and watch functions' runtime service account
 TRAINER = "trainer"  # Ray pods (head, workers, KubeRay's submitter): Workload Identity of the namespace's default KSA
 NODES = "nodes"  # the GKE nodes' service account (Compute Engine default): image pulls
 IMAGE_BUILD = "image-build"  # Cloud Build running `raytune image`
+IMAGE_CACHE_VM = "image-cache-vm"  # the VM gke-disk-image-builder starts (`raytune image --cache`): pulls the image
 FUNCTION_BUILD = "function-build"  # Cloud Build building the functions' source (Cloud Functions gen2)
 TRIGGER = "trigger"  # Eventarc and Pub/Sub push deliveries to the functions
 STORAGE_AGENT = "storage-agent"  # the Cloud Storage service agent: publishes the configs bucket's object events
@@ -46,6 +48,7 @@ IDENTITIES = (
     TRAINER,
     NODES,
     IMAGE_BUILD,
+    IMAGE_CACHE_VM,
     FUNCTION_BUILD,
     TRIGGER,
     STORAGE_AGENT,
@@ -58,7 +61,10 @@ IDENTITIES = (
     SCHEDULER_AGENT,
     OPERATOR,
 )
-CREATE_CLUSTERS = "functions_create_clusters"  # the one Terraform switch that adds uses
+# Terraform's switches that add uses (variables of terraform/variables.tf, off by default).
+CREATE_CLUSTERS = "functions_create_clusters"
+IMAGE_CACHE = "image_cache"
+SWITCHES = (CREATE_CLUSTERS, IMAGE_CACHE)
 
 
 @dataclass(frozen=True)
@@ -90,6 +96,10 @@ _GCF_SOURCES_ISSUES = (
     "magic-modules cloudfunctions2_basic_builder.tf.tmpl (grants storage object read, waits 60 s)"
 )
 _SERVICE_AGENTS_DOCS = "https://cloud.google.com/iam/docs/service-agents"
+_DISK_IMAGE_BUILDER = (
+    "ai-on-gke/tools@dd191890 gke-disk-image-builder (imager.go, script/startup.sh, README: the VM's account reads "
+    "the GCS path's startup script); GoogleCloudPlatform/compute-daisy@6a3c47dc (its go.mod's Daisy)"
+)
 
 
 @dataclass(frozen=True)
@@ -351,6 +361,97 @@ USES: tuple[Use, ...] = tuple(
         "the build's log (CLOUD_LOGGING_ONLY)",
         "logging.logEntries.create",
     )
+    # `raytune image --cache`: the same build runs Google's gke-disk-image-builder (image/cache.cloudbuild.yaml),
+    # whose Daisy workflow makes a VM with a blank disk, waits for the VM to unpack the image onto it, makes a
+    # disk image of that disk and deletes the rest. Calls read in the builder (imager.go) and in Daisy at the
+    # version its go.mod pins (compute-daisy@6a3c47dc: validation lists, create, wait, cleanup).
+    + _uses(
+        IMAGE_BUILD,
+        "project",
+        "gcloud compute images describe",
+        "is the digest's disk image made already (a second build of one image ends at once)",
+        "compute.images.get",
+        when=IMAGE_CACHE,
+    )
+    + _uses(
+        IMAGE_BUILD,
+        "project",
+        "Daisy validation: Projects.Get; Zones, MachineTypes, Networks, Disks, Instances, Images list",
+        "the workflow's resources exist, and the names it creates do not",
+        "compute.projects.get",
+        "compute.zones.list",
+        "compute.machineTypes.list",
+        "compute.networks.list",
+        "compute.disks.list",
+        "compute.instances.list",
+        "compute.images.list",
+        when=IMAGE_CACHE,
+        source=_DISK_IMAGE_BUILDER,
+    )
+    + _uses(
+        IMAGE_BUILD,
+        "project",
+        "Daisy CreateDisks, CreateInstances (boot disk from debian-cloud, the blank disk attached, startup-script-url "
+        "metadata, the VM's service account, an external IP), GetSerialPortOutput, DetachDisk, CreateImages "
+        "(labelled), cleanup; each operation waited on",
+        "make the cache disk image of the pushed trainer image",
+        "compute.disks.create",
+        "compute.disks.get",
+        "compute.disks.use",
+        "compute.disks.useReadOnly",
+        "compute.disks.delete",
+        "compute.instances.create",
+        "compute.instances.get",
+        "compute.instances.setMetadata",
+        "compute.instances.setServiceAccount",
+        "compute.instances.getSerialPortOutput",
+        "compute.instances.detachDisk",
+        "compute.instances.delete",
+        "compute.subnetworks.use",
+        "compute.subnetworks.useExternalIp",
+        "compute.images.create",
+        "compute.images.setLabels",
+        "compute.zoneOperations.get",
+        "compute.globalOperations.get",
+        when=IMAGE_CACHE,
+        source=_DISK_IMAGE_BUILDER,
+    )
+    + _uses(
+        IMAGE_BUILD,
+        "service-account:image-cache",
+        "Daisy CreateInstances (serviceAccounts)",
+        "the builder's VM runs as the image cache's service account",
+        "iam.serviceAccounts.actAs",
+        when=IMAGE_CACHE,
+    )
+    + _uses(
+        IMAGE_BUILD,
+        "bucket:build",
+        "Daisy: sources upload, its log object rewritten as it grows",
+        "the VM's startup script and the workflow's log under image-cache/",
+        *_OBJECT_WRITE,
+        when=IMAGE_CACHE,
+        source=_DISK_IMAGE_BUILDER,
+    )
+    # The builder's VM: its guest agent fetches the startup script, which pulls the image with the VM's token.
+    + _uses(
+        IMAGE_CACHE_VM,
+        "bucket:build",
+        "the guest agent's startup-script-url fetch",
+        "the startup script Daisy staged under image-cache/",
+        "storage.objects.get",
+        when=IMAGE_CACHE,
+        source=_DISK_IMAGE_BUILDER,
+    )
+    + _uses(
+        IMAGE_CACHE_VM,
+        "repository:trainer",
+        "image pull (containerd, --image-pull-auth=ServiceAccountToken)",
+        "the trainer image's layers, unpacked onto the cache disk",
+        "artifactregistry.repositories.downloadArtifacts",
+        when=IMAGE_CACHE,
+        source=_DISK_IMAGE_BUILDER,
+    )
     # The functions' own build (Google: "Configure a custom build service account").
     + _uses(
         FUNCTION_BUILD,
@@ -609,23 +710,23 @@ USES: tuple[Use, ...] = tuple(
 )
 
 
-def uses_of(identity: str, create_clusters: bool = False) -> list[Use]:
-    return [
-        u
-        for u in USES
-        if u.identity == identity and (u.when is None or (u.when == CREATE_CLUSTERS and create_clusters))
-    ]
+def uses_of(identity: str, switches: Collection[str] = ()) -> list[Use]:
+    """An identity's uses with these of SWITCHES on."""
+    unknown = set(switches) - set(SWITCHES)
+    if unknown:
+        raise ValueError(f"not a Terraform switch of the permission table: {sorted(unknown)}")
+    return [u for u in USES if u.identity == identity and (u.when is None or u.when in switches)]
 
 
-def all_uses(create_clusters: bool = False) -> list[Use]:
+def all_uses(switches: Collection[str] = ()) -> list[Use]:
     """Every identity's uses, identity by identity."""
-    return [u for i in IDENTITIES for u in uses_of(i, create_clusters)]
+    return [u for i in IDENTITIES for u in uses_of(i, switches)]
 
 
-def table(create_clusters: bool = False) -> str:
+def table(switches: Collection[str] = ()) -> str:
     """The table as text: identity, resource, permission, and what needs it."""
     rows = [("who", "on", "permission", "for")]
-    rows += [(u.identity, u.resource, u.permission, u.why) for u in all_uses(create_clusters)]
+    rows += [(u.identity, u.resource, u.permission, u.why) for u in all_uses(switches)]
     widths = [max(len(row[c]) for row in rows) for c in range(3)]
     return "\n".join(
         "  ".join(cell.ljust(w) for cell, w in zip(row[:3], widths, strict=True)) + "  " + row[3] for row in rows

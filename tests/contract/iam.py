@@ -26,6 +26,7 @@ SERVICE_ACCOUNTS = {
     "functions": p.FUNCTIONS,
     "trigger": p.TRIGGER,
     "image_build": p.IMAGE_BUILD,
+    "image_cache": p.IMAGE_CACHE_VM,
     "function_build": p.FUNCTION_BUILD,
 }
 
@@ -102,7 +103,11 @@ class Deployment:
 
     def member(self, value: Any) -> tuple[str, str | None]:
         text = str(value)
-        sa = re.fullmatch(r"google_service_account\.(\w+)\.member", value.ref) if isinstance(value, Unknown) else None
+        sa = (
+            re.fullmatch(r"google_service_account\.(\w+)(?:\[0\])?\.member", value.ref)
+            if isinstance(value, Unknown)
+            else None
+        )
         if sa and sa.group(1) in SERVICE_ACCOUNTS:
             return SERVICE_ACCOUNTS[sa.group(1)], None
         if m := re.fullmatch(
@@ -156,7 +161,7 @@ class Deployment:
         if kind == "google_service_account_iam_member":
             target = instance.get("service_account_id")
             if isinstance(target, Unknown):
-                sa = re.fullmatch(r"google_service_account\.(\w+)\.name", target.ref).group(1)
+                sa = re.fullmatch(r"google_service_account\.(\w+)(?:\[0\])?\.name", target.ref).group(1)
                 return [("service-account:" + sa.replace("_", "-"), None)]
             assert str(target).endswith("-compute@developer.gserviceaccount.com"), target
             return [("service-account:compute-default", None)]
@@ -277,6 +282,6 @@ def assert_listed(d: Deployment, proxy: IamGcs, identity: str) -> None:
     assert not proxy.refused(), "\n".join(
         f"{a.method} {a.path} needs {[str(n) for n in a.needs]} denied {a.denied}" for a in proxy.refused()
     )
-    listed = {(u.resource, u.permission) for u in p.uses_of(identity, create_clusters=True)}
+    listed = {(u.resource, u.permission) for u in p.uses_of(identity, p.SWITCHES)}
     unlisted = uses_on_wire(d, proxy) - listed
     assert not unlisted, f"{identity} called what functions/core/permissions.py does not list: {sorted(unlisted)}"

@@ -352,9 +352,9 @@ def test_a_cli_run_prints_the_report_and_exits_with_its_code(gcs_emulator, monke
         monkeypatch.setenv("RAYTUNE_CLI_CONFIG", str(toml))
         made = []
 
-        def standing_in(found, config, create_clusters):
+        def standing_in(found, config, switches):
             made.append(found)
-            return Doctor(found, rest, lambda spec: Kube(api_client(kube.url)), config, create_clusters)
+            return Doctor(found, rest, lambda spec: Kube(api_client(kube.url)), config, switches)
 
         monkeypatch.setattr(cli_doctor, "cloud_doctor", standing_in)
         assert main(["doctor"]) == 1

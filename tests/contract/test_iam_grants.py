@@ -14,14 +14,15 @@ from tests.contract.iam import Deployment
 SETTINGS = [
     dict(
         functions_create_clusters=create,
+        image_cache=cache,
         policy_buckets=policy,
         dataset_buckets=datasets,
         create_nat=nat,
         policy_namespaces=namespaces,
         operators=operators,
     )
-    for create, policy, datasets, nat, namespaces, operators in product(
-        (False, True),
+    for (create, cache), policy, datasets, nat, namespaces, operators in product(
+        ((False, False), (True, False), (False, True), (True, True)),
         ([], ["shared-checkpoints"]),
         ([], ["datasets-a", "datasets-b"]),
         (True, False),
@@ -31,10 +32,17 @@ SETTINGS = [
 ]
 
 
+DEFAULTS = dict(functions_create_clusters=False, image_cache=False, create_nat=True, policy_namespaces=["default"])
+
+
 def label(settings: dict) -> str:
-    return " ".join(
-        f"{k}={v}" for k, v in settings.items() if v not in ([], False, ["default"], True) or k == "create_nat"
-    )
+    """The values that differ from Terraform's defaults."""
+    return " ".join(f"{k}={v}" for k, v in settings.items() if v != DEFAULTS.get(k, []))
+
+
+def switches(settings: dict) -> list[str]:
+    """permissions.py's switches these variable values turn on."""
+    return [s for s in p.SWITCHES if settings.get(s)]
 
 
 @pytest.mark.parametrize("settings", SETTINGS, ids=label)
@@ -45,7 +53,7 @@ def test_every_identity_holds_what_its_code_paths_call(settings):
     assert not unknown_roles, f"roles without a vendored permission list (tests/data/iam/roles.json): {unknown_roles}"
     missing = []
     for identity in p.IDENTITIES:
-        for use in p.uses_of(identity, create_clusters=settings["functions_create_clusters"]):
+        for use in p.uses_of(identity, switches(settings)):
             for subject, name in product(deployment.subjects(identity), deployment.names(use.resource)):
                 if not deployment.covering(grants, roles, use.identity, subject, use.resource, name, use.permission):
                     missing.append(
@@ -68,7 +76,7 @@ def test_no_grant_is_idle(settings):
             continue  # Google's own grants to its agents: not ours to trim
         needed = {
             u.permission
-            for u in uses(grant.identity, create_clusters=settings["functions_create_clusters"])
+            for u in uses(grant.identity, switches(settings))
             if (grant.resource == "project" and u.resource in project_wide) or u.resource == grant.resource
         }
         assert needed & roles[grant.role], f"{grant.address}: {grant.role} gives {grant.identity} nothing it uses"
@@ -201,3 +209,32 @@ def test_every_region_gets_its_cluster_and_nat_and_every_identity_reaches_the_sh
     assert {(g.identity, g.resource, g.name) for g in many.grants()} == {
         (g.identity, g.resource, g.name) for g in one.grants()
     }, "no grant names a region: one set serves them all"
+
+
+def test_the_image_cache_builder_writes_and_its_vm_reads_only_the_scratch_space_raytune_image_names():
+    """image_cache=true: the build's object writes and the VM's reads in the build bucket are held to image-cache/,
+    the --gcs-path `raytune image --cache` gives the builder, and the VM is the account it passes by default; off,
+    Terraform makes none of it."""
+    from functions.cli.image import Cache, Target, cache_command
+
+    deployment = Deployment(image_cache=True)
+    roles, grants = deployment.roles(), deployment.grants()
+    build = deployment.bucket("build")
+    target = Target(project=deployment.project, region="us-central1", build_bucket=build)
+    substitutions = dict(
+        pair.split("=", 1)
+        for pair in next(a for a in cache_command(target, Cache("us-central1-b")) if "_LOGS=" in a)
+        .removeprefix("--substitutions=")
+        .split(",")
+    )
+    [vm] = [i for i in deployment.module.instances("google_service_account") if "image_cache" in i.address]
+    assert f"{vm.get('account_id')}@{deployment.project}.iam.gserviceaccount.com" == substitutions["_VM_ACCOUNT"]
+    scratch = substitutions["_LOGS"].replace("gs://", "projects/_/buckets/").replace(f"{build}/", f"{build}/objects/")
+    objects = f"projects/_/buckets/{build}/objects/"
+    for identity, permission in ((p.IMAGE_BUILD, "storage.objects.create"), (p.IMAGE_CACHE_VM, "storage.objects.get")):
+        held = [g for g in grants if g.identity == identity and g.name == build and permission in roles[g.role]]
+        assert held and all(g.applies_to(scratch + "daisy-x/sources/startup.sh") for g in held), identity
+        for elsewhere in ("image-source/1.tgz", "function-build-probe/1.tgz", "image-cachex/a"):
+            assert not any(g.applies_to(objects + elsewhere) for g in held), (identity, elsewhere)
+    assert not any(g.identity == p.IMAGE_CACHE_VM for g in Deployment().grants())
+    assert not any("compute." in " ".join(roles[g.role]) for g in Deployment().grants() if g.identity == p.IMAGE_BUILD)

@@ -24,7 +24,7 @@ def test_every_identity_calls_something_and_every_use_is_well_formed():
     for use in p.USES:
         assert RESOURCE.match(use.resource), use
         assert re.fullmatch(r"[a-z]+\.[a-zA-Z]+\.[a-zA-Z]+", use.permission), use
-        assert use.when in (None, p.CREATE_CLUSTERS) and use.why
+        assert use.when in (None, *p.SWITCHES) and use.why
     keys = [(u.identity, u.resource, u.permission) for u in p.USES]
     assert len(keys) == len(set(keys)), "a use listed twice"
 
@@ -58,8 +58,30 @@ def test_the_function_build_reads_its_source_where_cloud_functions_put_it():
 
 def test_cluster_creation_adds_exactly_its_uses():
     plain = {u.permission for u in p.uses_of(p.FUNCTIONS)}
-    creating = {u.permission for u in p.uses_of(p.FUNCTIONS, create_clusters=True)}
+    creating = {u.permission for u in p.uses_of(p.FUNCTIONS, [p.CREATE_CLUSTERS])}
     assert creating - plain == {"container.clusters.create", "container.clusters.update", "iam.serviceAccounts.actAs"}
+
+
+def test_the_image_cache_adds_the_builder_and_its_vm_and_nothing_else():
+    """`image_cache`: the image build makes and deletes the builder's VM, disk and disk image and acts as the VM's
+    own account; the VM reads its startup script and pulls the trainer image. No other identity changes."""
+    for identity in set(p.IDENTITIES) - {p.IMAGE_BUILD, p.IMAGE_CACHE_VM}:
+        assert p.uses_of(identity, [p.IMAGE_CACHE]) == p.uses_of(identity), identity
+    assert p.uses_of(p.IMAGE_CACHE_VM) == []
+    vm = {(u.resource, u.permission) for u in p.uses_of(p.IMAGE_CACHE_VM, [p.IMAGE_CACHE])}
+    assert vm == {("bucket:build", "storage.objects.get"), ("repository:trainer", p.uses_of(p.NODES)[0].permission)}
+    added = set(p.uses_of(p.IMAGE_BUILD, [p.IMAGE_CACHE])) - set(p.uses_of(p.IMAGE_BUILD))
+    assert {u.resource for u in added} == {"project", "bucket:build", "service-account:image-cache"}
+    assert all(u.permission.startswith("compute.") for u in added if u.resource == "project")
+    creates = {u.permission for u in added if u.permission.endswith(".create")}
+    assert creates == {
+        "compute.disks.create",
+        "compute.instances.create",
+        "compute.images.create",
+        "storage.objects.create",
+    }
+    with pytest.raises(ValueError, match="not a Terraform switch"):
+        p.uses_of(p.IMAGE_BUILD, ["image-cache"])
 
 
 def test_the_cli_prints_the_table(capsys):
@@ -67,7 +89,9 @@ def test_the_cli_prints_the_table(capsys):
     text = capsys.readouterr().out
     assert text.splitlines()[0].split()[:3] == ["who", "on", "permission"]
     assert "storage.buckets.get" in text and "trainer" in text
-    assert cli(["permissions", "--json", "--create-clusters"]) == 0
+    assert p.IMAGE_CACHE_VM not in text and "compute.images.create" not in text
+    assert cli(["permissions", "--json", "--create-clusters", "--image-cache"]) == 0
     rows = json.loads(capsys.readouterr().out)
     assert {r["identity"] for r in rows} == set(p.IDENTITIES)
     assert any(r["permission"] == "container.clusters.create" for r in rows)
+    assert any(r["identity"] == p.IMAGE_BUILD and r["permission"] == "compute.images.create" for r in rows)
