@@ -61,3 +61,20 @@ def test_every_use_is_asked_or_counted_as_not_asked():
     assert d.Deployment("proj", "42", "r").account(p.BUILD_AGENT) == (
         "serviceAccount:service-42@gcp-sa-cloudbuild.iam.gserviceaccount.com"
     )
+
+
+def test_the_image_cache_builder_is_asked_about_under_its_scratch_space():
+    """`raytune doctor --image-cache`: the builder VM is asked as Terraform's image-cache account, and object
+    permissions held to image-cache/ are asked of an object there (a question about the bucket would be refused)."""
+    names = d.Deployment("proj", "42", "us-central1", runs_bucket="r", configs_bucket="c", build_bucket="b")
+    plain, _ = d.accesses(names)
+    asked, _ = d.accesses(names, [p.IMAGE_CACHE])
+    assert not any(a.identity == p.IMAGE_CACHE_VM for a in plain)
+    vm = [a for a in asked if a.identity == p.IMAGE_CACHE_VM]
+    assert {a.principal for a in vm} == {"serviceAccount:raytune-image-cache@proj.iam.gserviceaccount.com"}
+    objects = "//storage.googleapis.com/projects/_/buckets/b/objects/image-cache/"
+    for identity, permission in ((p.IMAGE_CACHE_VM, "storage.objects.get"), (p.IMAGE_BUILD, "storage.objects.create")):
+        [access] = [a for a in asked if a.identity == identity and a.permission == permission]
+        assert access.full_name.startswith(objects), access
+    [act_as] = [a for a in asked if a.resource == "service-account:image-cache"]
+    assert act_as.full_name.endswith("/serviceAccounts/raytune-image-cache@proj.iam.gserviceaccount.com")
