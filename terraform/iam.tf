@@ -243,7 +243,8 @@ locals {
   # Where the apply's access probe (function_build_access below) stages its source, read under the same grant.
   function_build_probe = "function-build-probe"
   # IAM Conditions on Cloud Storage match resource.name (projects/_/buckets/B[/objects/O]): each conditioned grant
-  # here reaches one name and everything under it, in this one form; the function build's also the probe's prefix.
+  # here reaches one name and everything under it, in this one form; the function build's also the probe's prefix;
+  # the image cache builder's everything under image-cache/ (Daisy's folders there are never read as files).
   within = merge(
     {
       for prefix in values(local.trainer_runs_bucket) : prefix => join(" || ", [
@@ -258,6 +259,7 @@ locals {
         "resource.name.startsWith(\"projects/_/buckets/${google_storage_bucket.build.name}/objects/${local.function_build_probe}/\")",
       ])
     },
+    { image_cache = "resource.name.startsWith(\"projects/_/buckets/${google_storage_bucket.build.name}/objects/image-cache/\")" },
   )
 }
 

@@ -79,7 +79,6 @@ resource "google_artifact_registry_repository_iam_member" "image_cache_pull" {
 # build writes the VM's startup script and the workflow's log there, the VM reads the script. Nothing else of the
 # bucket (the staged sources, the function build's probe) is theirs to write or the VM's to read.
 locals {
-  image_cache_scratch = "projects/_/buckets/${google_storage_bucket.build.name}/objects/image-cache/"
   image_cache_scratch_grants = var.image_cache ? {
     build = { role = "roles/storage.objectUser", member = google_service_account.image_build.member }
     vm    = { role = "roles/storage.objectViewer", member = google_service_account.image_cache[0].member }
@@ -94,6 +93,6 @@ resource "google_storage_bucket_iam_member" "image_cache_scratch" {
   condition {
     title       = "raytune-image-cache-scratch-only"
     description = "gke-disk-image-builder's scratch space under image-cache/ in the build bucket"
-    expression  = "resource.name.startsWith(\"${local.image_cache_scratch}\")"
+    expression  = local.within.image_cache
   }
 }
