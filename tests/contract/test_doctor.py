@@ -107,6 +107,31 @@ def test_a_healthy_deployment_is_all_ok(gcs_emulator):
     assert skipped > 0  # uses on resources raytune.toml does not name (the push subscriptions, ...)
 
 
+def test_the_image_cache_builders_grants_are_asked_of_google_with_the_switch_on(gcs_emulator):
+    """image_cache=true and `raytune doctor --image-cache`: the build's Compute grant, its actAs on the VM's account
+    and the VM's reads are each asked of Google (the stand-in answers from Terraform's grants) and hold; with the
+    build's Compute grant gone, each call it covered is a problem naming the identity."""
+    dropped = Breakage(dropped={"google_project_iam_member.image_build_cache_disks[0]"})
+    for broken in (None, dropped):
+        with stand_ins(gcs_emulator, broken, image_cache=True) as (settings, rest, _google, kube):
+            findings, _ = Doctor(
+                settings, rest, lambda spec: Kube(api_client(kube.url)), switches=[p.IMAGE_CACHE]
+            ).run()
+        asked = {f.subject: f.status for f in findings if f.check == "iam"}
+        vm = [s for s in asked if s.startswith(f"{p.IMAGE_CACHE_VM} ")]
+        assert len(vm) == 2 and all(asked[s] == d.OK for s in vm), vm
+        building = {s: status for s, status in asked.items() if s.startswith(f"{p.IMAGE_BUILD} compute.")}
+        listed = {
+            u.permission for u in p.uses_of(p.IMAGE_BUILD, [p.IMAGE_CACHE]) if u.permission.startswith("compute.")
+        }
+        assert {s.split()[1] for s in building} == listed
+        if broken is None:
+            assert [f for f in findings if f.status != d.OK] == []
+        else:
+            assert set(building.values()) == {d.PROBLEM}
+            assert {s for s, status in asked.items() if status == d.PROBLEM} == set(building)
+
+
 def test_three_faults_each_found_with_its_fix(gcs_emulator):
     """The issue's blocker as a new project meets it (no read of gcf-v2-sources: the build fails), an API left
     disabled, and a secret with no version."""
