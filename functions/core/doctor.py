@@ -68,8 +68,9 @@ class Deployment:
         return given or f"projects/{self.project}/topics/{self.name}-{short}"
 
     def email(self, account: str) -> str:
-        """A service account's address: one of Terraform's (functions, trigger, function-build, image-build, image-cache) or the
-        Compute Engine default (compute-default), as the permission table's service-account:<name> calls them."""
+        """A service account's address: one of Terraform's (functions, trigger, function-build, image-build,
+        image-cache) or the Compute Engine default (compute-default), as the permission table's
+        service-account:<name> calls them."""
         if account == "compute-default":
             return f"{self.number}-compute@developer.gserviceaccount.com"
         return f"{self.name}-{account}@{self.project}.iam.gserviceaccount.com"
@@ -138,7 +139,8 @@ class Access:
 # Object permissions granted under a prefix alone (terraform/iam.tf's IAM Conditions on the object's name) are
 # asked of an object there, never of the bucket, where no condition holds: the trainer's in the runs bucket (as
 # Ray Train writes checkpoints), the function build's in the build bucket (the apply's access probe), the image
-# cache builder's there (Daisy's scratch space, terraform/image.tf). objects.list is checked on the bucket (its grants there are unconditioned).
+# cache builder's there (Daisy's scratch space, terraform/image.tf). objects.list is checked on the bucket (its
+# grants there are unconditioned).
 OBJECT_ASKED = {
     (p.TRAINER, "bucket:runs"): "checkpoints/raytune-doctor-probe",
     (p.FUNCTION_BUILD, "bucket:build"): "function-build-probe/raytune-doctor-probe",
