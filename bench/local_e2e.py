@@ -84,8 +84,12 @@ def cpu_meter() -> Iterator[tuple[dict, callable]]:
         if group is not None:
             result["cpu_s"] = int((group / "cpuacct.usage").read_text()) / 1e9
             result["cpu_of"] = "cgroup"
-            with contextlib.suppress(OSError):  # a process still in it keeps it: removed by the kernel later
-                group.rmdir()
+            # What outlives the run (a head left warm) goes back to the parent group, or the group could not be
+            # removed: cgroup v1 keeps an empty group until someone removes it.
+            for pid in (group / "cgroup.procs").read_text().split():
+                with contextlib.suppress(OSError):  # it exited meanwhile
+                    (CPUACCT / "cgroup.procs").write_text(pid)
+            group.rmdir()
         else:
             result["cpu_s"] = machine_busy_s() - busy
             result["cpu_of"] = "machine"
