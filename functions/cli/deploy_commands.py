@@ -95,7 +95,8 @@ def cmd_image(args: argparse.Namespace) -> int:
     print(("would run: " if args.dry_run else "built: ") + (command if args.dry_run else ref))
     lines = f"  cluster:\n    dependencies: image\n    worker_image: {ref}\n    head_image: {ref}"
     if args.cache:
-        cache = image.Cache(args.cache_zone or f"{target.region}-b", args.cache_disk_gb, args.cache_vm_account)
+        zone = args.cache_zone or f"{target.region}-b"
+        cache = image.Cache(zone, args.cache_disk_gb, args.cache_vm_account, args.cache_network, args.cache_subnet)
         path, command = image.build_cache(target, cache, args.dry_run)
         print(("would run: " + command) if path is None else f"cache disk: {path}")
         lines += (
@@ -152,6 +153,12 @@ def add_parsers(sub: Any) -> None:
         "--cache-vm-account",
         help="the builder VM's identity, which pulls the image (Terraform with image_cache=true: "
         "<name>-image-cache@<project>.iam.gserviceaccount.com)",
+    )
+    img.add_argument(
+        "--cache-network", default="default", help="the builder VM's VPC network (Terraform's var.network)"
+    )
+    img.add_argument(
+        "--cache-subnet", default="default", help="its subnetwork in the zone's region (a custom-mode network's)"
     )
     img.add_argument("--dry-run", action="store_true", help="print the gcloud command instead of running it")
     img.add_argument(

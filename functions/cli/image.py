@@ -152,6 +152,8 @@ class Cache:
     zone: str
     disk_gb: int = 100
     vm_account: str | None = None
+    network: str = "default"  # the VM's VPC network and its subnetwork in the zone's region, by name
+    subnet: str = "default"
 
 
 def cache_command(target: Target, cache: Cache) -> list[str]:
@@ -162,6 +164,8 @@ def cache_command(target: Target, cache: Cache) -> list[str]:
         "_IMAGE_LABEL": image_cache.image_label(ref),
         "_FAMILY": image_cache.FAMILY,
         "_ZONE": cache.zone,
+        "_NETWORK": cache.network,
+        "_SUBNET": cache.subnet,
         "_LOGS": logs,
         "_DISK_GB": str(cache.disk_gb),
         "_VM_ACCOUNT": cache.vm_account or target.cache_vm_account,

@@ -136,6 +136,11 @@ def test_raytune_image_cache_passes_what_doctor_later_checks(capsys):
     ref = "europe-west4-docker.pkg.dev/team-proj/raytune/trainer:2.60.0"
     assert f"_IMAGE={ref}," in command and f"_IMAGE_LABEL={image_cache.image_label(ref)}," in command
     assert "_ZONE=europe-west4-b," in command and "--no-source" in command
+    assert "_NETWORK=default,_SUBNET=default," in command
+    assert (
+        cli(["image", "--project", "p", "--dry-run", "--cache", "--cache-network", "ml", "--cache-subnet", "ml-a"]) == 0
+    )
+    assert "_NETWORK=ml,_SUBNET=ml-a," in capsys.readouterr().out
     # The VM runs as the account Terraform's image_cache makes, its scratch space where Terraform lets it read.
     assert "_VM_ACCOUNT=raytune-image-cache@team-proj.iam.gserviceaccount.com " in command
     assert "_LOGS=gs://raytune-build-team-proj/image-cache/," in command
