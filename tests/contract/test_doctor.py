@@ -71,8 +71,9 @@ def stand_ins(gcs_emulator, broken: Breakage | None = None, buckets=("runs", "co
             fake_kube.stop()
 
 
-def doctor(settings, rest, kube, config: RunConfig | None = None) -> tuple[list[d.Finding], int]:
-    return Doctor(settings, rest, lambda spec: Kube(api_client(kube.url)), config).run()
+def doctor(settings, rest, kube, config: RunConfig | None = None, switches=()) -> tuple[list[d.Finding], int]:
+    """The doctor on the stand-ins, with these of Terraform's switches on."""
+    return Doctor(settings, rest, lambda spec: Kube(api_client(kube.url)), config, switches).run()
 
 
 def problems(findings) -> dict[str, d.Finding]:
@@ -114,9 +115,7 @@ def test_the_image_cache_builders_grants_are_asked_of_google_with_the_switch_on(
     dropped = Breakage(dropped={"google_project_iam_member.image_build_cache_disks[0]"})
     for broken in (None, dropped):
         with stand_ins(gcs_emulator, broken, image_cache=True) as (settings, rest, _google, kube):
-            findings, _ = Doctor(
-                settings, rest, lambda spec: Kube(api_client(kube.url)), switches=[p.IMAGE_CACHE]
-            ).run()
+            findings, _ = doctor(settings, rest, kube, switches=[p.IMAGE_CACHE])
         asked = {f.subject: f.status for f in findings if f.check == "iam"}
         vm = [s for s in asked if s.startswith(f"{p.IMAGE_CACHE_VM} ")]
         assert len(vm) == 2 and all(asked[s] == d.OK for s in vm), vm
@@ -403,7 +402,7 @@ def test_the_real_server_admits_what_a_launch_renders_and_names_an_older_crd(gcs
     from tests.contract.test_realkube import older_rayjob_crd
 
     def kube_for(spec):
-        return Kube(api_client(control_plane.api, token=lambda: control_plane.token, ca_file=control_plane.ca))
+        return control_plane.kube()
 
     capacity = RunConfig.model_validate({"scaling": {"nodes": 1, "capacity": [{"kind": "spot"}]}})
     control_plane.kubectl("delete", "crd", "computeclasses.cloud.google.com", "--ignore-not-found", "--wait=true")

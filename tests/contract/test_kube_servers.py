@@ -31,7 +31,7 @@ def server(request):
         plane = request.getfixturevalue("control_plane")
         namespace = f"rk-{uuid.uuid4().hex[:8]}"
         plane.kubectl("create", "namespace", namespace)
-        yield Kube(api_client(plane.api, token=lambda: plane.token, ca_file=plane.ca)), namespace, None
+        yield plane.kube(), namespace, None
         plane.kubectl("delete", "namespace", namespace, "--wait=false")
 
 

@@ -35,10 +35,8 @@ class Real:
     def __init__(self, plane, harness, servers, bucket, namespace):
         from kubernetes import client
 
-        from functions.adapters.kube import api_client
-
         self.plane, self.h, self.servers, self.bucket, self.namespace = plane, harness, servers, bucket, namespace
-        api = api_client(plane.api, token=lambda: plane.token, ca_file=plane.ca)
+        api = plane.client()
         self.core, self.custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
 
     def config(self, name: str, nodes: int = 1, **sections) -> dict:
@@ -125,7 +123,6 @@ class Real:
 
 @pytest.fixture
 def real(control_plane, bucket, pubsub):
-    from functions.adapters.kube import Kube, api_client
     from functions.handlers import context
     from tests.harness import build_controller, serve_functions
 
@@ -134,9 +131,7 @@ def real(control_plane, bucket, pubsub):
     harness = build_controller(
         bucket,
         pubsub,
-        lambda cluster: Kube(
-            api_client(control_plane.api, token=lambda: control_plane.token, ca_file=control_plane.ca)
-        ),
+        lambda cluster: control_plane.kube(),
         policy=Policy(namespaces=("rk-*",)),
     )
     try:
@@ -462,11 +457,9 @@ def test_a_capacity_list_is_applied_as_a_compute_class_and_its_workers_run_on_it
 
 
 def test_the_real_server_refuses_a_compute_class_field_the_reference_does_not_list(real, compute_classes):
-    from functions.adapters.kube import Kube, api_client
     from functions.core.errors import PermanentError
 
-    plane = compute_classes
-    kube = Kube(api_client(plane.api, token=lambda: plane.token, ca_file=plane.ca))
+    kube = compute_classes.kube()
     bad = {
         "apiVersion": "cloud.google.com/v1",
         "kind": "ComputeClass",
@@ -518,11 +511,9 @@ def test_an_image_cache_is_allowed_and_the_workers_ask_for_nodes_that_boot_with_
 
 
 def test_an_allowlist_field_the_crd_gke_installs_lacks_is_named_as_gkes(real, resource_allowlists):
-    from functions.adapters.kube import Kube, api_client
     from functions.core.errors import PermanentError
 
-    plane = resource_allowlists
-    kube = Kube(api_client(plane.api, token=lambda: plane.token, ca_file=plane.ca))
+    kube = resource_allowlists.kube()
     bad = {
         "apiVersion": "node.gke.io/v1",
         "kind": "GCPResourceAllowlist",
@@ -539,13 +530,12 @@ def test_an_allowlist_field_the_crd_gke_installs_lacks_is_named_as_gkes(real, re
 def test_a_cluster_without_the_compute_class_crd_is_named_as_the_reason(control_plane):
     """GKE older than custom compute classes has no ComputeClass CRD: the apply's 404 names the CRD and the GKE
     version that has it, and is not retried (no "HTTP 404: Not Found", no blame on KubeRay)."""
-    from functions.adapters.kube import Kube, api_client
     from functions.core import computeclass, errors
     from functions.core.config import RunConfig
 
     control_plane.kubectl("delete", "crd", "computeclasses.cloud.google.com", "--ignore-not-found", "--wait=true")
     scaling = RunConfig.model_validate({"scaling": {"nodes": 1, "capacity": [{"kind": "spot"}]}}).scaling
-    kube = Kube(api_client(control_plane.api, token=lambda: control_plane.token, ca_file=control_plane.ca))
+    kube = control_plane.kube()
     with pytest.raises(errors.PermanentError) as err:
         kube.apply(computeclass.compute_class(scaling, {}))
     assert str(err.value).startswith("the cluster has no ComputeClass CRD (computeclasses.cloud.google.com)")

@@ -38,7 +38,6 @@ def starved_plane():
 @pytest.fixture
 def regions(control_plane, starved_plane, bucket, pubsub):
     """The controller over HTTP with each region's cluster on its own control plane: {region: Real}."""
-    from functions.adapters.kube import Kube, api_client
     from functions.handlers import context
     from tests.harness import build_controller, serve_functions
 
@@ -49,13 +48,7 @@ def regions(control_plane, starved_plane, bucket, pubsub):
     harness = build_controller(
         bucket,
         pubsub,
-        lambda cluster: Kube(
-            api_client(
-                planes[cluster.location].api,
-                token=lambda: planes[cluster.location].token,
-                ca_file=planes[cluster.location].ca,
-            )
-        ),
+        lambda cluster: planes[cluster.location].kube(),
         policy=Policy(namespaces=("rk-*",), regions=(FIRST, SECOND)),
     )
     harness.gke.add_running(f"projects/{PROJECT}/locations/{SECOND}/clusters/raytune")

@@ -116,6 +116,18 @@ class ControlPlane:
     def token(self) -> str:
         return (self.pki / "admin.token").read_text().strip()
 
+    def client(self):
+        """A Kubernetes API client of this plane, made as the controller makes one (its kube adapter's)."""
+        from functions.adapters.kube import api_client
+
+        return api_client(self.api, token=lambda: self.token, ca_file=self.ca)
+
+    def kube(self):
+        """raytune's Kube adapter on this plane."""
+        from functions.adapters.kube import Kube
+
+        return Kube(self.client())
+
     @property
     def kubeconfig(self) -> Path:
         return self.root / "admin.kubeconfig"
