@@ -66,12 +66,20 @@ IMAGE_CACHE = (
 )
 
 
+def image_cache_match(path: str) -> re.Match[str]:
+    """projects/PROJECT/global/images/NAME matched (groups: project, name); ValueError naming the form otherwise."""
+    match = re.fullmatch(IMAGE_CACHE, path)
+    if match is None:
+        raise ValueError(
+            f"{path!r} is not projects/PROJECT/global/images/NAME (a name of at most {IMAGE_CACHE_NAME_MAX})"
+        )
+    return match
+
+
 def _image_cache_hint(value: Any) -> Any:
     """The disk image's path explained before the pattern speaks (its name is bounded by a node label's)."""
-    if isinstance(value, str) and re.fullmatch(IMAGE_CACHE, value) is None:
-        raise ValueError(
-            f"{value!r} is not projects/PROJECT/global/images/NAME (a name of at most {IMAGE_CACHE_NAME_MAX})"
-        )
+    if isinstance(value, str):
+        image_cache_match(value)
     return value
 
 

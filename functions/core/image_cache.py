@@ -23,7 +23,7 @@ import hashlib
 import re
 from typing import Any
 
-from functions.core.config import IMAGE_CACHE, IMAGE_CACHE_NAME_MAX
+from functions.core.config import image_cache_match
 
 SELECTOR_PREFIX = "cloud.google.com.node-restriction.kubernetes.io/gke-secondary-boot-disk-"
 MODE = "CONTAINER_IMAGE_CACHE"
@@ -37,11 +37,7 @@ DIGEST_KEPT = 40
 
 def parse(path: str) -> tuple[str, str]:
     """(project, image name) of projects/PROJECT/global/images/NAME; ValueError when it is not one."""
-    match = re.fullmatch(IMAGE_CACHE, path)
-    if match is None:
-        raise ValueError(
-            f"{path!r} is not projects/PROJECT/global/images/NAME (a name of at most {IMAGE_CACHE_NAME_MAX})"
-        )
+    match = image_cache_match(path)
     return match[1], match[2]
 
 
