@@ -8,6 +8,7 @@ import random
 import signal
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Collection, Iterator
 from contextlib import ExitStack, suppress
@@ -200,18 +201,22 @@ class Service:
             self.proc.wait()
 
 
-def _killed_with_parent() -> Callable[[], None]:
-    """What a child runs between fork and exec to be killed when the thread that started it ends, however it ends
-    (SIGKILL included): Linux's PR_SET_PDEATHSIG, looked up before any fork (nothing is imported in the child)."""
-    import ctypes
+# Run between fork and exec to be killed when the thread that started it ends, however it ends (SIGKILL
+# included): Linux's PR_SET_PDEATHSIG, set by a small Python that then execs the service. Not a preexec_fn: that
+# makes Python fork() and run every fork handler in the child, and gRPC's (loaded in a test process once a Pub/Sub
+# client ran) restarts its poller thread there, which then finds its epoll fd closed by close_fds and aborts the
+# child before exec (SIGABRT, "epoll_wait error: Bad file descriptor", about one start in a hundred).
+_ARM_THEN_EXEC = """
+import ctypes, os, signal, sys
+ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL))
+if os.getppid() != int(sys.argv[1]):
+    sys.exit(1)  # the starter ended before the signal was armed: nobody would ever stop this service
+os.execvp(sys.argv[2], sys.argv[2:])
+"""
 
-    prctl = ctypes.CDLL(None, use_errno=True).prctl
-    set_parent_death_signal, kill = 1, int(signal.SIGKILL)
 
-    def arm() -> None:
-        prctl(set_parent_death_signal, kill)
-
-    return arm
+def _killed_with_parent(args: list[str]) -> list[str]:
+    return [sys.executable, "-I", "-S", "-c", _ARM_THEN_EXEC, str(os.getpid()), *args]
 
 
 def start(
@@ -229,13 +234,12 @@ def start(
     log_file.parent.mkdir(parents=True, exist_ok=True)
     with open(log_file, "ab") as log:
         proc = subprocess.Popen(
-            args,
+            _killed_with_parent(args) if dies_with_starter else args,
             stdout=log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             start_new_session=True,
             env={**os.environ, **(env or {})},
-            preexec_fn=_killed_with_parent() if dies_with_starter else None,
         )
     service = Service(proc, port)
     try:

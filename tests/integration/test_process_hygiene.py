@@ -47,3 +47,31 @@ def test_a_server_dies_with_the_run_that_started_it_even_killed_outright(tmp_pat
     while alive(server) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not alive(server), "the server outlived the run that started it"
+
+
+FORK_HANDLERS = """
+import os, sys
+from pathlib import Path
+from functions.local import emulators
+
+marker = Path(sys.argv[1])
+os.register_at_fork(after_in_child=lambda: marker.touch())
+service = emulators.start(["sleep", "600"], 0, marker.with_suffix(".log"), ready=lambda: True, dies_with_starter=True)
+service.stop(grace_s=1)
+print(marker.exists())
+"""
+
+
+def test_a_server_is_started_without_running_the_starters_fork_handlers(tmp_path):
+    """A server that dies with its starter is started without fork() and its handlers: gRPC's, in a test process
+    that has used a Pub/Sub client, restart its poller in the child, which close_fds then leaves polling a closed
+    fd, and the child aborts before exec (SIGABRT, seen in CI). The starter's handler here says whether any ran."""
+    said = subprocess.run(
+        [sys.executable, "-c", FORK_HANDLERS, str(tmp_path / "forked")],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        timeout=60,
+    )
+    assert said.returncode == 0, said.stderr
+    assert said.stdout.strip() == "False", "a fork handler ran in the server's child"
