@@ -70,8 +70,9 @@ def follow_run(
 
 def _follow_run(backend: Backend, run_id: str, raw: bool, tail: int | None, interval_s: float) -> int:
     story, shown, first = Story(), 0, True
-    record = targets.get_record(backend, run_id)
+    record: RunRecord | None = None
     try:
+        record = targets.get_record(backend, run_id)  # a Ctrl-C already here stops following as well
         while True:
             text = backend.log(record)
             if raw:
@@ -92,8 +93,9 @@ def _follow_run(backend: Backend, run_id: str, raw: bool, tail: int | None, inte
             record = targets.get_record(backend, run_id)
     except KeyboardInterrupt:
         where = f" --workdir {backend.where}" if isinstance(backend, LocalBackend) else ""
+        state = f" ({record.state.value})" if record else ""
         print(
-            f"\nstopped following {run_id}; the run goes on ({record.state.value}). `raytune cancel {run_id}{where}` "
+            f"\nstopped following {run_id}; the run goes on{state}. `raytune cancel {run_id}{where}` "
             f"cancels it; `raytune logs -f {run_id}{where}` follows it again.",
             file=sys.stderr,
         )

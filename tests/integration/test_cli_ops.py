@@ -259,12 +259,25 @@ def test_ctrl_c_stops_following_even_when_started_with_sigint_ignored(tmp_path):
         fcntl.flock(lock, fcntl.LOCK_EX)
         lock.write(str(os.getpid()))
         lock.flush()
+        raytune = str(Path(sys.executable).parent / "raytune")
+        # As a script's shell starts a background job: SIGINT ignored, kept through exec. Not a preexec_fn, which
+        # forks this process with gRPC loaded and can abort the child before exec (emulators._killed_with_parent).
         following = subprocess.Popen(
-            [str(Path(sys.executable).parent / "raytune"), "logs", "-f", "--workdir", str(workdir), record.run_id],
+            [
+                "sh",
+                "-c",
+                'trap "" INT; exec "$@"',
+                "sh",
+                raytune,
+                "logs",
+                "-f",
+                "--workdir",
+                str(workdir),
+                record.run_id,
+            ],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
-            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
         )
         deadline = time.monotonic() + 60
         while not caught(following.pid, signal.SIGINT) and following.poll() is None and time.monotonic() < deadline:
