@@ -151,9 +151,12 @@ def _worker_resources(cfg: RunConfig) -> dict[str, Any]:
 
 
 def _start_resources(resources: dict[str, int]) -> str:
-    """rayStartParams values reach `ray start --resources=...` through a shell: a quoted JSON string, as in
-    KubeRay's docs ('"{\"Custom1\": 1}"'); the group-level `resources` field is newer than KubeRay 1.3."""
-    return '"' + json.dumps(resources).replace('"', '\\"') + '"'
+    """A rayStartParams `resources` value: JSON in single quotes, as KubeRay itself writes it (pod.go,
+    addWellKnownAcceleratorResources) and as it reaches `ray start --resources=...` through the container's shell.
+    Not the docs' '"{\\"Custom1\\": 1}"': KubeRay 1.5.2 cannot parse that back (json.Unmarshal after trimming
+    quotes, backslashes left), logs an error on every reconcile and skips setting --num-gpus from the GPU limit.
+    The group-level `resources` field is newer than KubeRay 1.3."""
+    return f"'{json.dumps(resources)}'"
 
 
 def worker_group(cfg: RunConfig, run_id: str, replicas: int, code_paths: list[str], code_hash: str) -> dict[str, Any]:

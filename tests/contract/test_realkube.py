@@ -6,6 +6,7 @@ dashboard player's control API, so what the operator does in between is the oper
 from __future__ import annotations
 
 import json
+import shlex
 import time
 import uuid
 from contextlib import contextmanager
@@ -165,6 +166,32 @@ def test_launch_to_succeeded_with_scale_down(real):
     assert record.settled and record.result.metrics.train_loss == 1.0
     assert real.replicas() == 0
     eventually(lambda: not real.pods("ray.io/node-type=worker"), "the workers gone", 60)
+
+
+def ray_start(pod) -> dict[str, str]:
+    """The `ray start` flags KubeRay generated for a pod, as its container's shell passes them on."""
+    [container] = pod.spec.containers
+    script = " ".join([*(container.command or []), *(container.args or [])])
+    words = shlex.split(script[script.index("ray start") :].split(";")[0])
+    return dict(w.removeprefix("--").partition("=")[::2] for w in words if w.startswith("--"))
+
+
+def test_kuberay_reads_the_resources_each_group_advertises_and_adds_the_gpus(real):
+    """The operator parses rayStartParams' `resources` (to add accelerators to it): in the format it writes itself
+    it can, so the workers' `ray start` also gets --num-gpus from the GPU limit, and the shell passes ray JSON. The
+    docs' '"{\\"x\\": 1}"' it could not: an error logged on every reconcile and no --num-gpus (KubeRay 1.5.2)."""
+    from functions.core.allocation import group_name
+
+    run_id = real.launch("started", real.config("started"))
+    running_workers(real, 1)
+    [head], [worker] = real.pods("ray.io/node-type=head"), real.pods("ray.io/node-type=worker")
+    assert json.loads(ray_start(head)["resources"]) == {"raytune-trial-driver": 64}
+    started = ray_start(worker)
+    assert json.loads(started["resources"]) == {group_name(run_id): 8}
+    assert started["num-gpus"] == "8"
+    said = (real.plane.logs / "kuberay-operator.log").read_text()
+    assert not [line for line in said.splitlines() if real.namespace in line and "accelerator resources" in line]
+    real.succeed([run_id])
 
 
 def test_cancel_while_running_stops_the_job_and_releases_the_workers(real):

@@ -48,7 +48,7 @@ def test_reference_cluster_follows_the_recipe():
     head = cluster["spec"]["headGroupSpec"]
     container = head["template"]["spec"]["containers"][0]
     # The head also hosts a sweep's trial drivers: a resource of its own for them, quoted for KubeRay's shell.
-    assert head["rayStartParams"] == {"dashboard-host": "0.0.0.0", "resources": '"{\\"raytune-trial-driver\\": 64}"'}
+    assert head["rayStartParams"] == {"dashboard-host": "0.0.0.0", "resources": "'{\"raytune-trial-driver\": 64}'"}
     assert {p["containerPort"] for p in container["ports"]} == {6379, 8265, 10001}
     assert (
         container["resources"]["requests"]
@@ -73,7 +73,7 @@ def test_reference_cluster_follows_the_recipe():
         2,
     )
     # Each node advertises the run's own resource, one unit per training worker; the job asks for it.
-    # As KubeRay's docs write it ('"{\"Custom1\": 1}"'): a shell-quoted JSON string for `ray start --resources`.
+    # As KubeRay writes it itself (pod.go): JSON it parses back, single-quoted for `ray start` through a shell.
     quoted = group["rayStartParams"]["resources"]
     assert json.loads(shlex.split(f"--resources={quoted}")[0].removeprefix("--resources=")) == {group["groupName"]: 8}
     assert group["template"]["metadata"]["labels"] == {"raytune.dev/run-id": job["metadata"]["name"]}
