@@ -13,7 +13,7 @@ from typing import TypeVar
 
 from functions.adapters.gke_clusters import READY, GkeClusters
 from functions.adapters.kube import Kube, RayClusterSeen, api_client
-from functions.core import computeclass, disruption, errors, manifests, stuck
+from functions.core import computeclass, disruption, errors, kuberay_lag, manifests, stuck
 from functions.core.allocation import group_name
 from functions.core.config import ClusterSpec, RunConfig
 from functions.core.platform import ClusterReadiness, NodeSeen, RayObject, Workers
@@ -228,6 +228,17 @@ class GkePlatform:
         pods = kube.pods(namespace, f"ray.io/cluster={cfg.cluster.ray_cluster}")
         pending = [p["metadata"]["name"] for p in pods if (p.get("status") or {}).get("phase") == "Pending"]
         return stuck.explain(pods, {name: kube.events(namespace, name) for name in pending[:4]})
+
+    def status_lag(self, spec: ClusterSpec, now: dt.datetime) -> str | None:
+        kube = self._kube(spec)
+        cluster = kube.raycluster(spec.namespace, spec.ray_cluster)
+        pods = kube.pods(spec.namespace, f"ray.io/cluster={spec.ray_cluster}") if cluster else []
+        return kuberay_lag.lag(cluster, pods, now)
+
+    def ask_status(self, spec: ClusterSpec, now: dt.datetime) -> None:
+        kube = self._kube(spec)
+        if (cluster := kube.raycluster(spec.namespace, spec.ray_cluster)) is not None:
+            kube.patch_raycluster(spec.namespace, spec.ray_cluster, kuberay_lag.ask(cluster, now), "ask KubeRay again")
 
     def job_log(self, cfg: RunConfig, job: str, limit: int | None = None) -> str:
         return self._kube(cfg.cluster).job_log(cfg.cluster.namespace, job, limit)

@@ -436,6 +436,26 @@ class Kube:
     def raycluster(self, namespace: str, name: str) -> dict[str, Any] | None:
         return self._get("RayCluster", namespace, name)
 
+    def patch_raycluster(self, namespace: str, name: str, patch: list[dict[str, Any]], what: str) -> None:
+        """A JSON patch to the RayCluster, with retries for transient errors; nothing when it is gone."""
+        with_retries(
+            lambda: self._send(
+                self.custom.patch_namespaced_custom_object,
+                RAY_GROUP,
+                RAY_VERSION,
+                namespace,
+                "rayclusters",
+                name,
+                patch,
+                field_manager=FIELD_MANAGER,
+                _content_type=JSON_PATCH,
+                _preload_content=False,
+                missing_ok=True,
+            ),
+            f"{what} ({namespace}/{name})",
+            translate=translate,
+        )
+
     def pods(self, namespace: str, label_selector: str) -> list[dict[str, Any]]:
         return self._raw_items(
             lambda: self._send(

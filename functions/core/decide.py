@@ -51,6 +51,7 @@ class Action(enum.Enum):
     ENSURE_CLUSTER = "ensure_cluster"  # look at the run's cluster; create or repair it, never wait for it
     SUBMIT = "submit"  # size the RayCluster to its allocation (never shrinking it), then apply the RayJob
     OBSERVE_JOB = "observe_job"  # read the RayJob's status
+    ASK_STATUS = "ask_status"  # ask KubeRay to look at a RayCluster whose status lags its pods (kuberay_lag.py)
     STOP_JOB = "stop_job"  # stop the Ray job (delete the RayJob; KubeRay stops the job)
     MOVE = "move"  # write a transition, or new details in the same state, to the record
     SCALE_DOWN = "scale_down"  # release the run's nodes; size its RayCluster to what live runs still hold
@@ -103,6 +104,7 @@ class JobSeen:
     lost: tuple[str, ...] = ()  # a failed or vanished job: what took its nodes
     nodes: dict[str, NodeSeen] | None = None  # a running job: its nodes, while not all are known
     stuck: str | None = None  # a waiting job: why, from its pods and their Events (when known)
+    lag: str | None = None  # a job KubeRay holds for its RayCluster's state: why that state lags its pods
 
 
 @dataclasses.dataclass(frozen=True)
@@ -120,6 +122,7 @@ class Facts:
     job: JobSeen | None = None  # after OBSERVE_JOB
     cluster_gone: str | None = None  # after OBSERVE_JOB: the run's GKE cluster does not exist
     job_stopped: bool = False  # after STOP_JOB
+    status_asked: str | None = None  # after ASK_STATUS: what became of the request
     scaled: bool = False  # after SCALE_DOWN
     retry_backoff_s: int = RETRY_BACKOFF_SECONDS[0]  # the deployment's first backoff before a run's next attempt
     region_seconds: int = regions.DEFAULT_REGION_SECONDS  # the operator's wait for capacity in one region
@@ -293,7 +296,10 @@ def _submitted(record: RunRecord, facts: Facts) -> Step:
     job = seen.status
     if (elsewhere := _move_region(record, facts, seen)) is not None:
         return elsewhere
-    state, reason = job_outcome(record, job, facts.now, pending_seconds(record), seen.stuck)
+    if seen.lag and facts.status_asked is None:
+        return Step(Action.ASK_STATUS)
+    why = seen.stuck or (f"{seen.lag}: {facts.status_asked}" if seen.lag else None)
+    state, reason = job_outcome(record, job, facts.now, pending_seconds(record), why)
     summary = job_summary(job)
     if not state.terminal:
         known = record.seen_nodes

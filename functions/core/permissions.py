@@ -280,8 +280,8 @@ USES: tuple[Use, ...] = tuple(
         FUNCTIONS,
         "project",
         "Kubernetes RayCluster/RayJob create, apply, get, list, patch, delete; ComputeClass apply (custom objects)",
-        "the RayCluster and the RayJob, scaling, cancels, the leak sweep, idle teardown; a capacity list's "
-        "ComputeClass (cluster-scoped)",
+        "the RayCluster and the RayJob, scaling, cancels, the leak sweep, idle teardown, asking KubeRay to look at "
+        "a RayCluster again (an annotation); a capacity list's ComputeClass (cluster-scoped)",
         "container.thirdPartyObjects.create",
         "container.thirdPartyObjects.update",
         "container.thirdPartyObjects.get",

@@ -100,6 +100,13 @@ class Platform(Protocol):
     def waiting_reason(self, cfg: RunConfig, run_id: str) -> str | None:
         """Why a submitted job still waits, from its cluster's pods and their Events; None when nothing is wrong."""
 
+    def status_lag(self, spec: ClusterSpec, now: dt.datetime) -> str | None:
+        """Why KubeRay should be asked to look at the RayCluster again: its status lags its pods
+        (functions/core/kuberay_lag.py); None when it does not, or there is no KubeRay."""
+
+    def ask_status(self, spec: ClusterSpec, now: dt.datetime) -> None:
+        """Ask KubeRay to reconcile the RayCluster now (an annotation it is triggered by); nothing when it is gone."""
+
     def worker_nodes(self, cfg: RunConfig, run_id: str) -> dict[str, NodeSeen]:
         """The nodes the run's workers run on, each with the capacity it came from and its identity."""
 

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from functions.core import decide as decisions
-from functions.core import joblog
+from functions.core import joblog, kuberay_lag
 from functions.core.config import RunConfig
 from functions.core.decide import Action, Facts, JobSeen, Move
 from functions.core.errors import ClusterGone, NotFound, PermanentError, TransientError, describe, is_transient
@@ -91,10 +91,18 @@ def observe(
             "job": JobSeen(
                 job,
                 stuck=stuck(ctx, cfg, record.run_id, job),
+                lag=lag(ctx, cfg, record.run_id, job),
                 lost=lost(ctx, cfg, record, job),
                 nodes=nodes(ctx, cfg, record, job),
             )
         }
+    if action is Action.ASK_STATUS:
+        try:
+            ctx.platform.ask_status(cfg.cluster, ctx.clock())
+        except Exception as exc:
+            log.warning("%s: cannot ask KubeRay about its RayCluster: %s", record.run_id, describe(exc))
+            return {"status_asked": f"asking KubeRay to look at it again failed ({redact(describe(exc))})"}
+        return {"status_asked": "asked KubeRay to look at it again"}
     if action is Action.STOP_JOB:
         ctx.platform.stop(cfg.cluster, record.job_name)
         return {"job_stopped": True}
@@ -143,6 +151,15 @@ def stuck(ctx: Context, cfg: RunConfig, run_id: str, job: dict[str, Any] | None)
         return None
     why = best_effort(run_id, "why the job waits", lambda: ctx.platform.waiting_reason(cfg, run_id), None)
     return redact(why) if why else None
+
+
+def lag(ctx: Context, cfg: RunConfig, run_id: str, job: dict[str, Any] | None) -> str | None:
+    """A job KubeRay holds back for its RayCluster's state: whether that state lags the cluster's pods."""
+    if not kuberay_lag.waits_for_cluster(job):
+        return None
+    return best_effort(
+        run_id, "its RayCluster's status", lambda: ctx.platform.status_lag(cfg.cluster, ctx.clock()), None
+    )
 
 
 def best_effort(run_id: str, what: str, read: Callable[[], T], default: T) -> T:

@@ -539,6 +539,12 @@ class LocalRay:
             return f"no GPU capacity in {cfg.cluster.region} (the local platform was told so: {NO_CAPACITY_ENV})"
         return None  # Ray's own job message says why locally; there are no pods
 
+    def status_lag(self, spec: ClusterSpec, now: dt.datetime) -> str | None:
+        return None  # no KubeRay here: Ray's own job status is read directly
+
+    def ask_status(self, spec: ClusterSpec, now: dt.datetime) -> None:
+        raise AssertionError("the local platform has no KubeRay status to ask about (status_lag is never set)")
+
     def disruptions(
         self, cfg: RunConfig, run_id: str, since: dt.datetime | None, nodes: Mapping[str, str] | None = None
     ) -> list[str]:

@@ -5,6 +5,7 @@ dashboard player's control API, so what the operator does in between is the oper
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import shlex
 import time
@@ -100,7 +101,27 @@ class Real:
             jobs = self.plane.jobs().get(f"{self.namespace}/{HEAD_SERVICE}", {})
             return next((sid for sid in jobs if sid.startswith(run_id)), None)
 
-        return eventually(found, f"{run_id} submitted to the dashboard", 90)
+        try:
+            return eventually(found, f"{run_id} submitted to the dashboard", 90)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}: {self.where_the_job_is(run_id)}") from None
+
+    def where_the_job_is(self, run_id: str) -> str:
+        """What the operator and the node player made of a run's job: what a CI log needs when it never starts."""
+        found = self.custom.list_namespaced_custom_object("ray.io", "v1", self.namespace, "rayjobs")["items"]
+        said = ("jobDeploymentStatus", "jobStatus", "reason", "message")
+        jobs = {
+            job["metadata"]["name"]: {k: v for k, v in (job.get("status") or {}).items() if k in said}
+            for job in found
+            if job["metadata"]["name"].startswith(run_id)
+        }
+        cluster = (self.raycluster() or {}).get("status") or {}
+        pods = [
+            f"{p.metadata.name} {p.status.phase}" + (f" ({p.status.message})" if p.status.message else "")
+            for p in self.pods()
+            if p.metadata.name.startswith(run_id)
+        ]
+        return f"RayJobs {jobs}, RayCluster state {cluster.get('state')!r}, its submitter's pods {pods}"
 
     def end_job(self, run_id: str, status: str, message: str = "") -> None:
         self.plane.set_job(self.namespace, HEAD_SERVICE, self.submitted(run_id), status, message)
@@ -751,6 +772,79 @@ def test_twenty_launches_at_once_and_two_overlapping_ticks_on_a_new_raycluster(r
     eventually(lambda: not real.pods("ray.io/node-type=worker"), "every worker gone", 90)
     real.tick()  # drained groups leave the spec
     assert real.raycluster()["spec"]["workerGroupSpecs"] == [] and real.rayjobs() == []
+
+
+def status_writable(real) -> bool:
+    """Whether the API server admits a write of the RayCluster's status again (a server-side dry run)."""
+    from tests.realkube.control_plane import CommandFailed
+
+    try:
+        real.plane.kubectl(
+            "patch", "raycluster", RAYCLUSTER, "-n", real.namespace, "--subresource=status", "--type=merge",
+            "-p", '{"status": {}}', "--dry-run=server",
+        )  # fmt: skip
+    except CommandFailed:
+        return False
+    return True
+
+
+def test_a_raycluster_status_kuberay_left_behind_is_asked_about_and_its_job_starts(real, tmp_path):
+    """KubeRay 1.5.2 holds a RayJob in Initializing until its RayCluster's state is `ready`, and writes that state
+    only from a reconcile; one whose status write fails backs off exponentially, and nothing else triggers one once
+    the pods are up. Here its status writes are refused (an admission policy on this namespace) while the pods
+    start, so it is backing off when they are allowed again: the watcher sees the pods ready and the state behind,
+    asks with an annotation, KubeRay reconciles at once, and the job starts."""
+    from functions.core import kuberay_lag
+
+    held = f"hold-status-{real.namespace}"
+    rule = {
+        "apiGroups": ["ray.io"],
+        "apiVersions": ["v1"],
+        "operations": ["UPDATE"],
+        "resources": ["rayclusters/status"],
+    }
+    policy = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": held},
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {"resourceRules": [rule]},
+            "validations": [{"expression": "false", "message": "status writes held back by the test"}],
+        },
+    }
+    binding = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": {"name": held},
+        "spec": {
+            "policyName": held,
+            "validationActions": ["Deny"],
+            "matchResources": {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": real.namespace}}},
+        },
+    }
+    (tmp_path / "held.json").write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": [policy, binding]}))
+    real.plane.kubectl("apply", "-f", str(tmp_path / "held.json"))
+    try:
+        real.h.ctx.clock = lambda: dt.datetime.now(dt.UTC)  # the pods' Ready times are the node player's real ones
+        time.sleep(2)  # the API server's policy informer picks the binding up
+        run_id = real.launch("behind", real.config("behind"))
+        running_workers(real, 1)
+        eventually(lambda: all(p.status.phase == "Running" for p in real.pods()), "the head running", 60)
+        # KubeRay keeps failing to write the status meanwhile: its backoff doubles from 5 ms.
+        time.sleep(kuberay_lag.LAG_SECONDS + 5)
+        assert (real.raycluster().get("status") or {}).get("state") != "ready"
+    finally:
+        real.plane.kubectl("delete", "-f", str(tmp_path / "held.json"), "--ignore-not-found")
+    eventually(lambda: status_writable(real), "status writes allowed again", 30)  # the policy informer's lag
+    allowed = time.monotonic()
+    real.tick()
+    record = real.h.ctx.store.get(run_id)
+    assert record.state == State.SUBMITTED and "asked KubeRay to look at it again" in (record.reason or ""), record
+    assert kuberay_lag.ASKED_ANNOTATION in real.raycluster()["metadata"]["annotations"]
+    eventually(lambda: (real.raycluster().get("status") or {}).get("state") == "ready", "the RayCluster ready", 30)
+    print(f"KubeRay wrote the status {time.monotonic() - allowed:.1f} s after it was asked")
+    real.succeed([run_id])
 
 
 def test_a_sweep_holds_a_node_per_trial_at_once_and_releases_them_all_on_the_real_operator(real):

@@ -487,6 +487,37 @@ AFTER_SUBMISSION = [
         None,
     ),
     (
+        "KubeRay's status of the RayCluster lags its pods: ask it to look again",
+        record(S.SUBMITTED, submitted=60, job={"jobDeploymentStatus": "Initializing"}),
+        dict(job=JobSeen({"jobDeploymentStatus": "Initializing"}, lag="still said 'no state' 40s after")),
+        A.ASK_STATUS,
+        None,
+        None,
+    ),
+    (
+        "asked: the record says why the job waits and that KubeRay was asked",
+        record(S.SUBMITTED, submitted=60, job={"jobDeploymentStatus": "Initializing"}),
+        dict(
+            job=JobSeen({"jobDeploymentStatus": "Initializing"}, lag="still said 'no state' 40s after"),
+            status_asked="asked KubeRay to look at it again",
+        ),
+        A.MOVE,
+        S.SUBMITTED,
+        "still said 'no state' 40s after: asked KubeRay to look at it again",
+    ),
+    (
+        "a lagging status past the deadline still ends the run, saying so",
+        record(S.SUBMITTED, submitted=LATE),
+        dict(
+            job=JobSeen({"jobDeploymentStatus": "Initializing"}, lag="still said 'no state' 40s after"),
+            status_asked="asking KubeRay to look at it again failed (403)",
+            job_stopped=True,
+        ),
+        A.MOVE,
+        S.FAILED,
+        "still said 'no state' 40s after: asking KubeRay to look at it again failed (403)",
+    ),
+    (
         "first sight of initializing",
         record(S.SUBMITTED, submitted=30),
         dict(job=JobSeen({"jobDeploymentStatus": "Initializing"})),

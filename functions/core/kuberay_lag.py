@@ -1,0 +1,80 @@
+"""When KubeRay's status of a RayCluster lags its pods, and the watcher asks it to look again. Pure.
+
+KubeRay writes a RayCluster's status only from a reconcile, and a reconcile whose status write conflicts (a spec
+patch of the controller landed meanwhile) returns an error: controller-runtime then retries it with its per-item
+exponential backoff (5 ms doubling, up to 1000 s) and ignores the 2 s requeue KubeRay asked for. Only a change of
+the spec, a label or an annotation (the predicates KubeRay 1.5.2 watches RayClusters with) or of one of its pods
+triggers one sooner. So after a burst of launches on a new RayCluster, the reconcile that followed the last pod
+becoming ready can meet the last patch, and nothing reconciles the RayCluster again for minutes: its state stays
+short of `ready` (which, once reached, KubeRay never takes back), and KubeRay holds every RayJob on it in
+Initializing. An annotation written by the watcher is such a trigger; it is written when every pod of the
+RayCluster has been ready for a while and its state still says otherwise, at most once a minute.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+# The watcher's request, its time as value: a change KubeRay's AnnotationChangedPredicate lets through.
+ASKED_ANNOTATION = "raytune.dev/status-asked-at"
+# KubeRay writes a status within a second or two of a pod change; 30 s of all pods ready is a status left behind.
+LAG_SECONDS = 30
+ASK_EVERY_SECONDS = 60  # one request a minute at most, however many runs wait on the cluster
+
+
+def waits_for_cluster(job: dict[str, Any] | None) -> bool:
+    """Whether KubeRay holds the RayJob back for its RayCluster's state (it copies that status into the job's)."""
+    if job is None or job.get("jobDeploymentStatus") != "Initializing":
+        return False
+    return (job.get("rayClusterStatus") or {}).get("state") != "ready"
+
+
+def lag(cluster: dict[str, Any] | None, pods: list[dict[str, Any]], now: dt.datetime) -> str | None:
+    """Why KubeRay should look at the RayCluster again (its status is behind its pods, and it was not asked within
+    the last minute), or None."""
+    if cluster is None or not pods or (cluster.get("status") or {}).get("state") == "ready":
+        return None
+    since = [_ready_since(pod) for pod in pods]
+    if any(t is None for t in since):
+        return None  # a pod still starting: KubeRay has something to wait for
+    ready_for = (now - max(t for t in since if t is not None)).total_seconds()
+    if ready_for < LAG_SECONDS:
+        return None
+    asked = _time((cluster.get("metadata") or {}).get("annotations", {}).get(ASKED_ANNOTATION))
+    if asked is not None and (now - asked).total_seconds() < ASK_EVERY_SECONDS:
+        return None
+    state = (cluster.get("status") or {}).get("state") or "no state"
+    name = (cluster.get("metadata") or {}).get("name", "?")
+    return (
+        f"KubeRay's status of RayCluster {name} still said {state!r} {int(ready_for)}s after all its {len(pods)} pods "
+        "were ready (its reconcile backs off after a conflicting write)"
+    )
+
+
+def ask(cluster: dict[str, Any], now: dt.datetime) -> list[dict[str, Any]]:
+    """The JSON patch that asks: the annotation, set to `now` (the annotations map made where there is none)."""
+    stamp = now.astimezone(dt.UTC).isoformat(timespec="seconds")
+    if "annotations" not in (cluster.get("metadata") or {}):
+        return [{"op": "add", "path": "/metadata/annotations", "value": {ASKED_ANNOTATION: stamp}}]
+    return [{"op": "add", "path": "/metadata/annotations/" + ASKED_ANNOTATION.replace("/", "~1"), "value": stamp}]
+
+
+def _ready_since(pod: dict[str, Any]) -> dt.datetime | None:
+    """When a running pod became Ready; None while it is not (or says no time)."""
+    status = pod.get("status") or {}
+    if status.get("phase") != "Running" or (pod.get("metadata") or {}).get("deletionTimestamp"):
+        return None
+    ready = next((c for c in status.get("conditions") or [] if c.get("type") == "Ready"), None)
+    if ready is None or ready.get("status") != "True":
+        return None
+    return _time(ready.get("lastTransitionTime"))
+
+
+def _time(text: str | None) -> dt.datetime | None:
+    if not text:
+        return None
+    try:
+        return dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
