@@ -95,11 +95,17 @@ class Real:
         return self.core.list_namespaced_pod(self.namespace, label_selector=selector).items
 
     def submitted(self, run_id: str) -> str:
-        """The job's submission id once KubeRay's submitter reached the head's dashboard."""
+        """The job's submission id once KubeRay's submitter reached the head's dashboard; the watcher ticks every
+        few seconds meanwhile, as its schedule has it deployed (it may have to ask KubeRay again: kuberay_lag.py)."""
+        ticked = [time.monotonic()]
 
         def found():
             jobs = self.plane.jobs().get(f"{self.namespace}/{HEAD_SERVICE}", {})
-            return next((sid for sid in jobs if sid.startswith(run_id)), None)
+            sid = next((sid for sid in jobs if sid.startswith(run_id)), None)
+            if sid is None and time.monotonic() - ticked[0] >= 5:
+                self.tick()
+                ticked[0] = time.monotonic()
+            return sid
 
         try:
             return eventually(found, f"{run_id} submitted to the dashboard", 90)
@@ -732,6 +738,7 @@ def test_twenty_launches_at_once_and_two_overlapping_ticks_on_a_new_raycluster(r
     from functions.core.allocation import group_name
 
     real.h.ctx.sleep = real.h.ctx.allocations.stored.pause = time.sleep  # the pauses as deployed, not skipped
+    real.h.ctx.clock = lambda: dt.datetime.now(dt.UTC)  # and the clock: KubeRay's lag is judged by the pods' times
     names = [f"burst-{n}" for n in range(20)]
     statuses: list[int] = []
 
@@ -750,7 +757,7 @@ def test_twenty_launches_at_once_and_two_overlapping_ticks_on_a_new_raycluster(r
         refs = set(pool.map(upload_and_deliver, names))
         ticks = [pool.submit(tick), pool.submit(tick)]
         statuses += [t.result() for t in ticks]
-    elapsed = time.monotonic() - started  # the handlers' clock is the harness's: wall time is measured here
+    elapsed = time.monotonic() - started
     assert statuses == [200] * 22, statuses
     found = {}
     for name in real.h.ctx.store.blobs.list("runs/"):
