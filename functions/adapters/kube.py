@@ -439,21 +439,26 @@ class Kube:
     def patch_raycluster(self, namespace: str, name: str, patch: list[dict[str, Any]], what: str) -> None:
         """A JSON patch to the RayCluster, with retries for transient errors; nothing when it is gone."""
         with_retries(
-            lambda: self._send(
-                self.custom.patch_namespaced_custom_object,
-                RAY_GROUP,
-                RAY_VERSION,
-                namespace,
-                "rayclusters",
-                name,
-                patch,
-                field_manager=FIELD_MANAGER,
-                _content_type=JSON_PATCH,
-                _preload_content=False,
-                missing_ok=True,
-            ),
+            lambda: self._json_patch(namespace, name, patch, missing_ok=True),
             f"{what} ({namespace}/{name})",
             translate=translate,
+        )
+
+    def _json_patch(self, namespace: str, name: str, patch: list[dict[str, Any]], missing_ok: bool = False) -> Any:
+        """One JSON patch of a RayCluster by the controller's field manager, checked as strictly as an apply."""
+        return self._send(
+            self.custom.patch_namespaced_custom_object,
+            RAY_GROUP,
+            RAY_VERSION,
+            namespace,
+            "rayclusters",
+            name,
+            patch,
+            field_manager=FIELD_MANAGER,
+            field_validation="Strict",
+            _content_type=JSON_PATCH,
+            _preload_content=False,
+            missing_ok=missing_ok,
         )
 
     def pods(self, namespace: str, label_selector: str) -> list[dict[str, Any]]:
@@ -551,19 +556,7 @@ class Kube:
         if label is not None:
             patch.append({"op": "add", "path": "/metadata/labels/" + OWNER_LABEL.replace("/", "~1"), "value": label})
         return self._conditional(  # 409: changed since read. The caller looks again.
-            lambda: self._send(
-                self.custom.patch_namespaced_custom_object,
-                RAY_GROUP,
-                RAY_VERSION,
-                namespace,
-                "rayclusters",
-                cluster,
-                patch,
-                field_manager=FIELD_MANAGER,
-                field_validation="Strict",
-                _content_type=JSON_PATCH,
-                _preload_content=False,
-            ),
+            lambda: self._json_patch(namespace, cluster, patch),
             f"set the worker groups of {namespace}/{cluster}",
             lost=(409,),
             moved=lambda: self._groups_moved(namespace, cluster, current),
