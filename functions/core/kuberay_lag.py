@@ -48,7 +48,7 @@ def lag(cluster: dict[str, Any] | None, pods: list[dict[str, Any]], now: dt.date
     name = (cluster.get("metadata") or {}).get("name", "?")
     return (
         f"KubeRay's status of RayCluster {name} still said {state!r} {int(ready_for)}s after all its {len(pods)} pods "
-        "were ready (its reconcile backs off after a conflicting write)"
+        "were ready (KubeRay writes it only from a reconcile, and backs off after a failed one)"
     )
 
 
