@@ -30,3 +30,13 @@ def control_plane(shared_plane, request):
     cluster_scoped (it changes a CRD every test sees)."""
     with shared_plane.sharing(exclusive=request.node.get_closest_marker("cluster_scoped") is not None):
         yield shared_plane
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Marks a test whose body failed (`item.failed_call`): its fixtures' teardown then tells what the control
+    plane's players logged about it, which is all a CI log has to go on afterwards."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.when == "call" and report.failed:
+        item.failed_call = True

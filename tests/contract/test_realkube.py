@@ -150,7 +150,7 @@ class Real:
 
 
 @pytest.fixture
-def real(control_plane, bucket, pubsub):
+def real(control_plane, bucket, pubsub, request):
     from functions.handlers import context
     from tests.harness import build_controller, serve_functions
 
@@ -167,6 +167,8 @@ def real(control_plane, bucket, pubsub):
             yield Real(control_plane, harness, urls, bucket, namespace)
     finally:
         context.use(None)
+        if getattr(request.node, "failed_call", False):
+            print(control_plane.told(namespace))
         control_plane.kubectl("delete", "namespace", namespace, "--wait=false")
 
 

@@ -311,6 +311,16 @@ class ControlPlane:
             self.procs.pop(name).stop()
         shutil.rmtree(self.root, ignore_errors=True)
 
+    def told(self, namespace: str, lines: int = 30) -> str:
+        """What the KubeRay operator (its errors) and the node player logged about one namespace, the last lines of
+        each: for a failed test's report, since the plane's folder goes with it."""
+        said = []
+        for name, kept in (("kuberay-operator", lambda line: "\terror\t" in line), ("kubelet", lambda line: True)):
+            text = (self.logs / f"{name}.log").read_text(errors="replace")
+            found = [line[:400] for line in text.splitlines() if namespace in line and kept(line)]
+            said += [f"-- {name}.log on {namespace}: {len(found)} lines, the last {lines}:", *found[-lines:]]
+        return "\n".join(said)
+
     # -- the dashboard player's control API: how tests end jobs ------------------------------------------------
 
     def _control(self, path: str, body: dict | None = None) -> dict:
