@@ -783,18 +783,21 @@ def test_twenty_launches_at_once_and_two_overlapping_ticks_on_a_new_raycluster(r
     assert real.raycluster()["spec"]["workerGroupSpecs"] == [] and real.rayjobs() == []
 
 
-def status_writable(real) -> bool:
-    """Whether the API server admits a write of the RayCluster's status again (a server-side dry run)."""
+PROBE = "policy-probe"  # a ConfigMap the test's admission policy refuses too, to tell when it is in force
+
+
+def policy_holds(real) -> bool:
+    """Whether the API server enforces the test's admission policy in its namespace now (the binding reaches it
+    through an informer, a second or more after it is written or deleted): a server-side dry run of the probe."""
     from tests.realkube.control_plane import CommandFailed
 
     try:
-        real.plane.kubectl(
-            "patch", "raycluster", RAYCLUSTER, "-n", real.namespace, "--subresource=status", "--type=merge",
-            "-p", '{"status": {}}', "--dry-run=server",
-        )  # fmt: skip
-    except CommandFailed:
-        return False
-    return True
+        real.plane.kubectl("create", "configmap", PROBE, "-n", real.namespace, "--dry-run=server")
+    except CommandFailed as refused:
+        if "held back by the test" in str(refused):
+            return True
+        raise
+    return False
 
 
 def test_a_raycluster_status_kuberay_left_behind_is_asked_about_and_its_job_starts(real, tmp_path):
@@ -806,20 +809,22 @@ def test_a_raycluster_status_kuberay_left_behind_is_asked_about_and_its_job_star
     from functions.core import kuberay_lag
 
     held = f"hold-status-{real.namespace}"
-    rule = {
+    status = {
         "apiGroups": ["ray.io"],
         "apiVersions": ["v1"],
         "operations": ["UPDATE"],
         "resources": ["rayclusters/status"],
     }
+    probe = {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["configmaps"]}
+    refused = f"request.resource.resource == 'configmaps' ? object.metadata.name != '{PROBE}' : false"
     policy = {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "ValidatingAdmissionPolicy",
         "metadata": {"name": held},
         "spec": {
             "failurePolicy": "Fail",
-            "matchConstraints": {"resourceRules": [rule]},
-            "validations": [{"expression": "false", "message": "status writes held back by the test"}],
+            "matchConstraints": {"resourceRules": [status, probe]},
+            "validations": [{"expression": refused, "message": "held back by the test"}],
         },
     }
     binding = {
@@ -836,7 +841,7 @@ def test_a_raycluster_status_kuberay_left_behind_is_asked_about_and_its_job_star
     real.plane.kubectl("apply", "-f", str(tmp_path / "held.json"))
     try:
         real.h.ctx.clock = lambda: dt.datetime.now(dt.UTC)  # the pods' Ready times are the node player's real ones
-        time.sleep(2)  # the API server's policy informer picks the binding up
+        eventually(lambda: policy_holds(real), "the policy in force", 30)
         run_id = real.launch("behind", real.config("behind"))
         running_workers(real, 1)
         eventually(lambda: all(p.status.phase == "Running" for p in real.pods()), "the head running", 60)
@@ -845,7 +850,7 @@ def test_a_raycluster_status_kuberay_left_behind_is_asked_about_and_its_job_star
         assert (real.raycluster().get("status") or {}).get("state") != "ready"
     finally:
         real.plane.kubectl("delete", "-f", str(tmp_path / "held.json"), "--ignore-not-found")
-    eventually(lambda: status_writable(real), "status writes allowed again", 30)  # the policy informer's lag
+    eventually(lambda: not policy_holds(real), "the policy lifted", 30)
     allowed = time.monotonic()
     real.tick()
     record = real.h.ctx.store.get(run_id)
