@@ -41,7 +41,7 @@ def lag(cluster: dict[str, Any] | None, pods: list[dict[str, Any]], now: dt.date
     ready_for = (now - max(t for t in since if t is not None)).total_seconds()
     if ready_for < LAG_SECONDS:
         return None
-    asked = _time((cluster.get("metadata") or {}).get("annotations", {}).get(ASKED_ANNOTATION))
+    asked = _time(((cluster.get("metadata") or {}).get("annotations") or {}).get(ASKED_ANNOTATION))
     if asked is not None and (now - asked).total_seconds() < ASK_EVERY_SECONDS:
         return None
     state = (cluster.get("status") or {}).get("state") or "no state"
@@ -55,7 +55,7 @@ def lag(cluster: dict[str, Any] | None, pods: list[dict[str, Any]], now: dt.date
 def ask(cluster: dict[str, Any], now: dt.datetime) -> list[dict[str, Any]]:
     """The JSON patch that asks: the annotation, set to `now` (the annotations map made where there is none)."""
     stamp = now.astimezone(dt.UTC).isoformat(timespec="seconds")
-    if "annotations" not in (cluster.get("metadata") or {}):
+    if not (cluster.get("metadata") or {}).get("annotations"):  # none, or an empty map: the map made with it
         return [{"op": "add", "path": "/metadata/annotations", "value": {ASKED_ANNOTATION: stamp}}]
     return [{"op": "add", "path": "/metadata/annotations/" + ASKED_ANNOTATION.replace("/", "~1"), "value": stamp}]
 
