@@ -13,7 +13,7 @@ from typing import TypeVar
 
 from functions.adapters.gke_clusters import READY, GkeClusters
 from functions.adapters.kube import Kube, RayClusterSeen, api_client
-from functions.core import computeclass, disruption, errors, kuberay_lag, manifests, stuck
+from functions.core import computeclass, disruption, errors, kuberay_lag, kubetime, manifests, stuck
 from functions.core.allocation import group_name
 from functions.core.config import ClusterSpec, RunConfig
 from functions.core.platform import ClusterReadiness, NodeSeen, RayObject, Workers
@@ -300,8 +300,4 @@ class GkePlatform:
 
 
 def _created(obj: dict) -> dt.datetime | None:
-    stamp = obj["metadata"].get("creationTimestamp")
-    try:
-        return dt.datetime.fromisoformat(str(stamp).replace("Z", "+00:00")) if stamp else None
-    except ValueError:
-        return None
+    return kubetime.parsed(obj["metadata"].get("creationTimestamp"))

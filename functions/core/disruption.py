@@ -30,6 +30,8 @@ import datetime as dt
 import re
 from typing import Any
 
+from functions.core import kubetime
+
 DISRUPTION_REASONS = frozenset(
     {
         "PreemptionByScheduler",  # a higher-priority pod took the node
@@ -51,16 +53,9 @@ LINE_LIMIT = 240
 KUBERAY_DELETED = re.compile(r"Deleted worker Pod (?P<namespace>[^/\s]+)/(?P<pod>\S+); Pod status: Failed")
 
 
-def _at(value: Any) -> dt.datetime | None:
-    try:
-        return dt.datetime.fromisoformat(str(value).replace("Z", "+00:00")) if value else None
-    except ValueError:
-        return None
-
-
 def _event_time(event: dict[str, Any]) -> dt.datetime | None:
     """When an Event last happened (events.k8s.io's eventTime where core's lastTimestamp is not set)."""
-    return _at(event.get("lastTimestamp") or event.get("eventTime") or event.get("firstTimestamp"))
+    return kubetime.parsed(event.get("lastTimestamp") or event.get("eventTime") or event.get("firstTimestamp"))
 
 
 def _recent(when: dt.datetime | None, since: dt.datetime | None) -> bool:
@@ -84,7 +79,7 @@ def from_pods(pods: list[dict[str, Any]], events: list[dict[str, Any]], since: d
         status = pod.get("status") or {}
         for condition in status.get("conditions") or []:
             if condition.get("type") == "DisruptionTarget" and condition.get("status") == "True":
-                when = _at(condition.get("lastTransitionTime"))
+                when = kubetime.parsed(condition.get("lastTransitionTime"))
                 if condition.get("reason") in DISRUPTION_REASONS and _recent(when, since):
                     what = f"{condition['reason']}" + (f" ({condition['message']})" if condition.get("message") else "")
                     found.append(_line(name, node, when, what))

@@ -16,6 +16,8 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
+from functions.core import kubetime
+
 # The watcher's request, its time as value: a change KubeRay's AnnotationChangedPredicate lets through.
 ASKED_ANNOTATION = "raytune.dev/status-asked-at"
 # KubeRay writes a status within a second or two of a pod change; 30 s of all pods ready is a status left behind.
@@ -41,7 +43,7 @@ def lag(cluster: dict[str, Any] | None, pods: list[dict[str, Any]], now: dt.date
     ready_for = (now - max(t for t in since if t is not None)).total_seconds()
     if ready_for < LAG_SECONDS:
         return None
-    asked = _time(((cluster.get("metadata") or {}).get("annotations") or {}).get(ASKED_ANNOTATION))
+    asked = kubetime.parsed(((cluster.get("metadata") or {}).get("annotations") or {}).get(ASKED_ANNOTATION))
     if asked is not None and (now - asked).total_seconds() < ASK_EVERY_SECONDS:
         return None
     state = (cluster.get("status") or {}).get("state") or "no state"
@@ -68,13 +70,4 @@ def _ready_since(pod: dict[str, Any]) -> dt.datetime | None:
     ready = next((c for c in status.get("conditions") or [] if c.get("type") == "Ready"), None)
     if ready is None or ready.get("status") != "True":
         return None
-    return _time(ready.get("lastTransitionTime"))
-
-
-def _time(text: str | None) -> dt.datetime | None:
-    if not text:
-        return None
-    try:
-        return dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        return None
+    return kubetime.parsed(ready.get("lastTransitionTime"))
