@@ -218,8 +218,9 @@ def test_kuberay_reads_the_resources_each_group_advertises_and_adds_the_gpus(rea
     started = ray_start(worker)
     assert json.loads(started["resources"]) == {group_name(run_id): 8}
     assert started["num-gpus"] == "8"
-    said = (real.plane.logs / "kuberay-operator.log").read_text()
-    assert not [line for line in said.splitlines() if real.namespace in line and "accelerator resources" in line]
+    assert not [
+        line for line in real.plane.logged("kuberay-operator", real.namespace) if "accelerator resources" in line
+    ]
     real.succeed([run_id])
 
 

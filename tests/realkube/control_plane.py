@@ -311,14 +311,18 @@ class ControlPlane:
             self.procs.pop(name).stop()
         shutil.rmtree(self.root, ignore_errors=True)
 
+    def logged(self, who: str, namespace: str) -> list[str]:
+        """The lines a process of the plane (kuberay-operator, kubelet, ...) logged about one namespace."""
+        text = (self.logs / f"{who}.log").read_text(errors="replace")
+        return [line for line in text.splitlines() if namespace in line]
+
     def told(self, namespace: str, lines: int = 30) -> str:
         """What the KubeRay operator (its errors) and the node player logged about one namespace, the last lines of
         each: for a failed test's report, since the plane's folder goes with it."""
         said = []
-        for name, kept in (("kuberay-operator", lambda line: "\terror\t" in line), ("kubelet", lambda line: True)):
-            text = (self.logs / f"{name}.log").read_text(errors="replace")
-            found = [line[:400] for line in text.splitlines() if namespace in line and kept(line)]
-            said += [f"-- {name}.log on {namespace}: {len(found)} lines, the last {lines}:", *found[-lines:]]
+        for who, kept in (("kuberay-operator", lambda line: "\terror\t" in line), ("kubelet", lambda line: True)):
+            found = [line[:400] for line in self.logged(who, namespace) if kept(line)]
+            said += [f"-- {who}.log on {namespace}: {len(found)} lines, the last {lines}:", *found[-lines:]]
         return "\n".join(said)
 
     # -- the dashboard player's control API: how tests end jobs ------------------------------------------------
