@@ -11,6 +11,7 @@ import time
 import uuid
 from typing import Any
 
+from functions.core import release
 from functions.core import result as layout
 from functions.core.config import RunConfig
 from functions.core.result import WORKER_RESOURCE_ENV, Evaluation, RunMetrics, RunResult
@@ -143,7 +144,8 @@ def write_result(summary: RunResult, cfg: RunConfig, run_id: str) -> None:
     """<storage>/<run_id>/result.json, which the watcher copies into the run record."""
     from trainer.storage import write_file
 
-    write_file(f"{run_folder(cfg, run_id)}/{layout.RESULT_FILE}", summary.model_dump_json(indent=2).encode())
+    stamped = summary.model_copy(update={"written_by": release.VERSION})
+    write_file(f"{run_folder(cfg, run_id)}/{layout.RESULT_FILE}", stamped.model_dump_json(indent=2).encode())
 
 
 def fit(

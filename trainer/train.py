@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 from typing import NoReturn
 
+from functions.core import release
 from functions.core.config import RunConfig
 from functions.core.result import CHAMPION_ENV, TRIAL_DRIVER_RESOURCE, TRIAL_DRIVERS, RunResult
 from trainer import fit as one_fit
@@ -85,12 +86,14 @@ def run(cfg: RunConfig, run_id: str) -> RunResult:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="trainer.train", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"raytune trainer {release.VERSION}")
     parser.add_argument("--run-id", required=True)
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--config-json")
     source.add_argument("--config")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    log.info("raytune trainer %s", release.VERSION)
     cfg = RunConfig.model_validate_json(args.config_json if args.config_json else Path(args.config).read_text())
     if not cfg.storage_path:
         parser.error("the config has no storage_path (the controller fills it in)")

@@ -17,17 +17,13 @@ from pathlib import Path
 from functions.cli import config_commands, deploy_commands, local_commands, ops, run_control
 from functions.cli.config_commands import FileError
 from functions.core import config as configs
+from functions.core import release
 from functions.core.errors import PermanentError
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from importlib.metadata import PackageNotFoundError, version
-
     parser = argparse.ArgumentParser(prog="raytune", description=__doc__)
-    try:
-        parser.add_argument("--version", action="version", version=f"raytune {version('raytune')}")
-    except PackageNotFoundError:  # run from a source tree that was never installed
-        parser.add_argument("--version", action="version", version="raytune (not installed)")
+    parser.add_argument("--version", action="version", version=f"raytune {release.VERSION}")
     sub = parser.add_subparsers(dest="command", required=True)
     for commands in (config_commands, local_commands, deploy_commands, run_control, ops):
         commands.add_parsers(sub)

@@ -25,6 +25,7 @@ from pydantic import BaseModel, Field
 
 from functions.core.config import ClusterSpec
 from functions.core.platform import Workers
+from functions.core.release import Stamped
 
 ALLOCATIONS = "clusters/"
 LEGACY_GROUP = "gpu-group"  # the one worker group every run shared before groups were per run
@@ -37,7 +38,7 @@ class Waiting(BaseModel):
     arrived: dt.datetime  # the run's creation: the queue is FIFO by arrival
 
 
-class Allocation(BaseModel):
+class Allocation(Stamped, BaseModel):
     cluster: ClusterSpec  # the RayCluster's spec as the last admitted run gave it (for teardown and sweeps)
     version: int = 0  # +1 on every change: the stamp the RayCluster carries
     holders: dict[str, int] = {}  # run id -> worker nodes it holds

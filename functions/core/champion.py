@@ -18,12 +18,13 @@ import math
 from pydantic import BaseModel, Field
 
 from functions.core.config import EvaluationSpec, RunConfig
+from functions.core.release import Stamped
 from functions.core.result import Evaluation, RunResult, Scores, SweepResult
 
 CHAMPIONS_PREFIX = "champions/"
 
 
-class Champion(BaseModel):
+class Champion(Stamped, BaseModel):
     name: str  # the config name
     evaluation_key: str | None = None  # line_key's evaluation part (None: a pointer of the previous release)
     run_id: str

@@ -13,6 +13,8 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from functions.core.release import Stamped
+
 NIGHTLY_PREFIX = "nightly/"  # nightly/<config name>.json: the last successful nightly's inputs
 
 
@@ -27,7 +29,7 @@ class Inputs(BaseModel):
     in_flight: bool = False  # unchanged_since is still training these inputs
 
 
-class LastTrained(BaseModel):
+class LastTrained(Stamped, BaseModel):
     """The pointer a successful nightly leaves for the next one."""
 
     name: str

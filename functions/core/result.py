@@ -123,6 +123,7 @@ class SweepResult(Lenient):
 
 class RunResult(Lenient):
     run_id: str | None = None
+    written_by: str | None = None  # the trainer's release (functions/core/release.py); None: one before versions
     name: str | None = None
     model: str | None = None
     workers: int | None = None

@@ -27,7 +27,7 @@ import enum
 import itertools
 from typing import Any
 
-from pydantic import BaseModel, Field, PrivateAttr, field_serializer, model_validator
+from pydantic import BaseModel, Field, PrivateAttr, SerializerFunctionWrapHandler, model_serializer, model_validator
 
 from functions.core.champion import Promotion
 from functions.core.config import RunConfig, stored_config
@@ -36,6 +36,7 @@ from functions.core.estimate import Estimate
 from functions.core.fingerprint import Inputs
 from functions.core.platform import NodeSeen
 from functions.core.regions import Placement, placed
+from functions.core.release import Stamped, readable
 from functions.core.result import RunResult
 
 
@@ -116,22 +117,22 @@ class Transition(BaseModel):
     reason: str | None = None
 
 
-# The newest record format this release writes and acts on. 1: the releases before formats were versioned (no
-# `format` field); 2: adds `format` (and sources may carry a cancel digest); 3: a run with a sweep (its config's
-# `sweep` section), which a release before sweeps could neither run nor rewrite: it reads it as a newer release's
-# and leaves it alone; 4: a run that may move between regions (cluster.fallback_regions, a capacity option's
-# region, deadlines.region_seconds, and the record's `placements`), which a release before regions would follow
-# in its first region only. Every other run is still written in the oldest format that knows it, so the release
-# before goes on acting on it. Older formats are read as they are (their configs by the rules they were accepted
-# under: config.stored_config); a newer one belongs to a newer release, and this one leaves it alone rather than
-# rewrite it without the fields it does not know.
+# The newest record format this release acts on. 1: the releases before formats were versioned (no `format`
+# field); 2: adds `format` (and sources may carry a cancel digest); 3: a run with a sweep (its config's `sweep`
+# section), which a release before sweeps could neither run nor rewrite: it reads it as a newer release's and leaves
+# it alone; 4: a run that may move between regions with those fields in its `config`, as release 0.2.0 wrote it
+# (the releases before regions quarantined it). This release writes no format 4: what older releases do not read
+# goes into `accepted_config` beside a `config` they do (functions/core/release.py), and the format is the one that
+# `config` needs. Older formats are read as they are (their configs by the rules they were accepted under:
+# config.stored_config); a newer one belongs to a newer release, and this one leaves it alone rather than rewrite it
+# without the fields it does not know.
 RECORD_FORMAT = 4
 SWEEP_FORMAT = 3
 PLAIN_FORMAT = 2  # a record without a sweep or regions, as the release before sweeps wrote it
 
 
 def format_of(config: dict[str, Any] | None) -> int:
-    """The format a record is written in: the oldest that knows everything in it."""
+    """The format a record whose `config` is this is written in: the oldest that knows everything in it."""
     if not config:
         return PLAIN_FORMAT
     cluster, scaling, deadlines = (config.get(k) or {} for k in ("cluster", "scaling", "deadlines"))
@@ -144,7 +145,7 @@ def format_of(config: dict[str, Any] | None) -> int:
     return SWEEP_FORMAT if config.get("sweep") else PLAIN_FORMAT
 
 
-class RunRecord(BaseModel):
+class RunRecord(Stamped, BaseModel):
     format: int = RECORD_FORMAT
     run_id: str
     state: State
@@ -187,14 +188,39 @@ class RunRecord(BaseModel):
 
     @model_validator(mode="before")
     @classmethod
-    def unversioned_is_format_1(cls, data: Any) -> Any:
-        if isinstance(data, dict) and "format" not in data:
-            return {**data, "format": 1}
+    def as_stored(cls, data: Any) -> Any:
+        """A record without `format` is format 1; one whose accepted config was written beside the config that
+        older releases read (release.readable) is the run as accepted."""
+        if not isinstance(data, dict):
+            return data
+        if "format" not in data:
+            data = {**data, "format": 1}
+        if data.get("accepted_config") is not None:
+            data = {**data, "config": data["accepted_config"]}
         return data
 
-    @field_serializer("format")
-    def written_as_current(self, _: int) -> int:
-        return format_of(self.config)  # what this release writes is its own format (newer records are never written)
+    @model_serializer(mode="wrap")
+    def as_written(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """Written so that every release from release.OLDEST_READER on reads and acts on it: `config` is the run's
+        config as placed where it is now, without the fields they do not know, and the accepted config goes beside
+        it where it differs; the format is the one that `config` needs."""
+        data = handler(self)
+        if self.config is not None:
+            config = self.readable_config()
+            data["config"] = config
+            if config != self.config:
+                data["accepted_config"] = self.config
+        data["format"] = format_of(data.get("config"))
+        return data
+
+    def readable_config(self) -> dict[str, Any]:
+        """The config as older releases read it: placed in the run's region now, without the newer fields."""
+        assert self.config is not None
+        cluster, scaling = (self.config.get(k) or {} for k in ("cluster", "scaling"))
+        spread = cluster.get("fallback_regions") or any(o.get("region") for o in scaling.get("capacity") or [])
+        if not spread and self.region in (None, cluster.get("region")):
+            return readable(self.config)  # nothing to place: the document as accepted, not dumped again
+        return readable(self.run_config().model_dump(mode="json"))
 
     @property
     def from_newer_release(self) -> bool:

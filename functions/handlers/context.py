@@ -13,7 +13,7 @@ from typing import Any, Protocol
 
 from functions.adapters import gcs
 from functions.adapters.store import Allocations, RunStore, Stored
-from functions.core import allocation, champion, fingerprint
+from functions.core import allocation, champion, fingerprint, release
 from functions.core.allocation import Allocation
 from functions.core.config import ClusterSpec
 from functions.core.platform import Platform
@@ -109,6 +109,8 @@ def current() -> Context:
         if _current is None:
             logs.setup()
             _current = from_env()
+            # Which release this instance serves: during an upgrade or a rollback two may serve at once.
+            log.info("raytune %s serving", release.VERSION, extra={"release": release.VERSION})
         return _current
 
 

@@ -51,6 +51,7 @@ def test_the_trainer_ships_only_the_shared_contracts_and_what_they_import():
         "functions/core/__init__.py",
         "functions/core/config.py",
         "functions/core/result.py",
+        "functions/core/release.py",  # the trainer's release: stamped on result.json, its --version
         "functions/core/gpu_shapes.py",  # config.py: which machine types carry each accelerator
         "functions/core/sweep.py",  # config.py's sweep section; the trainer draws each trial's config with it
         "functions/core/fields.py",  # sweep.py: a trial's fields set by their dotted names

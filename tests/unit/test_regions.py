@@ -13,7 +13,7 @@ import pytest
 from functions.core.config import RunConfig
 from functions.core.decide import Action, Facts, JobSeen, decide
 from functions.core.regions import Placement, next_region, placed
-from functions.core.runs import PLAIN_FORMAT, RECORD_FORMAT, Attempt, RunRecord, State, Transition, format_of
+from functions.core.runs import PLAIN_FORMAT, Attempt, RunRecord, State, Transition, format_of
 
 NOW = dt.datetime(2026, 12, 6, 12, 0, tzinfo=dt.UTC)
 WAITING = {"jobStatus": "PENDING", "jobDeploymentStatus": "Running"}
@@ -85,7 +85,13 @@ def test_a_run_waiting_past_its_bound_stops_its_job_then_moves_as_the_same_attem
     assert moved.region == "europe-west4" and moved.attempt == 1 and moved.job_name == "run-1"
     assert moved.run_config().cluster.region == "europe-west4"
     assert moved.current.submitted_at is None  # not submitted there yet: its wait in us-central1 held no nodes
-    assert format_of(moved.model_dump(mode="json")["config"]) == RECORD_FORMAT
+    # Written for every release a deployment may roll back to: `config` as placed in europe-west4 (what a release
+    # before regions follows), the accepted config with its regions beside it; read back, the run as accepted.
+    written = moved.model_dump(mode="json")
+    assert written["config"]["cluster"]["region"] == "europe-west4" and written["format"] == PLAIN_FORMAT
+    assert "fallback_regions" not in written["config"]["cluster"]
+    assert written["accepted_config"]["cluster"]["fallback_regions"] == ["europe-west4"]
+    assert RunRecord.model_validate(written).accepted_config().cluster.regions == ("us-central1", "europe-west4")
 
 
 def test_within_its_bound_a_run_waits_and_the_operators_default_applies_where_the_config_says_none():

@@ -1,0 +1,67 @@
+"""Which release this is, and what the releases a deployment may roll back to can read (docs/operating.md).
+
+The version-skew rule, as Kubernetes keeps it for its API servers: a field is read by release N before release
+N+1 writes it where release N looks. Cloud Functions lets an old instance finish while traffic moves to a new
+one, and a rollback runs the old release again on what the new one wrote; so every object this release writes is
+one that each release from OLDEST_READER on reads and acts on. A config field those releases do not know never
+goes into a record's `config` (their RunConfig forbids unknown fields, and their store quarantines a record whose
+config it cannot validate): the record's `config` is the run's config as placed in its region now, without them,
+and the accepted config goes beside it in `accepted_config`, a key the older releases ignore and drop when they
+rewrite the record. So an older release acts on the run as far as it can (it follows it where it is now, without
+the newer features: it never moves it, its nodes pull the image) and a run it rewrote is, from then on, the run it
+can carry out: nothing is quarantined, lost or launched twice.
+
+Raising OLDEST_READER (a release whose predecessors no deployment runs) moves its fields out of NEWER_FIELDS and
+into `config`, as a feature gate turns on once no older reader serves.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, field_serializer
+
+VERSION = "0.3.0"  # CHANGELOG.md's newest release; pyproject.toml reads it from here
+OLDEST_READER = "0.1.0"  # the oldest release a deployment may roll back to (CHANGELOG.md names its commit)
+
+# The config fields the releases from OLDEST_READER on cannot read, with the release that first reads each (a list
+# element's field is `section.list[].field`). tests/integration/test_version_skew.py holds this table against the
+# oldest reader's own JSON Schema: every field of today's config that its schema lacks is named here.
+NEWER_FIELDS: dict[str, str] = {
+    "cluster.fallback_regions": "0.2.0",
+    "cluster.image_cache": "0.2.0",
+    "deadlines.region_seconds": "0.2.0",
+    "scaling.capacity[].region": "0.2.0",
+}
+
+
+def readable(config: dict[str, Any]) -> dict[str, Any]:
+    """`config` (a placed config, as stored) without the fields older readers do not know."""
+    out = dict(config)
+    for field in NEWER_FIELDS:
+        out = _without(out, field.split("."))
+    return out
+
+
+def _without(doc: dict[str, Any], path: list[str]) -> dict[str, Any]:
+    head, rest = path[0], path[1:]
+    if head.endswith("[]"):
+        key = head[:-2]
+        items = doc.get(key)
+        if not isinstance(items, list):
+            return doc
+        return {**doc, key: [_without(i, rest) if isinstance(i, dict) else i for i in items]}
+    if not rest:
+        return {k: v for k, v in doc.items() if k != head}
+    inner = doc.get(head)
+    return {**doc, head: _without(inner, rest)} if isinstance(inner, dict) else doc
+
+
+class Stamped(BaseModel):
+    """A stored object that says which release wrote it (older releases ignore the key)."""
+
+    written_by: str | None = None  # as read: the release that wrote it (None: one before releases were versioned)
+
+    @field_serializer("written_by")
+    def by_this_release(self, _: str | None) -> str:
+        return VERSION
