@@ -14,7 +14,7 @@ from hypothesis import settings
 
 from functions.local import emulators
 from tests.fakes.pubsub import PubSub
-from tests.harness import build_controller, serve_functions
+from tests.harness import REGIONS, build_controller, serve_functions
 
 # The property tests draw the same examples on every run (derandomize): a CI run fails for a change, never for
 # a draw; the draws still cover what each test's strategy allows.
@@ -104,6 +104,30 @@ def controller(bucket, pubsub, kube_api):
     harness.refreshes = refreshes
     yield harness
     context.use(None)
+
+
+@pytest.fixture
+def regional(bucket, pubsub):
+    """This release's controller with a running GKE cluster in each region, each with its own API server."""
+    from functions.adapters.kube import Kube, api_client
+    from functions.handlers import context
+    from tests.fakes.kube import FakeKube
+    from tests.fakes.pubsub import PROJECT
+
+    kubes = {region: FakeKube().start() for region in REGIONS}
+    h = build_controller(
+        bucket,
+        pubsub,
+        lambda cluster: Kube(api_client(kubes[cluster.location].url), timeout_s=(1.0, 2.0)),
+        kube=kubes[REGIONS[0]],
+    )
+    h.gke.add_running(f"projects/{PROJECT}/locations/{REGIONS[1]}/clusters/raytune")
+    kubes[REGIONS[1]].clock = h.clock
+    h.kubes = kubes
+    yield h
+    context.use(None)
+    for kube in kubes.values():
+        kube.stop()
 
 
 @pytest.fixture

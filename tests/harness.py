@@ -15,6 +15,7 @@ from tests.fakes.pubsub import PROJECT
 ROOT = Path(__file__).resolve().parents[1]
 CLUSTER_PATH = f"projects/{PROJECT}/locations/us-central1/clusters/raytune"
 HF_TOKEN = "hf_TestTokenDoNotLeak0123456789abcdef"
+REGIONS = ("us-central1", "europe-west4")  # a deployment of two regions (the `regional` fixture)
 
 
 class Harness:

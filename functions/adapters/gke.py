@@ -16,7 +16,7 @@ from functions.adapters.kube import Kube, RayClusterSeen, api_client
 from functions.core import computeclass, disruption, errors, kuberay_lag, kubetime, manifests, stuck
 from functions.core.allocation import group_name
 from functions.core.config import ClusterSpec, RunConfig
-from functions.core.platform import ClusterReadiness, NodeSeen, RayObject, Workers
+from functions.core.platform import ClusterReadiness, NodeSeen, RayObject, Waiting, Workers
 
 JOB_ENDED = {"SUCCEEDED", "FAILED", "STOPPED"}
 
@@ -222,12 +222,13 @@ class GkePlatform:
         found = self._asked(spec, self._kube(spec), lambda kube: kube.get_rayjob(spec.namespace, job))
         return None if found is None else found.get("status", {})
 
-    def waiting_reason(self, cfg: RunConfig, run_id: str) -> str | None:
+    def waiting_for(self, cfg: RunConfig, run_id: str) -> Waiting:
         kube = self._kube(cfg.cluster)
-        namespace = cfg.cluster.namespace
-        pods = kube.pods(namespace, f"ray.io/cluster={cfg.cluster.ray_cluster}")
+        namespace, group = cfg.cluster.namespace, group_name(run_id)
+        pods = stuck.own_pods(kube.pods(namespace, f"ray.io/cluster={cfg.cluster.ray_cluster}"), group)
         pending = [p["metadata"]["name"] for p in pods if (p.get("status") or {}).get("phase") == "Pending"]
-        return stuck.explain(pods, {name: kube.events(namespace, name) for name in pending[:4]})
+        why = stuck.explain(pods, {name: kube.events(namespace, name) for name in pending[:4]})
+        return Waiting(why, stuck.bound(pods, group))
 
     def status_lag(self, spec: ClusterSpec, now: dt.datetime) -> str | None:
         kube = self._kube(spec)
@@ -271,6 +272,21 @@ class GkePlatform:
 
     def stop(self, spec: ClusterSpec, job: str) -> None:
         self._kube(spec).delete_rayjob(spec.namespace, job)
+
+    def stop_waiting(self, spec: ClusterSpec, job: str, run_id: str) -> str | None:
+        kube = self._kube(spec)
+        found = kube.get_rayjob(spec.namespace, job)
+        if found is None:
+            return None
+        status = (found.get("status") or {}).get("jobStatus") or None
+        if status not in (None, "PENDING"):
+            return f"its job is {status} now"
+        pods = kube.pods(spec.namespace, f"ray.io/cluster={spec.ray_cluster}")
+        if stuck.bound(pods, group_name(run_id)):
+            return "a worker pod of its run is bound to a node now"
+        if not kube.delete_rayjob(spec.namespace, job, resource_version=found["metadata"]["resourceVersion"]):
+            return "its job changed as it was to be stopped"
+        return None
 
     def ray_objects(self, spec: ClusterSpec) -> list[RayObject]:
         kube = self.reachable(spec)

@@ -372,9 +372,11 @@ class Kube:
     def get_rayjob(self, namespace: str, name: str) -> dict[str, Any] | None:
         return self._get("RayJob", namespace, name)
 
-    def delete_rayjob(self, namespace: str, name: str) -> None:
-        """Deleting the RayJob makes KubeRay stop its Ray job (finalizer); the shared cluster stays."""
-        with_retries(
+    def delete_rayjob(self, namespace: str, name: str, resource_version: str | None = None) -> bool:
+        """Deleting the RayJob makes KubeRay stop its Ray job (finalizer); the shared cluster stays. Given
+        `resource_version`, only if the RayJob is still as read then (False when it changed meanwhile)."""
+        body = {"preconditions": {"resourceVersion": resource_version}} if resource_version else None
+        return self._conditional(
             lambda: self._send(
                 self.custom.delete_namespaced_custom_object,
                 RAY_GROUP,
@@ -382,10 +384,10 @@ class Kube:
                 namespace,
                 "rayjobs",
                 name,
+                body=body,
                 missing_ok=True,
             ),
             f"delete RayJob {namespace}/{name}",
-            translate=translate,
         )
 
     def delete_raycluster(self, namespace: str, name: str, resource_version: str) -> bool:

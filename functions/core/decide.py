@@ -53,6 +53,9 @@ class Action(enum.Enum):
     OBSERVE_JOB = "observe_job"  # read the RayJob's status
     ASK_STATUS = "ask_status"  # ask KubeRay to look at a RayCluster whose status lags its pods (kuberay_lag.py)
     STOP_JOB = "stop_job"  # stop the Ray job (delete the RayJob; KubeRay stops the job)
+    # Before a move: stop the job only if it still waits as read right then, its pods unbound (a precondition on the
+    # RayJob as read): one that got its nodes meanwhile is never stopped for a move.
+    STOP_WAITING_JOB = "stop_waiting_job"
     MOVE = "move"  # write a transition, or new details in the same state, to the record
     SCALE_DOWN = "scale_down"  # release the run's nodes; size its RayCluster to what live runs still hold
     CONCLUDE = "conclude"  # a succeeded run: its evaluated adapter meets the champion; a nightly's inputs are kept
@@ -103,7 +106,8 @@ class JobSeen:
     status: dict[str, Any] | None  # its status; None: the RayJob is gone
     lost: tuple[str, ...] = ()  # a failed or vanished job: what took its nodes
     nodes: dict[str, NodeSeen] | None = None  # a running job: its nodes, while not all are known
-    stuck: str | None = None  # a waiting job: why, from its pods and their Events (when known)
+    stuck: str | None = None  # a waiting job: why, from its own pods and their Events (when known)
+    bound: bool = False  # a waiting job: a worker pod of its run is bound to a node (its capacity came)
     lag: str | None = None  # a job KubeRay holds for its RayCluster's state: why that state lags its pods
 
 
@@ -121,7 +125,8 @@ class Facts:
     submit_error: str | None = None  # ENSURE_CLUSTER or SUBMIT failed for good
     job: JobSeen | None = None  # after OBSERVE_JOB
     cluster_gone: str | None = None  # after OBSERVE_JOB: the run's GKE cluster does not exist
-    job_stopped: bool = False  # after STOP_JOB
+    job_stopped: bool = False  # after STOP_JOB or STOP_WAITING_JOB
+    move_refused: str | None = None  # after STOP_WAITING_JOB: why the job was not stopped (it started or changed)
     status_asked: str | None = None  # after ASK_STATUS: what became of the request
     scaled: bool = False  # after SCALE_DOWN
     retry_backoff_s: int = RETRY_BACKOFF_SECONDS[0]  # the deployment's first backoff before a run's next attempt
@@ -193,6 +198,13 @@ def pending_seconds(record: RunRecord) -> int:
 def _missed_deadline(record: RunRecord, now: dt.datetime) -> str | None:
     """Waiting in line counts against deadlines.queue_seconds from arrival; getting the cluster ready and
     submitting counts against deadlines.pending_seconds from arrival or from leaving the queue."""
+    moved = _moved_in(record)
+    if moved is not None:
+        limit = pending_seconds(record)
+        waited = (now - moved).total_seconds()
+        if waited > limit:
+            return f"not submitted in {record.region} within deadlines.pending_seconds ({limit}s) of its move there"
+        return None
     if record.state == State.QUEUED:
         limit = deadlines(record).queue_seconds
         waited = (now - record.arrived).total_seconds()
@@ -207,6 +219,16 @@ def _missed_deadline(record: RunRecord, now: dt.datetime) -> str | None:
     if (now - max(left_queue or record.arrived, record.arrived)).total_seconds() > limit:
         return f"not submitted within deadlines.pending_seconds ({limit}s)"
     return None
+
+
+def _moved_in(record: RunRecord) -> dt.datetime | None:
+    """When a run that moved to another region and is not waiting in line there (its place is held: it waits for
+    the region's cluster and its submission) arrived there; its wait counts against its pending deadline from then,
+    as a submitted run's wait for nodes does in each region, whatever that region's API answers meanwhile."""
+    if record.state != State.QUEUED or record.queue_position is not None or not record.placements:
+        return None
+    entered, arrived = record.entered(State.QUEUED), record.placements[-1].since
+    return arrived if entered is not None and arrived >= entered else None
 
 
 def _before_submission(record: RunRecord, facts: Facts) -> Step:
@@ -350,10 +372,10 @@ def _move_region(record: RunRecord, facts: Facts, seen: JobSeen) -> Step | None:
     after = regions.next_region(record.accepted_config(), here, tried)
     waited = int((facts.now - entered).total_seconds())
     bound = regions.wait_bound(cfg, facts.region_seconds, pending_seconds(record))
-    if after is None or waited <= bound:
-        return None
+    if after is None or waited <= bound or seen.bound or facts.move_refused:
+        return None  # a run whose nodes came, or whose job changed as it was to be stopped, stays
     if not facts.job_stopped:
-        return Step(Action.STOP_JOB)  # it must not take nodes there later
+        return Step(Action.STOP_WAITING_JOB)  # it must not take nodes there later
     why = f"waited {waited}s for capacity in {here} (at most {bound}s in one region)" + (
         f": {seen.stuck}" if seen.stuck else ""
     )

@@ -33,6 +33,15 @@ class Workers:
 
 
 @dataclass(frozen=True)
+class Waiting:
+    """Why a run's job waits (None: nothing is wrong that its pods show), and whether its capacity came: a worker pod
+    of the run bound to a node."""
+
+    reason: str | None = None
+    bound: bool = False
+
+
+@dataclass(frozen=True)
 class NodeSeen:
     """A node a run's workers run on, as the watcher first saw it there."""
 
@@ -97,8 +106,9 @@ class Platform(Protocol):
         """The job's driver log so far ('' when there is none yet or any more); given `limit`, its last `limit`
         bytes at most (from a line's start: joblog.tail), read without ever holding the whole of a longer one."""
 
-    def waiting_reason(self, cfg: RunConfig, run_id: str) -> str | None:
-        """Why a submitted job still waits, from its cluster's pods and their Events; None when nothing is wrong."""
+    def waiting_for(self, cfg: RunConfig, run_id: str) -> Waiting:
+        """Why a submitted job still waits, from the run's own pods (the head and its worker group, never another
+        run's group) and their Events, and whether one of its worker pods is bound to a node."""
 
     def status_lag(self, spec: ClusterSpec, now: dt.datetime) -> str | None:
         """Why KubeRay should be asked to look at the RayCluster again: its status lags its pods
@@ -111,6 +121,10 @@ class Platform(Protocol):
         """The nodes the run's workers run on, each with the capacity it came from and its identity."""
 
     def stop(self, spec: ClusterSpec, job: str) -> None: ...
+
+    def stop_waiting(self, spec: ClusterSpec, job: str, run_id: str) -> str | None:
+        """Stop the job only if, read right now, it still waits and no worker pod of its run is bound to a node, with
+        the job as read for a precondition; None when stopped (or gone), else why not."""
 
     def ray_objects(self, spec: ClusterSpec) -> list[RayObject]:
         """The RayJobs and RayClusters with this deployment's labels in the cluster's namespace (a list call of

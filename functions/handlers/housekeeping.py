@@ -36,8 +36,9 @@ def tidy(
     on their markers' notes (functions/core/quiet.py), unread."""
     troubles: list[Exception] = []
     allocs = ctx.allocations.all()
-    # Where each live run of the tick stands now (its RayCluster's key_path): one that moved to another region
-    # (functions/core/regions.py) leaves its place in the RayCluster it waited in, released here.
+    # Where each live run of the tick stands now (its RayCluster's key_path). A place held or queued for by a run that
+    # is not live there (it moved to another region, ended in this tick or before, or the tick does not know it) is
+    # released: release() reads each such run's record fresh, so a run admitted since the tick began keeps its place.
     placed = {r.run_id: allocation.key_path(r.run_config().cluster) for r in live if r.config}
     placed |= {n.run_id: allocation.key_path(n.cluster) for n in passing}
     listed = {
@@ -52,7 +53,7 @@ def tidy(
             if allocation.idle_expired(alloc, ctx.clock()):
                 teardown(ctx, alloc)
             elif not alloc.deleted and any(
-                placed.get(run_id, here) != here for run_id in [*alloc.holders, *(w.run_id for w in alloc.queue)]
+                placed.get(run_id) != here for run_id in [*alloc.holders, *(w.run_id for w in alloc.queue)]
             ):
                 # its group goes, exactly: the runs seen live here keep their places without a read
                 sizing.release(ctx, alloc.cluster, live={run_id for run_id, key in placed.items() if key == here})
@@ -71,19 +72,26 @@ def tidy(
     # A RayCluster is ours to keep when it has an allocation or a live run names it (runs of an older
     # controller have no allocation yet: their next release creates one).
     known = {(s.region, s.gke_cluster, s.namespace, s.ray_cluster) for s in specs} | {n.where for n in passing}
-    live_jobs = {r.job_name for r in live} | {n.job for n in passing}
+    # A live run's job is its current attempt's RayJob in the region where the run is now, and only there.
+    live_jobs = {(*_namespace(r.run_config().cluster), r.job_name) for r in live if r.config}
+    live_jobs |= {(*n.where[:3], n.job) for n in passing}
     for (region, gke, namespace), spec in namespaces.items():
         try:
             found = (surveyed or {}).get((region, gke, namespace))
             if found is None:
                 found = ctx.platform.ray_objects(spec)
-            sweep(ctx, spec, found, {k[3] for k in known if k[:3] == (region, gke, namespace)}, live_jobs, ended)
+            jobs = {job for *where, job in live_jobs if tuple(where) == (region, gke, namespace)}
+            sweep(ctx, spec, found, {k[3] for k in known if k[:3] == (region, gke, namespace)}, jobs, ended)
         except ClusterGone:
             continue  # nothing is left on a cluster that is gone
         except Exception as exc:
             log.warning("%s/%s: leak sweep failed: %s", gke, namespace, describe(exc))
             troubles.append(exc)
     return troubles
+
+
+def _namespace(spec: ClusterSpec) -> tuple[str, str, str]:
+    return (spec.region, spec.gke_cluster, spec.namespace)
 
 
 def settle_gone(ctx: Context, alloc: Allocation, gone: ClusterGone) -> None:
@@ -140,12 +148,13 @@ def sweep(
     live: set[str],
     ended: set[str] | frozenset[str] = frozenset(),
 ) -> None:
-    """Of `found` (the Ray objects the tick listed), stop RayJobs that are not the current attempt of a live run (`live`: their names; a finished run's RayJob,
-    or a retried run's earlier one, is removed quietly; a running one with no live run is a leak) and delete RayClusters of this deployment it has no allocation for. Only objects
-    labelled with this deployment (its runs bucket) are looked at, and each is checked against fresh state
-    right before it goes: what the tick listed at its start may be stale (a launch can admit a run and create
-    its RayCluster meanwhile). What no record accounts for is left alone for a grace period after its creation
-    (a clock ahead of the API server's counts as young)."""
+    """Of `found` (the Ray objects the tick listed), stop RayJobs that are not the current attempt of a live run in
+    this namespace's region (`live`: their names; a finished run's RayJob, or a retried run's earlier one, is removed
+    quietly; one left where its run no longer is, or a running one with no live run, is a leak) and delete
+    RayClusters of this deployment it has no allocation for. Only objects labelled with this deployment (its runs
+    bucket) are looked at, and each is checked against fresh state right before it goes: what the tick listed at its
+    start may be stale (a launch can admit a run and create its RayCluster meanwhile). What no record accounts for is
+    left alone for a grace period after its creation (a clock ahead of the API server's counts as young)."""
     grace = ctx.settings.sweep_grace_s
 
     def young(leftover: RayObject) -> bool:
@@ -161,7 +170,8 @@ def sweep(
             except Unreadable:
                 continue  # quarantined and reported; its job is not judged on a guess
             live_run = record is not None and not (record.state.terminal and record.settled)
-            if live_run and record is not None and record.job_name == leftover.name:
+            moved = record is not None and record.config is not None and record.region != spec.region
+            if live_run and record is not None and record.job_name == leftover.name and not moved:
                 continue
             if record is None and young(leftover):
                 continue
@@ -170,6 +180,8 @@ def sweep(
                 why = (
                     "its run has no record"
                     if record is None
+                    else f"its run moved to {record.region}"
+                    if live_run and moved
                     else f"an earlier attempt of its run (now {record.job_name})"
                     if live_run
                     else f"its run is {record.state.value}"

@@ -12,7 +12,7 @@ from functions.core import joblog, kuberay_lag
 from functions.core.config import RunConfig
 from functions.core.decide import Action, Facts, JobSeen, Move
 from functions.core.errors import ClusterGone, NotFound, PermanentError, TransientError, describe, is_transient
-from functions.core.platform import NodeSeen
+from functions.core.platform import NodeSeen, Waiting
 from functions.core.result import RESULT_FILE, RunResult, SweepResult, run_folder
 from functions.core.runs import Attempt, RunRecord, State
 from functions.core.secrets import redact, redact_json, redact_log
@@ -38,8 +38,12 @@ def run(ctx: Context, record: RunRecord, facts: Facts, listed: dict[str, dict[st
         if step.action is Action.NOTHING:
             return record
         if step.move is not None:
+            before = record
             record = move(ctx, record, step.move)
             facts = facts.learned(now=ctx.clock())
+            if (record.region, record.attempt) != (before.region, before.attempt) and not _made(step.move, record):
+                # another handler moved the run on (another region or attempt): what this one saw of its job is stale
+                facts = facts.learned(job=None, job_stopped=False, move_refused=None, status_asked=None)
         elif step.action is Action.SETTLE:
             record = settle(ctx, record)
             if not record.settled:
@@ -87,10 +91,12 @@ def observe(
         except Exception as exc:
             # One failed status read never decides a run: looked at again on the next tick.
             raise TransientError(f"cannot read RayJob {record.job_name}: {describe(exc)}") from exc
+        waits = waiting(ctx, cfg, record.run_id, job)
         return {
             "job": JobSeen(
                 job,
-                stuck=stuck(ctx, cfg, record.run_id, job),
+                stuck=waits.reason,
+                bound=waits.bound,
                 lag=lag(ctx, cfg, record.run_id, job),
                 lost=lost(ctx, cfg, record, job),
                 nodes=nodes(ctx, cfg, record, job),
@@ -105,6 +111,12 @@ def observe(
         return {"status_asked": "asked KubeRay to look at it again"}
     if action is Action.STOP_JOB:
         ctx.platform.stop(cfg.cluster, record.job_name)
+        return {"job_stopped": True}
+    if action is Action.STOP_WAITING_JOB:
+        refused = ctx.platform.stop_waiting(cfg.cluster, record.job_name, record.run_id)
+        if refused is not None:
+            log.info("%s: not moved: %s", record.run_id, refused)
+            return {"move_refused": refused, "job": None}  # looked at again as it is now
         return {"job_stopped": True}
     if action is Action.SCALE_DOWN:
         sizing.release(ctx, cfg.cluster)
@@ -145,12 +157,13 @@ def lost(ctx: Context, cfg: RunConfig, record: RunRecord, job: dict[str, Any] | 
     return tuple(redact(line) for line in lines)
 
 
-def stuck(ctx: Context, cfg: RunConfig, run_id: str, job: dict[str, Any] | None) -> str | None:
-    """Why a waiting job waits (pods and their Events)."""
+def waiting(ctx: Context, cfg: RunConfig, run_id: str, job: dict[str, Any] | None) -> Waiting:
+    """Why a waiting job waits (its own pods and their Events), and whether its capacity came."""
     if job is None or (job.get("jobStatus") or None) not in decisions.WAITING:
-        return None
-    why = best_effort(run_id, "why the job waits", lambda: ctx.platform.waiting_reason(cfg, run_id), None)
-    return redact(why) if why else None
+        return Waiting()
+    # Unknown (a failed read) counts as bound: a run is never moved on a guess that its nodes did not come.
+    seen = best_effort(run_id, "why the job waits", lambda: ctx.platform.waiting_for(cfg, run_id), Waiting(None, True))
+    return Waiting(redact(seen.reason) if seen.reason else None, seen.bound)
 
 
 def lag(ctx: Context, cfg: RunConfig, run_id: str, job: dict[str, Any] | None) -> str | None:
@@ -212,6 +225,11 @@ def move(ctx: Context, record: RunRecord, transition: Move) -> RunRecord:
         keep_log(ctx, record)  # the attempt ended: its log outlives its RayJob
 
     def change(current: RunRecord) -> RunRecord | None:
+        if transition.placements is not None and current.generation != record.generation:
+            # A move between regions is a write on the record it was decided from: a stale copy (another watcher
+            # moved the run meanwhile) never moves it twice; the executor decides again on the stored record.
+            log.info("%s: changed since its move was decided; decided again", record.run_id)
+            return None
         if target.terminal and current.state == State.QUEUED:
             changes["queue_position"] = current.queue_position
         if current.state != record.state:
@@ -236,6 +254,13 @@ def move(ctx: Context, record: RunRecord, transition: Move) -> RunRecord:
     if updated.state == State.QUEUED and updated.reason != record.reason:
         publish_state(ctx, updated)
     return updated
+
+
+def _made(transition: Move, record: RunRecord) -> bool:
+    """Whether the record is where this move put it (its placements or attempts as the move wrote them)."""
+    return (transition.placements is not None and record.placements == transition.placements) or (
+        transition.attempts is not None and record.attempts[-1:] == transition.attempts[-1:]
+    )
 
 
 def cost(ctx: Context, gpu_node_seconds: float, attempts: list[Attempt], nodes: dict[str, str]) -> float | None:

@@ -39,7 +39,7 @@ from functions.core import joblog, manifests
 from functions.core.allocation import group_name, key_path
 from functions.core.config import ClusterSpec, RunConfig
 from functions.core.errors import NotFound, PermanentError, TransientError, from_status
-from functions.core.platform import ClusterReadiness, NodeSeen, RayObject, Workers
+from functions.core.platform import ClusterReadiness, NodeSeen, RayObject, Waiting, Workers
 from functions.core.result import TRIAL_DRIVER_RESOURCE, TRIAL_DRIVERS, WORKER_RESOURCE_ENV
 from functions.local import emulators, session
 from trainer.codehash import ROOT, code_files, code_sha256
@@ -134,12 +134,15 @@ def jobs_api(what: str) -> Iterator[None]:
 
 
 def auth_token(workdir: Path) -> Path:
-    """The local cluster's Ray auth token, made once per workdir (mode 0600)."""
+    """The local cluster's Ray auth token, made once per workdir, readable by its owner alone (mode 0600, one made
+    by an earlier release or by hand included)."""
     path = workdir / "ray-auth-token"
     if not path.exists():
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w") as out:
             out.write(secrets.token_hex(32))
+    elif path.stat().st_mode & 0o077:
+        path.chmod(0o600)
     return path
 
 
@@ -534,10 +537,24 @@ class LocalRay:
             with contextlib.suppress(NotFound), jobs_api(f"stop {job}"):  # never submitted: nothing to stop
                 self.client.stop_job(job)
 
-    def waiting_reason(self, cfg: RunConfig, run_id: str) -> str | None:
+    def stop_waiting(self, spec: ClusterSpec, job: str, run_id: str) -> str | None:
+        """A job held for capacity here is stopped; one Ray already runs is not (Ray has no precondition: its status
+        is read right before the stop)."""
+        if job in self.waiting and spec.region == self.waiting[job]:
+            del self.waiting[job]
+            return None
+        found = self.job_status(None, job)
+        if found is not None and found.get("jobStatus") != "PENDING":
+            return f"its job is {found.get('jobStatus')} now"
+        self.stop(spec, job)
+        return None
+
+    def waiting_for(self, cfg: RunConfig, run_id: str) -> Waiting:
         if cfg.cluster.region in self.no_capacity:
-            return f"no GPU capacity in {cfg.cluster.region} (the local platform was told so: {NO_CAPACITY_ENV})"
-        return None  # Ray's own job message says why locally; there are no pods
+            return Waiting(
+                f"no GPU capacity in {cfg.cluster.region} (the local platform was told so: {NO_CAPACITY_ENV})"
+            )
+        return Waiting()  # Ray's own job message says why locally; there are no pods
 
     def status_lag(self, spec: ClusterSpec, now: dt.datetime) -> str | None:
         return None  # no KubeRay here: Ray's own job status is read directly

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 
+from functions.core.allocation import group_name
 from functions.core.runs import State
 from functions.handlers import watch as watch_handler
 from functions.handlers.launch import handle as launch_handle
@@ -380,14 +381,30 @@ def test_a_raycluster_a_launch_creates_during_the_tick_is_not_swept(controller, 
 
 def test_a_stuck_job_names_its_cause(controller, bucket):
     """A job waiting on a pod that cannot pull its image says so in the record, and the FAILED reason at
-    the pending deadline names it."""
+    the pending deadline names it; another run's pods on the same RayCluster are its own business (issue 63)."""
     h = controller
     record = launch(h, bucket, "stuck")
     h.kube.set_status("rayjobs", record.run_id, {"jobDeploymentStatus": "Initializing"})
+    # KubeRay's labels on a worker pod: its RayCluster, its node type and its group (the run's own)
+    own = {"ray.io/cluster": "gemma3-tuning", "ray.io/node-type": "worker", "ray.io/group": group_name(record.run_id)}
+    others = {**own, "ray.io/group": group_name("another-run")}
     h.kube.put(
         "pods",
         {
-            "metadata": {"name": "gemma3-tuning-gpu-group-worker-abc", "labels": {"ray.io/cluster": "gemma3-tuning"}},
+            "metadata": {"name": "gemma3-tuning-other-worker-xyz", "labels": others},
+            "spec": {"containers": [{"name": "ray-worker", "image": "example.com/other:1"}]},
+            "status": {
+                "phase": "Pending",
+                "containerStatuses": [
+                    {"name": "ray-worker", "state": {"waiting": {"reason": "ErrImagePull", "message": "not found"}}}
+                ],
+            },
+        },
+    )
+    h.kube.put(
+        "pods",
+        {
+            "metadata": {"name": "gemma3-tuning-gpu-group-worker-abc", "labels": own},
             "spec": {"containers": [{"name": "ray-worker", "image": "rayproject/ray:2.60.0-py311-gpu"}]},
             "status": {
                 "phase": "Pending",
@@ -404,7 +421,7 @@ def test_a_stuck_job_names_its_cause(controller, bucket):
     h.kube.put(
         "pods",
         {
-            "metadata": {"name": "gemma3-tuning-gpu-group-worker-def", "labels": {"ray.io/cluster": "gemma3-tuning"}},
+            "metadata": {"name": "gemma3-tuning-gpu-group-worker-def", "labels": own},
             "status": {
                 "phase": "Pending",
                 "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}],
@@ -426,6 +443,7 @@ def test_a_stuck_job_names_its_cause(controller, bucket):
     assert waiting.state == State.SUBMITTED
     assert "ImagePullBackOff for image rayproject/ray:2.60.0-py311-gpu" in waiting.reason
     assert "FailedScheduling: 0/3 nodes are available: 3 Insufficient nvidia.com/gpu." in waiting.reason
+    assert "other-worker" not in waiting.reason and "ErrImagePull" not in waiting.reason
     h.clock.advance(601)
     tick(h)
     failed = h.ctx.store.get(record.run_id)

@@ -15,19 +15,15 @@ import sys
 
 import pytest
 
-from functions.adapters.kube import Kube, api_client
 from functions.core import release
 from functions.core.config import RunConfig
 from functions.core.runs import RunRecord, State
-from functions.handlers import context
 from tests import releases
 from tests.fakes.http_events import post, pubsub_event, storage_event
-from tests.fakes.kube import FakeKube
 from tests.fakes.pubsub import PROJECT
-from tests.harness import build_controller, serve_functions
+from tests.harness import REGIONS, serve_functions
 from tests.integration.test_functions import QUICK, upload, watch, write_result
 
-REGIONS = ("us-central1", "europe-west4")
 PREVIOUS = releases.previous()
 MOVABLE = {
     **QUICK,
@@ -65,25 +61,6 @@ def previous(request, tmp_path_factory):
     if tree is None:
         pytest.skip(f"release {request.param} ({commit}) is not in this clone's history (a shallow clone?)")
     return request.param, tree
-
-
-@pytest.fixture
-def regional(bucket, pubsub):
-    """This release's controller with a running GKE cluster in each region, each with its own API server."""
-    kubes = {region: FakeKube().start() for region in REGIONS}
-    h = build_controller(
-        bucket,
-        pubsub,
-        lambda cluster: Kube(api_client(kubes[cluster.location].url), timeout_s=(1.0, 2.0)),
-        kube=kubes[REGIONS[0]],
-    )
-    h.gke.add_running(f"projects/{PROJECT}/locations/{REGIONS[1]}/clusters/raytune")
-    kubes[REGIONS[1]].clock = h.clock
-    h.kubes = kubes
-    yield h
-    context.use(None)
-    for kube in kubes.values():
-        kube.stop()
 
 
 @pytest.fixture

@@ -682,6 +682,8 @@ JOBS = st.one_of(
     lost_nodes=st.booleans(),
     tick=st.booleans(),
     moving=st.booleans(),
+    bound=st.booleans(),
+    refused=st.booleans(),
 )
 def test_the_loop_ends_legally(
     state,
@@ -701,6 +703,8 @@ def test_the_loop_ends_legally(
     lost_nodes,
     tick,
     moving,
+    bound,
+    refused,
 ):
     if moving:  # a run that may move between regions, while it waits for its nodes (decide._move_region)
         state = S.SUBMITTED
@@ -740,7 +744,9 @@ def test_the_loop_ends_legally(
                 assert A.ADMIT not in actions and A.SUBMIT not in actions, "a skipped run never asks for nodes"
             if step.move.placements is not None:
                 assert moving and was_submitted and step.move.state == S.QUEUED
-                assert A.STOP_JOB in actions, "a run leaves a region only after its job there was stopped"
+                assert A.STOP_WAITING_JOB in actions, "a run leaves a region only after its job there was stopped"
+                assert not bound, "a run whose worker pod is bound to a node never moves"
+                assert not refused, "a run whose job changed as it was to be stopped does not move in that tick"
                 assert step.move.placements[-1].region == "europe-west4"
             run = run.moved(
                 step.move.state,
@@ -773,9 +779,13 @@ def test_the_loop_ends_legally(
         elif step.action is A.SUBMIT:
             facts = facts.learned(**({"submit_error": "HTTP 422"} if submit_fails else {"submitted": "applied"}))
         elif step.action is A.OBSERVE_JOB:
-            facts = facts.learned(job=JobSeen(job, lost=LOST if lost_nodes else ()))
+            facts = facts.learned(job=JobSeen(job, lost=LOST if lost_nodes else (), bound=bound))
         elif step.action is A.STOP_JOB:
             facts = facts.learned(job_stopped=True)
+        elif step.action is A.STOP_WAITING_JOB:
+            assert moving, "only a run that may move stops its job to move"
+            changed = {"move_refused": "its job is RUNNING now", "job": None} if refused else {"job_stopped": True}
+            facts = facts.learned(**changed)
         elif step.action is A.SCALE_DOWN:
             assert run.state.terminal
             facts = facts.learned(scaled=True)

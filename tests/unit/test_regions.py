@@ -71,7 +71,7 @@ def test_each_region_gets_its_own_options_and_cluster():
 
 def test_a_run_waiting_past_its_bound_stops_its_job_then_moves_as_the_same_attempt():
     run = submitted(601)
-    assert decide(run, facts()).action is Action.STOP_JOB  # first: it must not take nodes there later
+    assert decide(run, facts()).action is Action.STOP_WAITING_JOB  # first: it must not take nodes there later
     step = decide(run, facts(job_stopped=True))
     assert step.action is Action.MOVE and step.move is not None
     assert step.move.state is State.QUEUED
@@ -99,7 +99,7 @@ def test_within_its_bound_a_run_waits_and_the_operators_default_applies_where_th
     assert decide(submitted(599, reason=STUCK), facts()).action is Action.NOTHING
     config = {**TWO, "deadlines": {"pending_seconds": 3600}}
     assert decide(submitted(1000, config, reason=STUCK), facts(region_seconds=1800)).action is Action.NOTHING
-    assert decide(submitted(1801, config, reason=STUCK), facts(region_seconds=1800)).action is Action.STOP_JOB
+    assert decide(submitted(1801, config, reason=STUCK), facts(region_seconds=1800)).action is Action.STOP_WAITING_JOB
 
 
 def test_a_running_job_never_moves():
@@ -118,6 +118,31 @@ def test_in_its_last_region_the_pending_deadline_ends_it():
     step = decide(run, facts(job_stopped=True))
     assert step.move is not None and step.move.state is State.FAILED
     assert "deadlines.pending_seconds 3600" in (step.move.reason or "")
+
+
+def test_a_run_whose_nodes_came_or_whose_job_changed_as_it_was_stopped_never_moves():
+    run = submitted(601, reason=STUCK)
+    bound = Facts(now=NOW, job=JobSeen(WAITING, stuck=STUCK, bound=True))
+    assert decide(run, bound).action is Action.NOTHING  # its worker pod is bound: it waits for its pods, here
+    refused = decide(run, Facts(now=NOW, move_refused="its job is RUNNING now"))
+    assert refused.action is Action.OBSERVE_JOB  # looked at again as it is now
+    running = JobSeen({"jobStatus": "RUNNING"})
+    step = decide(run, Facts(now=NOW, move_refused="its job is RUNNING now", job=running))
+    assert step.move is not None and step.move.state is State.RUNNING and step.move.placements is None
+
+
+def test_a_moved_run_waiting_for_its_new_regions_cluster_fails_at_its_pending_deadline_from_the_move():
+    placements = [
+        Placement(region="us-central1", attempt=1, since=ago(4200), until=ago(3601), why="waited"),
+        Placement(region="europe-west4", attempt=1, since=ago(3601)),
+    ]
+    run = submitted(4200, placements=placements).moved(State.QUEUED, ago(3601), "moves to europe-west4")
+    step = decide(run, Facts(now=NOW))  # every ENSURE_CLUSTER there raised (its API answers 500)
+    assert step.move is not None and step.move.state is State.FAILED
+    assert step.move.reason == (
+        "not submitted in europe-west4 within deadlines.pending_seconds (3600s) of its move there"
+    )
+    assert decide(run, Facts(now=ago(2))).action is Action.ADMIT  # within it, it goes on
 
 
 def test_the_bound_never_outlasts_the_pending_deadline():
