@@ -204,7 +204,7 @@ class RunRecord(Stamped, BaseModel):
         """Written so that every release from release.OLDEST_READER on reads and acts on it: `config` is the run's
         config as placed where it is now, without the fields they do not know, and the accepted config goes beside
         it where it differs; the format is the one that `config` needs."""
-        data = handler(self)
+        data: dict[str, Any] = handler(self)
         if self.config is not None:
             config = self.readable_config()
             data["config"] = config

@@ -23,7 +23,7 @@ _KEPT = frozenset("\n\t")
 # One hidden character as visible() writes it; a terminal control sequence (CSI, OSC) whole, its introducer
 # written so: `\x1b[0m` shows nothing on a terminal, so the text on either side of it reads as joined.
 _ESCAPE = (
-    r"(?:\\x1b\[[0-?]*[ -/]*[@-~]|\\x9b[0-?]*[ -/]*[@-~]|\\x1b\][^\\]*(?:\\x07|\\x1b\\\\)"
+    r"(?:\\x1b\[[0-?]*[ -/]*[@-~]|\\x9b[0-?]*[ -/]*[@-~]|\\x1b\][^\\\n]*(?:\\x07|\\x1b\\\\)"
     r"|\\x[0-9a-f]{2}|\\u[0-9a-f]{4}|\\U[0-9a-f]{8}|\\r)"
 )
 # Hugging Face user access tokens, even with hidden characters between their characters.
@@ -39,17 +39,23 @@ def add_secret(value: str | None) -> None:
             _secrets.add(value)
 
 
-# What may need an escape: anything but printable ASCII, line breaks and tabs (a non-ASCII character is looked at).
-_MAYBE_HIDDEN = re.compile(r"[^\n\t\x20-\x7e]+")
-
-
 def visible(text: str) -> str:
     """The text with every character a terminal would not display written as its escape."""
     if text.isprintable():  # the common case, fast: printable has no hidden character (nor \n, \t)
         return text
-    # Only the runs that may hide something are looked at character by character: a log of mostly ASCII lines
-    # is never taken apart into one string per character.
-    return _MAYBE_HIDDEN.sub(lambda run: "".join(_shown(c) for c in run.group()), text)
+    # A table for the Basic Multilingual Plane (str.translate, in C), the rare characters beyond it by a regex: a log
+    # of random bytes is never taken apart into one Python call per character.
+    text = text.translate(_hidden_in_bmp())
+    return _ASTRAL.sub(lambda run: "".join(_shown(c) for c in run.group()), text)
+
+
+_ASTRAL = re.compile("[\U00010000-\U0010ffff]+")
+
+
+@functools.cache
+def _hidden_in_bmp() -> dict[int, str]:
+    """Each hidden character of the Basic Multilingual Plane and its escape (built once, on the first hidden one)."""
+    return {code: _shown(chr(code)) for code in range(0x10000) if _shown(chr(code)) != chr(code)}
 
 
 def _shown(char: str) -> str:
@@ -90,19 +96,41 @@ def redact(text: str) -> str:
 
 
 LOG_CHUNK = 1 << 20  # a log is redacted in pieces of about this many characters, each ending at a line's end
+# What a credential's match may go on from across line breaks (CREDENTIAL_PATTERN's `\s*`): a piece never ends
+# after one (and the spaces after it), so each match lies within one piece. Nothing else the patterns match spans a
+# line break (an escape sequence's text is cut at one: _ESCAPE).
+_OPENING = re.compile(r"""(?i)(?:authorization['"]?(?:\s*[:=]\s*['"]?)?|bearer|basic)\Z""")
 
 
-def redact_log(text: str) -> str:
-    """A log redacted a piece at a time: the same result as redact() of the whole (no secret spans a line:
-    visible() keeps line breaks as they are), without its per-character work ever holding the whole log."""
+def redact_log(text: str, chunk: int = LOG_CHUNK) -> str:
+    """A log redacted a piece at a time: the same result as redact() of the whole (each piece ends at a line's end
+    that no match crosses: _piece_end), without its per-character work ever holding the whole log."""
     pieces = []
     start = 0
     while start < len(text):
-        end = text.find("\n", start + LOG_CHUNK)
-        end = len(text) if end < 0 else end + 1
+        end = _piece_end(text, start + chunk)
         pieces.append(redact(text[start:end]))
         start = end
     return "".join(pieces)
+
+
+def _piece_end(text: str, at: int) -> int:
+    """The first line end from `at` on where a piece may end (its whole text's end when there is none): the next
+    line starts with no space, and what comes before, blank lines and spaces aside, is no credential's opening."""
+    while True:
+        found = text.find("\n", at)
+        if found < 0:
+            return len(text)
+        end = found + 1
+        if end == len(text):
+            return end
+        if not text[end].isspace():
+            last = found
+            while last > 0 and text[last - 1].isspace():  # each run of spaces is passed over once: O(n) in all
+                last -= 1
+            if not _OPENING.search(text, max(0, last - 64), last):
+                return end
+        at = end
 
 
 def redact_json(value: J) -> J:
@@ -145,9 +173,7 @@ def redact_kept(text: str) -> str:
 def _named_redacted(value: Any) -> Any:
     if isinstance(value, dict):
         return {
-            k: REDACTED
-            if isinstance(k, str) and SECRET_NAME.search(k) and not isinstance(v, dict | list)
-            else _named_redacted(v)
+            k: REDACTED if isinstance(k, str) and SECRET_NAME.search(k) else _named_redacted(v)
             for k, v in value.items()
         }
     if isinstance(value, list):

@@ -107,12 +107,32 @@ def holding(folder: Path) -> list[int]:
     return [int(entry.name) for entry in _others() if _holds(entry, f"{folder}/")]
 
 
-def tagged_or_holding(tag: str, folder: Path, variable: str = TAG) -> list[int]:
+def tagged_or_holding(tag: str, folder: Path, sessions: set[int], variable: str = TAG) -> list[int]:
     """A session's processes, in one pass over /proc: those carrying its tag (variable=tag), and those holding a
-    file in its folder, which finds what the tag cannot: Ray's agents write their process title over their
-    environment, the tag included."""
+    file in its folder inside a process session (setsid) of one of them, which finds what the tag cannot: Ray's
+    agents write their process title over their environment, the tag included. A process that holds such a file in
+    a session of its own (a user's `tail -f` of a Ray log) is not the session's. `sessions`: the session ids seen,
+    kept across calls by the caller, since a process whose tagged leader was killed keeps its session id."""
     needle, prefix = f"{variable}={tag}".encode(), f"{folder}/"
-    return [int(entry.name) for entry in _others() if _carries(entry, needle) or _holds(entry, prefix)]
+    found, holders = [], []
+    for entry in _others():
+        if _carries(entry, needle):
+            found.append(int(entry.name))
+            if (session := _session_id(entry)) is not None:
+                sessions.add(session)
+        elif _holds(entry, prefix):
+            holders.append(entry)
+    return found + [int(entry.name) for entry in holders if _session_id(entry) in sessions]
+
+
+def _session_id(entry: Path) -> int | None:
+    """The process's session id (/proc/PID/stat's sixth field; its name, the second, may hold spaces)."""
+    try:
+        stat = (entry / "stat").read_text()
+    except OSError:
+        return None  # gone meanwhile
+    fields = stat[stat.rfind(")") + 2 :].split()
+    return int(fields[3]) if len(fields) > 3 else None
 
 
 def kill_all(find: Callable[[], Collection[int]], settle_s: float = 5.0) -> list[int]:

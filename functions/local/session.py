@@ -93,9 +93,13 @@ def read(workdir: Path) -> Session | None:
         return None
 
 
-def processes(session: Session) -> list[int]:
-    """The session's live processes: those carrying its tag or holding a file in its Ray temp dir."""
-    return emulators.tagged_or_holding(session.tag, Path(session.ray_tmp))
+def processes(session: Session, sessions: set[int] | None = None) -> list[int]:
+    """The session's live processes: those carrying its tag, and those holding a file in its Ray temp dir in a
+    process session of theirs (`sessions`: the ids seen so far; the head's, `ray start`'s, from the first)."""
+    seen = sessions if sessions is not None else set()
+    if session.head_pid is not None:
+        seen.add(session.head_pid)
+    return emulators.tagged_or_holding(session.tag, Path(session.ray_tmp), seen)
 
 
 def stop(workdir: Path) -> list[int]:
@@ -105,7 +109,8 @@ def stop(workdir: Path) -> list[int]:
     recorded = read(workdir)
     if recorded is None:
         return []
-    stopped = emulators.kill_all(lambda: processes(recorded))
+    sessions: set[int] = set()  # kept across kill_all's passes: an orphan keeps its session id
+    stopped = emulators.kill_all(lambda: processes(recorded, sessions))
     ray_tmp = Path(recorded.ray_tmp)
     if ray_tmp.parent == Path("/tmp") and ray_tmp.name.startswith(RAY_TMP_PREFIX):
         shutil.rmtree(ray_tmp, ignore_errors=True)

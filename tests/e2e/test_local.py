@@ -62,8 +62,12 @@ def reaped():
     yield
     while STARTED:
         mark, workdir = STARTED.pop()
-        folder = workdir.resolve()
-        emulators.kill_all(lambda mark=mark, folder=folder: emulators.tagged_or_holding(mark, folder, variable=MARK))
+        folder, sessions = workdir.resolve(), set()
+        emulators.kill_all(
+            lambda mark=mark, folder=folder, sessions=sessions: emulators.tagged_or_holding(
+                mark, folder, sessions, variable=MARK
+            )
+        )
 
 
 def start(workdir: Path, *args: str, home: Path) -> tuple[subprocess.Popen, str]:

@@ -11,6 +11,7 @@ import stat
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 import requests
@@ -65,6 +66,9 @@ def test_the_auth_token_is_private_and_kept(tmp_path):
     path = auth_token(tmp_path)
     assert stat.S_IMODE(path.stat().st_mode) == 0o600 and len(path.read_text()) == 64
     assert auth_token(tmp_path).read_text() == path.read_text()
+    path.chmod(0o644)  # as an earlier release, or a copy by hand, left it
+    assert auth_token(tmp_path).read_text() == path.read_text()
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
 
 
 def test_port_ranges_are_free_and_below_the_ephemeral_range():
@@ -108,18 +112,25 @@ def test_the_jobs_api_errors_mean_what_their_status_says(raised, expected):
     assert str(raised) in str(err.value)
 
 
-def tagged_tree(tag: str) -> subprocess.Popen:
-    """A process carrying the tag that forks a child of its own, as a raylet forks workers."""
-    child = "import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)']); time.sleep(600)"
+def tagged_tree(tag: str, holding: str) -> subprocess.Popen:
+    """`ray start` in a session of its own, carrying the tag: it forks a worker (which inherits the tag) and an agent
+    without the tag that writes a log in the session's Ray folder (a Ray agent, whose process title overwrote its
+    environment), both in its process session, as a raylet's children are."""
+    agent = f"import time; log = open({holding!r}, 'w'); time.sleep(600)"
+    child = (
+        "import os, subprocess, sys, time; subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)']); "
+        f"env = {{k: v for k, v in os.environ.items() if k != {emulators.TAG!r}}}; "
+        f"subprocess.Popen([sys.executable, '-c', {agent!r}], env=env); time.sleep(600)"
+    )
     return subprocess.Popen(
         [sys.executable, "-c", child], env={**os.environ, emulators.TAG: tag}, start_new_session=True
     )
 
 
-def untagged_holding(path: str) -> subprocess.Popen:
-    """A process without the tag, writing a log in the session's Ray folder: a Ray agent, whose process
-    title overwrote its environment."""
-    code = f"import time; log = open({path!r}, 'w'); time.sleep(600)"
+def bystander(path: str) -> subprocess.Popen:
+    """A process raytune did not start, holding a file in the session's Ray folder (a user's `tail -f` of a Ray log,
+    an editor), in a session of its own."""
+    code = f"import time; log = open({path!r}); time.sleep(600)"
     env = {k: v for k, v in os.environ.items() if k != emulators.TAG}
     return subprocess.Popen([sys.executable, "-c", code], env=env, start_new_session=True)
 
@@ -128,15 +139,18 @@ def test_what_a_killed_session_left_is_stopped_and_removed(tmp_path):
     tag = "killed-" + os.urandom(4).hex()
     ray_tmp = session.new_ray_tmp()
     recorded = session.Session(tag, ray_tmp)
-    parent = tagged_tree(tag)
-    agent = untagged_holding(f"{ray_tmp}/dashboard_agent.log")
+    parent = tagged_tree(tag, f"{ray_tmp}/dashboard_agent.log")
     emulators.wait_until(lambda: len(session.processes(recorded)) == 3, "the session's processes up", 30)
+    reader = bystander(f"{ray_tmp}/dashboard_agent.log")
+    emulators.wait_until(lambda: reader.pid in emulators.holding(Path(ray_tmp)), "the bystander reads", 30)
     session.write(tmp_path, recorded)
     stopped = session.stop(tmp_path)
     parent.wait(timeout=10)
-    agent.wait(timeout=10)
     emulators.wait_until(lambda: not session.processes(recorded), "nothing of the session left", 10)
     assert len(stopped) == 3 and not os.path.exists(ray_tmp) and session.read(tmp_path) is None
+    assert reader.poll() is None, "a process raytune did not start is never stopped"
+    reader.kill()
+    reader.wait()
     assert session.stop(tmp_path) == []  # nothing recorded: nothing to do
 
 

@@ -164,3 +164,43 @@ def test_a_kept_text_loses_every_value_named_as_a_secret():
     assert kept == {"a": {"x-api-key": "[REDACTED]", "Token": "[REDACTED]", "list": [{"password": "[REDACTED]"}]}}
     text = redact_kept('{"broken": 1, "raytune-operator-key": "abc\\"def", key=plain; other=fine')
     assert "abc" not in text and "def" not in text and "plain" not in text and "other=fine" in text
+    # A secret-named field is redacted whatever its value holds: a list or an object too (issue 63).
+    nested = json.loads(redact_kept(json.dumps({"operator_keys": ["k1", "k2"], "api_token": {"value": "t"}})))
+    assert nested == {"operator_keys": "[REDACTED]", "api_token": "[REDACTED]"}
+
+
+# What a log holds around a piece's end: credentials whose value is on the next line, tokens, spaces, blank lines.
+LOG_PARTS = st.lists(
+    st.sampled_from(
+        [
+            "Authorization:",
+            "authorization",
+            '"Authorization": "',
+            "=",
+            ": ",
+            "Bearer",
+            "bearer ",
+            "Basic",
+            "abcdefgh1234",
+            "ya29.a0AfH6SM",
+            "hf_TestTokenDoNotLeak0123456789abcdef",
+            "hf_ZZZZZZZZZZZZZZZZZZZZZZZZZZ",
+            " ",
+            "\t",
+            "\n",
+            "\n\n",
+            "\r\n",
+            "\x1b[0m",
+            "line of text",
+            "é",
+        ]
+    ),
+    max_size=40,
+).map("".join)
+
+
+@settings(max_examples=600)
+@given(text=LOG_PARTS, chunk=st.integers(1, 60))
+def test_a_log_redacted_in_pieces_is_the_whole_redacted_wherever_its_pieces_end(text, chunk):
+    secrets.add_secret("hf_TestTokenDoNotLeak0123456789abcdef")
+    assert secrets.redact_log(text, chunk) == redact(text)
