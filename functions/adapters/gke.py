@@ -245,7 +245,12 @@ class GkePlatform:
         return self._kube(cfg.cluster).job_log(cfg.cluster.namespace, job, limit)
 
     def disruptions(
-        self, cfg: RunConfig, run_id: str, since: dt.datetime | None, nodes: Mapping[str, str] | None = None
+        self,
+        cfg: RunConfig,
+        run_id: str,
+        since: dt.datetime | None,
+        nodes: Mapping[str, str] | None = None,
+        until: dt.datetime | None = None,
     ) -> list[str]:
         kube = self._kube(cfg.cluster)
         namespace = cfg.cluster.namespace
@@ -257,7 +262,7 @@ class GkePlatform:
         found = disruption.from_pods(pods, events, since)
         found += disruption.from_kuberay(kube.events(namespace, cfg.cluster.ray_cluster), group, since)
         recorded = dict(nodes or {})
-        return found + disruption.node_changes(recorded, {name: kube.node(name) for name in recorded})
+        return found + disruption.node_changes(recorded, {name: kube.node(name) for name in recorded}, until)
 
     def worker_nodes(self, cfg: RunConfig, run_id: str) -> dict[str, NodeSeen]:
         kube = self._kube(cfg.cluster)

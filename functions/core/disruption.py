@@ -42,7 +42,10 @@ DISRUPTION_REASONS = frozenset(
     }
 )
 POD_REASONS = frozenset({"Terminated", "NodeShutdown", "Shutdown", "Evicted", "NodeLost", "Preempting"})
-EVENT_REASONS = frozenset({"TaintManagerEviction", "NodeNotReady", "Preempted", "Preempting", "NodeShutdown"})
+# The kubelet's node-pressure eviction says "Evicted" on the pod (pkg/kubelet/eviction), which KubeRay then deletes.
+EVENT_REASONS = frozenset(
+    {"TaintManagerEviction", "NodeNotReady", "Preempted", "Preempting", "NodeShutdown", "Evicted"}
+)
 RAY_NODE_LOSS = re.compile(
     r"NodeDiedError|node (?:has )?died|its node (?:was|has been) (?:terminated|marked dead)|"
     r"marked (?:as )?dead|raylet (?:has )?died|node .{0,80}? (?:was )?(?:preempted|terminated unexpectedly)",
@@ -125,29 +128,21 @@ def identity(node: dict[str, Any]) -> str:
     return f"{uid}/{boot}"
 
 
-# A node GKE is about to take: the Spot/preemptible termination handler's taint, and the node being cordoned.
-LEAVING_TAINTS = frozenset({"cloud.google.com/impending-node-termination", "node.kubernetes.io/unschedulable"})
-
-
-def node_changes(recorded: dict[str, str], now: dict[str, dict[str, Any] | None]) -> list[str]:
+def node_changes(
+    recorded: dict[str, str], now: dict[str, dict[str, Any] | None], ended: dt.datetime | None = None
+) -> list[str]:
     """The run's nodes, each with the identity it had while the run ran there (`identity`; '' where it was never
-    read, as in records of older releases), against the same names read now (None: no such node): those gone,
-    made again, booted again, or no longer Ready lost what they ran."""
+    read, as in records of older releases), against the same names read now (None: no such node): those gone, made
+    again or booted again lost what they ran; one that stopped being Ready lost it only if that happened before the
+    job ended (`ended`: its end time; None: unknown, so any time before now). A cordon or a taint alone takes
+    nothing: the pods on the node run on (the pods' own conditions say when a drain evicted them: from_pods). A boot
+    id read as empty is unknown, never a new boot."""
     found = []
     for name, was in recorded.items():
         node = now.get(name)
         if node is None:
             what = "gone from the cluster (its VM was deleted or preempted)"
-        elif was and (is_ := identity(node)) != was:
-            uid, boot = was.split("/", 1)
-            new_uid, new_boot = is_.split("/", 1)
-            if uid and new_uid != uid:
-                what = "deleted and made again under its name since the run ran there (its VM was recreated)"
-            elif boot and new_boot != boot:
-                what = f"booted again since the run ran there (boot {boot[:8]} then {new_boot[:8] or '?'}: its VM was preempted or recreated)"
-            else:
-                continue
-        elif (why := _leaving(node)) is not None:
+        elif (why := _remade(was, identity(node)) or _not_ready(node, ended)) is not None:
             what = why
         else:
             continue
@@ -155,15 +150,30 @@ def node_changes(recorded: dict[str, str], now: dict[str, dict[str, Any] | None]
     return found
 
 
-def _leaving(node: dict[str, Any]) -> str | None:
-    """Why a node that still exists is not one a job can run on: not Ready (shutting down, lost), or tainted to go."""
+def _remade(was: str, now: str) -> str | None:
+    """How a node under the same name is another than the one recorded: another uid, or another boot (an empty
+    part on either side is unknown)."""
+    if not was or was == now:
+        return None
+    uid, boot = was.split("/", 1)
+    new_uid, new_boot = now.split("/", 1)
+    if uid and new_uid and new_uid != uid:
+        return "deleted and made again under its name since the run ran there (its VM was recreated)"
+    if boot and new_boot and new_boot != boot:
+        return f"booted again since the run ran there (boot {boot[:8]} then {new_boot[:8]}: its VM was preempted or recreated)"
+    return None
+
+
+def _not_ready(node: dict[str, Any], ended: dt.datetime | None) -> str | None:
+    """Why a node that still exists stopped running what it ran: its Ready condition turned False or Unknown (a
+    graceful shutdown, a kubelet that stopped posting) before the job ended."""
     for condition in (node.get("status") or {}).get("conditions") or []:
         if condition.get("type") == "Ready" and condition.get("status") != "True":
+            when = kubetime.parsed(condition.get("lastTransitionTime"))
+            if when is None or (ended is not None and when > ended):
+                return None  # not known to have happened before the job ended: its end was its own
             said = " ".join(str(condition.get(k) or "") for k in ("reason", "message")).strip()
-            return f"not Ready ({said or condition.get('status')})"
-    for taint in (node.get("spec") or {}).get("taints") or []:
-        if taint.get("key") in LEAVING_TAINTS and taint.get("effect") in ("NoSchedule", "NoExecute"):
-            return f"tainted {taint['key']} (GKE is taking it away)"
+            return f"not Ready ({said or condition.get('status')}) since {when:%Y-%m-%d %H:%M:%S}Z"
     return None
 
 

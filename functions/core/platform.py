@@ -95,12 +95,17 @@ class Platform(Protocol):
         """The job's status in RayJob terms (jobStatus, jobDeploymentStatus, reason, message, ...); None if gone."""
 
     def disruptions(
-        self, cfg: RunConfig, run_id: str, since: dt.datetime | None, nodes: Mapping[str, str] | None = None
+        self,
+        cfg: RunConfig,
+        run_id: str,
+        since: dt.datetime | None,
+        nodes: Mapping[str, str] | None = None,
+        until: dt.datetime | None = None,
     ) -> list[str]:
         """What took the run's worker nodes away since `since` (preemption, a node shut down or gone, an eviction),
         one line each naming the node and when, as Kubernetes (or the local cluster) says it; [] when nothing did.
         `nodes`: the ones the attempt was seen running on, each with its identity then (NodeSeen.identity): those
-        gone, made again, booted again or not Ready since are lost too."""
+        gone, made again or booted again since, or no longer Ready before the job ended (`until`), are lost too."""
 
     def job_log(self, cfg: RunConfig, job: str, limit: int | None = None) -> str:
         """The job's driver log so far ('' when there is none yet or any more); given `limit`, its last `limit`

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from functions.core import decide as decisions
-from functions.core import joblog, kuberay_lag
+from functions.core import joblog, kuberay_lag, kubetime
 from functions.core.config import RunConfig
 from functions.core.decide import Action, Facts, JobSeen, Move
 from functions.core.errors import ClusterGone, NotFound, PermanentError, TransientError, describe, is_transient
@@ -148,10 +148,11 @@ def lost(ctx: Context, cfg: RunConfig, record: RunRecord, job: dict[str, Any] | 
     if job is not None and job.get("jobStatus") != "FAILED" and job.get("jobDeploymentStatus") != "Failed":
         return ()
     identities = {name: seen.identity for name, seen in record.seen_nodes.items()}
+    ended = kubetime.parsed((job or {}).get("endTime"))  # a node that went after the job ended took nothing of it
     lines: list[str] = best_effort(
         record.run_id,
         "what happened to its nodes",
-        lambda: ctx.platform.disruptions(cfg, record.run_id, record.submitted_at, identities),
+        lambda: ctx.platform.disruptions(cfg, record.run_id, record.submitted_at, identities, ended),
         [],
     )
     return tuple(redact(line) for line in lines)

@@ -563,7 +563,12 @@ class LocalRay:
         raise AssertionError("the local platform has no KubeRay status to ask about (status_lag is never set)")
 
     def disruptions(
-        self, cfg: RunConfig, run_id: str, since: dt.datetime | None, nodes: Mapping[str, str] | None = None
+        self,
+        cfg: RunConfig,
+        run_id: str,
+        since: dt.datetime | None,
+        nodes: Mapping[str, str] | None = None,
+        until: dt.datetime | None = None,
     ) -> list[str]:
         """The run's worker nodes that exited without being asked to (a killed raylet, an OOM-killed node):
         the local stand-in for a preempted or vanished GKE node. Nodes this platform stops leave its list first."""

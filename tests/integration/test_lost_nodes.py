@@ -138,19 +138,21 @@ def test_a_preempted_run_finishes_in_its_second_attempt_as_its_own_rayjob(contro
 COLLECTIVE = "RuntimeError: NCCL communicator was aborted on rank 3: Some NCCL operations have failed or timed out"
 
 
-def spot_node(boot: str, ready: bool = True) -> dict:
-    condition = {"type": "Ready", "status": "True", "reason": "KubeletReady"}
+def spot_node(boot: str, ready: bool = True, since: str = "2026-12-01T00:00:00Z", taints: list | None = None) -> dict:
+    condition = {"type": "Ready", "status": "True", "reason": "KubeletReady", "lastTransitionTime": since}
     if not ready:
         condition = {
             "type": "Ready",
             "status": "False",
             "reason": "KubeletNotReady",
             "message": "node is shutting down",
+            "lastTransitionTime": since,
         }
     return {
         "apiVersion": "v1",
         "kind": "Node",
         "metadata": {"name": SPOT_NODE, "uid": "3f0c-node-uid", "labels": {"cloud.google.com/gke-spot": "true"}},
+        "spec": {"taints": taints or [], **({"unschedulable": True} if taints else {})},
         "status": {"nodeInfo": {"bootID": boot}, "conditions": [condition]},
     }
 
@@ -192,6 +194,38 @@ def test_a_preemption_on_a_used_raycluster_that_left_no_event_gives_the_run_its_
     h.clock.advance(61)
     tick(h)
     assert h.ctx.store.get(run_id).state == State.SUBMITTED and h.kube.get("rayjobs", f"{run_id}-2") is not None
+
+
+CORDONED = [{"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}]
+SPOT_NOTICE = [{"key": "cloud.google.com/impending-node-termination", "effect": "NoSchedule"}]
+
+
+@pytest.mark.parametrize("after", ["cordoned", "tainted for termination", "NotReady after the failure", "no boot id"])
+def test_a_python_error_whose_node_only_looks_lost_afterwards_ends_in_one_attempt(controller, bucket, after):
+    """The job failed with its own error, its pod intact; at the tick after, its node is cordoned, tainted
+    `impending-node-termination`, NotReady since after the job's end, or reads no boot id (issue 63): none of these
+    took what the run ran, and the run ends FAILED with the error, its attempts untouched."""
+    h = controller
+    run_id = launch(h, bucket, "own-error").run_id
+    h.kube.set_status("rayjobs", run_id, RUNNING)
+    used_raycluster(h, run_id)
+    tick(h)
+    assert h.ctx.store.get(run_id).node_ids == {SPOT_NODE: "3f0c-node-uid/boot-1"}
+    ended = h.clock().strftime("%Y-%m-%dT%H:%M:%SZ")
+    h.clock.advance(30)
+    later = h.clock().strftime("%Y-%m-%dT%H:%M:%SZ")
+    seen = {
+        "cordoned": spot_node("boot-1", taints=CORDONED),
+        "tainted for termination": spot_node("boot-1", taints=SPOT_NOTICE),
+        "NotReady after the failure": spot_node("boot-1", ready=False, since=later),
+        "no boot id": spot_node(""),
+    }[after]
+    h.kube.put("nodes", seen, "")
+    h.kube.set_status("rayjobs", run_id, {**FAILED, "message": "ValueError: no image in row 3", "endTime": ended})
+    tick(h)
+    failed = h.ctx.store.get(run_id)
+    assert failed.state == State.FAILED and failed.attempts == [], failed.reason
+    assert "no image in row 3" in failed.reason and "lost its nodes" not in failed.reason
 
 
 def test_a_training_failure_on_a_used_raycluster_still_ends_in_one_attempt(controller, bucket):

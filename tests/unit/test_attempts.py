@@ -208,26 +208,63 @@ def test_kuberay_deleting_a_failed_worker_of_the_group_is_a_lost_node():
     ]
 
 
-def node(uid: str = "u1", boot: str = "b1", ready: str = "True", taints: list | None = None, **ready_said) -> dict:
-    condition = {"type": "Ready", "status": ready, **ready_said}
+def node(
+    uid: str = "u1", boot: str = "b1", ready: str = "True", taints: list | None = None, at: str | None = None, **said
+) -> dict:
+    condition = {"type": "Ready", "status": ready, "lastTransitionTime": at or "2026-12-02T11:00:00Z", **said}
     return {
         "metadata": {"name": "n-1", "uid": uid},
-        "spec": {"taints": taints or []},
+        "spec": {"taints": taints or [], **({"unschedulable": True} if taints else {})},
         "status": {"nodeInfo": {"bootID": boot}, "conditions": [condition]},
     }
 
 
-def test_a_nodes_identity_outlives_its_name_gone_remade_rebooted_or_leaving_is_lost():
-    """A preempted Spot VM in a managed instance group comes back under its instance name: its Node is the same
-    name with another boot (or another uid where GKE deleted and made it again). Each is a lost node, as one
-    gone or no longer Ready is; the same node as recorded, or one recorded without an identity, is not."""
+ENDED = dt.datetime(2026, 12, 2, 11, 45, tzinfo=dt.UTC)  # the failed job's endTime
+CORDON = {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule", "timeAdded": "2026-12-02T11:40:00Z"}
+SPOT_NOTICE = {"key": "cloud.google.com/impending-node-termination", "effect": "NoSchedule"}
+
+
+# What takes a node from a run, what Kubernetes then shows of the node the run was seen on, and whether the job's
+# failure is a lost node (another attempt) or the run's own (node_changes; the pods' own conditions and Events are
+# from_pods', tested above, and Ray's word from_ray's).
+NODE_CAUSES = [
+    # Spot preemption: GKE's termination notice starts the kubelet's graceful shutdown, the node turns NotReady
+    (
+        "Spot preemption, the node still listed",
+        node(ready="False", reason="KubeletNotReady", message="node is shutting down", at="2026-12-02T11:44:30Z"),
+        True,
+    ),
+    ("Spot preemption, the node deleted since", None, True),
+    ("a managed instance group recreating the VM under its name", node(uid="u2", boot="b9"), True),
+    ("the same VM booted again (a preempted Spot VM restarted)", node(boot="b2"), True),
+    ("node auto-repair: a kubelet that stopped posting", node(ready="Unknown", at="2026-12-02T11:44:00Z"), True),
+    ("a GKE upgrade's drain, then the node made again", node(uid="u3", boot="b3"), True),
+    ("a cordon alone (an upgrade's first step; the pods run on)", node(taints=[CORDON]), False),
+    ("a Spot termination notice's taint with the pods intact", node(taints=[SPOT_NOTICE]), False),
+    (
+        "NotReady only after the job had failed",
+        node(ready="False", reason="KubeletNotReady", at="2026-12-02T11:50:00Z"),
+        False,
+    ),
+    ("a kubelet that reports no boot id (unknown, not a new boot)", node(boot=""), False),
+    ("the same node as recorded", node(), False),
+]
+
+
+@pytest.mark.parametrize(("cause", "now", "lost"), NODE_CAUSES, ids=[c[0] for c in NODE_CAUSES])
+def test_a_node_lost_what_the_run_ran_only_when_its_loss_came_before_the_jobs_end(cause, now, lost):
+    """A job that failed with its own error keeps its verdict whatever happens to its node afterwards (issue 63):
+    a cordon, a taint or a NotReady after the job's end take nothing; a node gone, made again, booted again or not
+    Ready before the job ended lost what it ran."""
     was = disruption.identity(node())
     assert was == "u1/b1"
+    assert bool(disruption.node_changes({"n-1": was}, {"n-1": now}, ENDED)) == lost, cause
 
-    def changes(now: dict | None, recorded: str = was) -> list[str]:
-        return disruption.node_changes({"n-1": recorded}, {"n-1": now})
 
-    assert changes(node()) == []
+def test_what_a_lost_node_says():
+    def changes(now: dict | None, recorded: str = "u1/b1") -> list[str]:
+        return disruption.node_changes({"n-1": recorded}, {"n-1": now}, ENDED)
+
     assert changes(None) == ["node n-1: gone from the cluster (its VM was deleted or preempted)"]
     assert changes(node(uid="u2", boot="b9")) == [
         "node n-1: deleted and made again under its name since the run ran there (its VM was recreated)"
@@ -236,14 +273,47 @@ def test_a_nodes_identity_outlives_its_name_gone_remade_rebooted_or_leaving_is_l
         "node n-1: booted again since the run ran there (boot b1 then b2: its VM was preempted or recreated)"
     ]
     shutting = node(ready="False", reason="KubeletNotReady", message="node is shutting down")
-    assert changes(shutting) == ["node n-1: not Ready (KubeletNotReady node is shutting down)"]
-    assert changes(node(ready="Unknown")) == ["node n-1: not Ready (Unknown)"]
-    spot = [{"key": "cloud.google.com/impending-node-termination", "effect": "NoSchedule"}]
-    assert changes(node(taints=spot)) == [
-        "node n-1: tainted cloud.google.com/impending-node-termination (GKE is taking it away)"
+    assert changes(shutting) == [
+        "node n-1: not Ready (KubeletNotReady node is shutting down) since 2026-12-02 11:00:00Z"
     ]
     assert changes(node(uid="u2", boot="b2"), recorded="") == []  # an older release's record: no identity to compare
     assert changes(node(boot=""), recorded="u1/") == []  # a kubelet that reports no boot: only the uid tells
+    # Without the job's end time, a node not Ready when the failure is read lost what it ran (as before)
+    assert disruption.node_changes({"n-1": "u1/b1"}, {"n-1": shutting}) != []
+
+
+def test_pod_level_disruptions_where_the_node_stays_are_lost_nodes_from_their_events():
+    """Where the node stays and KubeRay deletes the disrupted pod at once (its DisruptionTarget condition with it),
+    the Event Kubernetes recorded on the pod still says so: the scheduler's preemption, the kubelet's node-pressure
+    eviction, a taint manager's eviction. An API eviction (a drain) leaves its condition on the pod while it stands."""
+
+    def pod_event(reason: str, message: str) -> dict:
+        return {
+            "involvedObject": {"kind": "Pod", "name": "c-run-x-worker-a"},
+            "reason": reason,
+            "message": message,
+            "lastTimestamp": "2026-12-02T11:31:00Z",
+        }
+
+    for reason, message in [
+        ("Preempted", "Preempted by pod 5f3c on node n-1"),
+        ("Evicted", "The node was low on resource: memory."),
+        ("TaintManagerEviction", "Marking for deletion Pod default/c-run-x-worker-a"),
+    ]:
+        assert disruption.from_pods([], [pod_event(reason, message)], SINCE), reason
+    drained = pod(
+        "c-run-x-worker-a",
+        [
+            {
+                "type": "DisruptionTarget",
+                "status": "True",
+                "reason": "EvictionByEvictionAPI",
+                "lastTransitionTime": "2026-12-02T11:30:00Z",
+            }
+        ],
+    )
+    assert disruption.from_pods([drained], [], SINCE)
+    assert disruption.from_pods([], [pod_event("Killing", "Stopping container ray-worker")], SINCE) == []
 
 
 @pytest.mark.parametrize(
