@@ -76,8 +76,20 @@ from tests.fakes.pubsub import PubSub
 from tests.harness import build_controller
 
 args = json.loads(sys.argv[1])
-kubes = {region: Kube(api_client(url), timeout_s=(1.0, 2.0)) for region, url in args["kubes"].items()}
-h = build_controller(args["bucket"], PubSub(), lambda cluster: kubes[cluster.location], **args["settings"])
+
+
+def kube(server):
+    token = server.get("token")
+    return Kube(api_client(server["url"], token=token and (lambda: token), ca_file=server.get("ca")), timeout_s=(2.0, 10.0))
+
+
+kubes = {region: kube(server) for region, server in args["kubes"].items()}
+settings = dict(args["settings"])
+if "policy" in settings:  # the release's own Policy, from the fields it knows
+    from functions.core.policy import Policy
+
+    settings["policy"] = Policy(**settings["policy"])
+h = build_controller(args["bucket"], PubSub(), lambda cluster: kubes[cluster.location], **settings)
 for region in args["kubes"]:
     path = f"projects/{args['project']}/locations/{region}/clusters/raytune"
     if path not in h.gke.clusters:
@@ -113,12 +125,14 @@ def serve(
     *,
     bucket: str,
     project: str,
-    kubes: dict[str, str],
+    kubes: dict[str, dict[str, str]],
     settings: dict[str, Any],
     now: Any,
     log: Path,
 ) -> Iterator[Served]:
-    """The release whose tree is `root`, serving until the block ends."""
+    """The release whose tree is `root`, serving until the block ends. `kubes`: each region's API server (its
+    "url", and for a real one its bearer "token" and "ca" file); `settings`: its Settings' fields (a "policy" as
+    its Policy's fields)."""
     clock_file = log.with_suffix(".clock")
     clock_file.write_text(now.isoformat())
     args = {

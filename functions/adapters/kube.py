@@ -47,6 +47,7 @@ class RayClusterSeen:
     owner: str | None = None  # the deployment label's value (manifests.OWNER_LABEL), None when unlabelled
     base: str | None = None  # its manifests.BASE_ANNOTATION: what it was last applied with, groups left out
     stamped: bool = False  # it carries the allocation stamp (what the controller's writes are conditional on)
+    ready: bool = True  # KubeRay's status says `ready` (never taken back once written)
 
     @classmethod
     def of(cls, found: dict[str, Any]) -> RayClusterSeen:
@@ -62,6 +63,7 @@ class RayClusterSeen:
             labels.get(OWNER_LABEL),
             annotations.get(BASE_ANNOTATION),
             STAMP in annotations,
+            (found.get("status") or {}).get("state") == "ready",
         )
 
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel, Field
 
+from functions.core import kuberay_lag
 from functions.core.config import ClusterSpec
 from functions.core.platform import Workers
 from functions.core.release import Stamped
@@ -206,6 +207,12 @@ def sizing(
             target[group] = 0
     if own:
         target[own] = wanted[own]
+    if not seen.ready:
+        # A RayCluster KubeRay has never called ready holds every job on it: a group whose wait for capacity keeps it
+        # so while another run's group is ready stays at zero until it is (kuberay_lag.held), then is sized.
+        for group in kuberay_lag.held(wanted, seen.head_ready, dict(seen.pods_ready)):
+            if group in target:
+                target[group] = 0
     if adoptable(seen, foreign):
         return target  # written, and so labelled, while everything in it is accounted for
     if target == seen.groups and (seen.stamp == alloc.version or not seen.labelled):

@@ -71,3 +71,39 @@ def _ready_since(pod: dict[str, Any]) -> dt.datetime | None:
     if ready is None or ready.get("status") != "True":
         return None
     return kubetime.parsed(ready.get("lastTransitionTime"))
+
+
+# KubeRay's labels on a RayCluster's pods (ray-operator/controllers/ray/utils/constant.go).
+NODE_TYPE_LABEL = "ray.io/node-type"
+GROUP_LABEL = "ray.io/group"
+
+
+def pods_ready(pods: list[dict[str, Any]]) -> tuple[bool, dict[str, int]]:
+    """Of a RayCluster's pods: whether its head is ready, and how many of each worker group's pods are."""
+    head = [pod for pod in pods if labels_of(pod).get(NODE_TYPE_LABEL) == "head"]
+    ready: dict[str, int] = {}
+    for pod in pods:
+        group = labels_of(pod).get(GROUP_LABEL)
+        if group and labels_of(pod).get(NODE_TYPE_LABEL) != "head" and _ready_since(pod) is not None:
+            ready[group] = ready.get(group, 0) + 1
+    return bool(head) and all(_ready_since(pod) is not None for pod in head), ready
+
+
+def held(wanted: dict[str, int], head_ready: bool, ready: dict[str, int]) -> frozenset[str]:
+    """Of a RayCluster KubeRay has never called ready, the worker groups (`wanted`: the allocation's, name -> nodes)
+    to hold at zero: those whose pods are not all ready while another run's group is. KubeRay 1.5.2 calls a
+    RayCluster `ready` only when every pod of every group in its spec runs (raycluster_controller.go,
+    calculateStatus) and submits a clusterSelector RayJob only to a ready one, so on a new RayCluster one run's wait
+    for capacity would hold every other run's job. Held at zero (its pods were waiting anyway), KubeRay calls the
+    RayCluster ready, which it never takes back, and the group is sized again. Nothing is held while the head is
+    not ready, or while no other group is."""
+    if not head_ready:
+        return frozenset()
+    asked = {group: nodes for group, nodes in wanted.items() if nodes > 0}
+    done = {group for group, nodes in asked.items() if ready.get(group, 0) >= nodes}
+    waiting = set(asked) - done
+    return frozenset(waiting) if done and waiting else frozenset()
+
+
+def labels_of(pod: dict[str, Any]) -> dict[str, str]:
+    return (pod.get("metadata") or {}).get("labels") or {}

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from functions.core.kuberay_lag import GROUP_LABEL, NODE_TYPE_LABEL, labels_of
+
 LIMIT = 300
 PULL = frozenset({"ImagePullBackOff", "ErrImagePull", "InvalidImageName"})
 BROKEN = frozenset({"CrashLoopBackOff", "CreateContainerConfigError", "CreateContainerError", "RunContainerError"})
@@ -61,23 +63,14 @@ def explain(pods: list[dict[str, Any]], events: dict[str, list[dict[str, Any]]])
     return text if len(text) <= LIMIT else text[: LIMIT - 3] + "..."
 
 
-# The labels KubeRay puts on a RayCluster's pods (ray-operator/controllers/ray/utils/constant.go).
-NODE_TYPE_LABEL = "ray.io/node-type"
-GROUP_LABEL = "ray.io/group"
-
-
 def own_pods(pods: list[dict[str, Any]], group: str) -> list[dict[str, Any]]:
     """The pods a run's job waits on: the RayCluster's head and the run's own worker group (other runs' groups
     share the RayCluster, and their waits are theirs)."""
     return [
-        pod for pod in pods if _labels(pod).get(NODE_TYPE_LABEL) == "head" or _labels(pod).get(GROUP_LABEL) == group
+        pod for pod in pods if labels_of(pod).get(NODE_TYPE_LABEL) == "head" or labels_of(pod).get(GROUP_LABEL) == group
     ]
 
 
 def bound(pods: list[dict[str, Any]], group: str) -> bool:
     """Whether a worker pod of the run's group is bound to a node (its capacity came; it may still be starting)."""
-    return any(_labels(pod).get(GROUP_LABEL) == group and (pod.get("spec") or {}).get("nodeName") for pod in pods)
-
-
-def _labels(pod: dict[str, Any]) -> dict[str, str]:
-    return (pod.get("metadata") or {}).get("labels") or {}
+    return any(labels_of(pod).get(GROUP_LABEL) == group and (pod.get("spec") or {}).get("nodeName") for pod in pods)

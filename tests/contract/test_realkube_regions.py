@@ -6,59 +6,12 @@ waiting there and a run already running in europe-west4 keep theirs."""
 
 from __future__ import annotations
 
-import uuid
-
-import pytest
-
-from functions.core.policy import Policy
+from functions.core.allocation import group_name
 from functions.core.runs import State
+from tests.contract.conftest import FIRST, SECOND
 from tests.contract.test_realkube import Real, eventually, running_workers
-from tests.harness import PROJECT
-from tests.realkube.control_plane import ControlPlane, binaries
 
-FIRST, SECOND = "us-central1", "europe-west4"
 WAIT_S = 30  # deadlines.region_seconds here: the controller's clock is advanced past it, nothing sleeps
-ACCELERATOR = "cloud.google.com/gke-accelerator"
-
-
-@pytest.fixture(scope="module")
-def starved_plane():
-    """A second control plane (kube-apiserver, etcd, controller-manager, KubeRay) whose fake Autopilot makes no GPU
-    node: the region without capacity. About 15 s to start; stopped with the module."""
-    found = binaries()
-    if found is None:
-        pytest.skip("the real Kubernetes tier needs RAYTUNE_REALKUBE (see tests/contract/conftest.py)")
-    plane = ControlPlane(found).start(kubelet_args=("--no-capacity-for", ACCELERATOR))
-    try:
-        yield plane
-    finally:
-        plane.stop()
-
-
-@pytest.fixture
-def regions(control_plane, starved_plane, bucket, pubsub):
-    """The controller over HTTP with each region's cluster on its own control plane: {region: Real}."""
-    from functions.handlers import context
-    from tests.harness import build_controller, serve_functions
-
-    planes = {FIRST: starved_plane, SECOND: control_plane}
-    namespace = f"rk-{uuid.uuid4().hex[:8]}"
-    for plane in planes.values():
-        plane.kubectl("create", "namespace", namespace)
-    harness = build_controller(
-        bucket,
-        pubsub,
-        lambda cluster: planes[cluster.location].kube(),
-        policy=Policy(namespaces=("rk-*",), regions=(FIRST, SECOND)),
-    )
-    harness.gke.add_running(f"projects/{PROJECT}/locations/{SECOND}/clusters/raytune")
-    try:
-        with serve_functions() as urls:
-            yield {region: Real(plane, harness, urls, bucket, namespace) for region, plane in planes.items()}
-    finally:
-        context.use(None)
-        for plane in planes.values():
-            plane.kubectl("delete", "namespace", namespace, "--wait=false")
 
 
 def groups(real: Real) -> dict[str, int]:
@@ -127,3 +80,54 @@ def test_a_run_without_capacity_moves_and_nothing_of_another_run_is_touched(regi
     first.tick({"kind": "cancel", "run_id": waiting})
     assert first.state(waiting) == State.CANCELLED
     eventually(lambda: first.rayjobs() == [], "the waiting run's RayJob stopped", 60)
+
+
+def test_on_a_new_raycluster_one_runs_wait_for_capacity_never_holds_anothers_start(regions):
+    """KubeRay submits a clusterSelector RayJob only once its RayCluster has been `ready`, and a new RayCluster is
+    ready only when every group's pods run: the first run waits for GPU capacity that is not there, the second's
+    (CPU) node comes. The watcher holds the waiting group at zero until KubeRay calls the RayCluster ready, then sizes
+    it again: the second run starts and succeeds, the first waits on, each run's reason naming its own pods only."""
+    first = regions[FIRST]
+    waits = first.launch("waits", first.config("waits", scaling={"nodes": 1, "gpus_per_node": 8}))
+    has = first.launch("has-its-node", first.config("has-its-node", scaling={"nodes": 1, "gpus_per_node": 0}))
+    eventually(
+        lambda: any(p.status.phase == "Running" for p in first.pods(f"ray.io/group={group_name(has)}")),
+        "the second run's worker running",
+        90,
+    )
+    first.end_job(has, "RUNNING")  # submitted: KubeRay's submitter reached the head (the watcher ticks meanwhile)
+    assert first.until_state(has, State.RUNNING) == State.RUNNING
+    first.succeed([has])
+    eventually(lambda: groups(first).get(group_name(waits)) == 1, "the waiting run's group sized again", 60)
+    assert first.raycluster()["status"]["state"] == "ready"
+    first.tick()
+    waiting = first.h.ctx.store.get(waits)
+    assert waiting.state == State.SUBMITTED
+    assert group_name(has) not in (waiting.reason or ""), waiting.reason
+
+
+def test_a_run_that_moves_into_a_region_refusing_it_releases_the_region_it_left(regions):
+    """The next region has no namespace for the run (its API answers 404): the run moves and fails in the same
+    tick, and the region it left keeps no worker group, allocation hold or RayJob for it."""
+    first, second = regions[FIRST], regions[SECOND]
+    second.plane.kubectl("delete", "namespace", second.namespace, "--wait=true")
+    moving = first.launch(
+        "refused",
+        first.config(
+            "refused",
+            scaling={"nodes": 1, "gpus_per_node": 8},
+            cluster={"region": FIRST, "fallback_regions": [SECOND]},
+            deadlines={"region_seconds": WAIT_S},
+        ),
+    )
+    assert first.state(moving) == State.SUBMITTED and groups(first) == {group_name(moving): 1}
+    first.h.clock.advance(WAIT_S + 1)
+    first.tick()
+    record = first.h.ctx.store.get(moving)
+    assert record.state == State.FAILED and record.region == SECOND, record.reason
+    assert "not found" in record.reason, record.reason
+    eventually(lambda: first.rayjobs() == [], "its RayJob gone from the region it left", 60)
+    eventually(lambda: not any(groups(first).values()), "its group in the region it left at zero", 60)
+    held = [a for a in first.h.ctx.allocations.all() if a.cluster.region == FIRST]
+    assert all(moving not in a.holders for a in held)
+    second.plane.kubectl("create", "namespace", second.namespace)  # for the fixture's clean-up

@@ -75,7 +75,7 @@ def both(regional, previous, bucket, tmp_path):
             tree,
             bucket=bucket,
             project=PROJECT,
-            kubes={region: kube.url for region, kube in h.kubes.items()},
+            kubes={region: {"url": kube.url} for region, kube in h.kubes.items()},
             settings={"events_topic": h.ctx.settings.events_topic},
             now=h.clock(),
             log=tmp_path / f"release-{version}.log",

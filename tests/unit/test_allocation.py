@@ -253,3 +253,20 @@ def test_a_pre_label_raycluster_is_adopted_while_its_groups_are_accounted_for():
 
 def allocation_foreign(alloc: Allocation, seen: Workers, launching: str | None, recorded: set[str]) -> dict[str, int]:
     return foreign(alloc, seen, launching, recorded.__contains__)
+
+
+def test_a_new_rayclusters_waiting_group_is_held_at_zero_until_kuberay_calls_it_ready():
+    """On a RayCluster KubeRay has never called ready, the group of a run that waits for capacity while another
+    run's group is ready is written at zero (its pods were waiting anyway), and stays there until KubeRay says
+    ready, which it never takes back: then it is sized again (issue 63)."""
+    alloc = Allocation(cluster=SPEC, holders={"a": 2, "b": 1}, version=3)
+    a, b = group_name("a"), group_name("b")
+    blocked = Workers({a: 2, b: 1}, 3, handle=None, ready=False, head_ready=True, pods_ready={b: 1})
+    assert sizing(alloc, blocked, None) == {a: 0, b: 1}
+    held = Workers({a: 0, b: 1}, 3, handle=None, ready=False, head_ready=True, pods_ready={b: 1})
+    assert sizing(alloc, held, None) is None  # KubeRay has not written `ready` yet
+    assert sizing(alloc, held, "a") is None  # a redelivered launch of a does not undo it
+    ready = Workers({a: 0, b: 1}, 3, handle=None, ready=True)
+    assert sizing(alloc, ready, None) == {a: 2, b: 1}
+    unread = Workers({a: 0, b: 1}, 3, handle=None, ready=False)  # no pods read: nothing to judge, nothing held
+    assert sizing(alloc, unread, None) == {a: 2, b: 1}

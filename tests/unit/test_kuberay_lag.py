@@ -83,3 +83,38 @@ def test_the_request_is_an_annotation_with_the_time(annotated):
         assert patched["metadata"]["annotations"]["raytune.dev/allocation"] == "7"
     # what it wrote is what the next look reads: no second request within the minute
     assert kuberay_lag.lag(patched, [pod(200)], NOW + dt.timedelta(seconds=30)) is None
+
+
+def labelled(ready_ago: float | None, node_type: str, group: str, phase: str = "Running") -> dict:
+    found = pod(ready_ago, phase)
+    found["metadata"]["labels"] = {"ray.io/node-type": node_type, "ray.io/group": group}
+    return found
+
+
+HEAD = labelled(300, "head", "headgroup")
+A_WAITS = labelled(None, "worker", "run-a", phase="Pending")  # no capacity for run a's nodes
+B_READY = labelled(60, "worker", "run-b")
+BOTH = {"run-a": 1, "run-b": 1}
+
+
+@pytest.mark.parametrize(
+    ("case", "wanted", "pods", "held"),
+    [
+        ("a's group waits, b's is ready: a is held", BOTH, [HEAD, A_WAITS, B_READY], {"run-a"}),
+        ("a held already: its pods gone, it stays held", BOTH, [HEAD, B_READY], {"run-a"}),
+        ("nothing ready to let through", BOTH, [HEAD, A_WAITS], set()),
+        ("the head not ready: nothing would be ready", BOTH, [labelled(None, "head", "h"), A_WAITS, B_READY], set()),
+        ("no pods read (a RayCluster that is ready)", BOTH, [], set()),
+        ("one group, waiting: no other run waits on it", {"run-a": 1}, [HEAD, A_WAITS], set()),
+        ("every group ready (the status lags: kuberay_lag.lag)", {"run-b": 1}, [HEAD, B_READY], set()),
+        (
+            "b wants two nodes and has one ready: nothing done",
+            {"run-a": 1, "run-b": 2},
+            [HEAD, A_WAITS, B_READY],
+            set(),
+        ),
+    ],
+)
+def test_a_group_waiting_for_capacity_on_a_new_raycluster_is_held_while_another_is_ready(case, wanted, pods, held):
+    head_ready, ready = kuberay_lag.pods_ready(pods)
+    assert kuberay_lag.held(wanted, head_ready, ready) == held, case
