@@ -726,6 +726,22 @@ def test_a_training_failure_on_the_real_operator_ends_in_one_attempt(real):
     fails_in_training_in_one_attempt(real, "bad-data")
 
 
+def test_a_training_failure_whose_node_is_then_cordoned_and_tainted_ends_in_one_attempt(real):
+    """The job failed with its own error, its worker pod intact; by the tick that reads the failure its node is
+    cordoned and carries GKE's impending-termination taint (an upgrade's first step, a Spot notice after the fact).
+    Neither took what the run ran: FAILED in one attempt, the error its reason (issue 63)."""
+    run_id = running_run(real, "own-error-cordoned")
+    eventually(lambda: real.h.ctx.store.get(run_id).node_ids, "the run's node and its identity recorded", 30)
+    [pod] = real.pods("ray.io/node-type=worker")
+    taint = {"key": "cloud.google.com/impending-node-termination", "effect": "NoSchedule"}
+    real.core.patch_node(pod.spec.node_name, {"spec": {"unschedulable": True, "taints": [taint]}})
+    real.end_job(run_id, "FAILED", "ValueError: no image in row 3 of the dataset")
+    assert real.until_state(run_id, State.FAILED, State.QUEUED) == State.FAILED, real.h.ctx.store.get(run_id).reason
+    record = real.h.ctx.store.get(run_id)
+    assert record.attempts == [] and "no image in row 3" in record.reason and "lost its nodes" not in record.reason
+    assert real.core.read_node(pod.spec.node_name).spec.unschedulable  # the premise held while it was read
+
+
 # -- many launches onto one RayCluster (issue 38) --------------------------------------------------------------
 
 
