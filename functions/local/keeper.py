@@ -2,7 +2,9 @@
 (session.keep_warm), it stops the session's processes once the head has been idle until the session's warm_until,
 and never while a run holds the workdir (a run that attaches marks the session in use; its clean end sets a new
 time, which the keeper then waits for). It ends when the session is stopped or replaced (`raytune local --stop`, or
-a run that found the head gone), and stops the session itself when a run that took it died.
+a run that found the head gone), and stops the session itself when a run that took it died. What it keeps it stops
+whatever becomes of the workdir: a workdir deleted under a warm head (its session file gone with it) leaves no
+process behind, since the keeper remembers the session it was started for and stops its processes by their tag.
 
     python -m functions.local.keeper WORKDIR TAG
 """
@@ -14,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-from functions.local import session
+from functions.local import emulators, session
 from functions.local.workdirs import held_if_free, holder
 
 POLL_S = 2.0
@@ -22,12 +24,18 @@ log = logging.getLogger(__name__)
 
 
 def keep(workdir: Path, tag: str) -> None:
-    logging.basicConfig(filename=workdir / "logs" / "keeper.log", level=logging.INFO, format="%(asctime)s %(message)s")
+    kept = session.read(workdir)  # what it keeps, remembered: the workdir may be deleted under it
+    if kept is None or kept.tag != tag:
+        kept = session.Session(tag, ray_tmp="")
+    _log_to(workdir)
     while True:
         try:
             current = session.read(workdir)
             if current is None or current.tag != tag:
-                return  # stopped, or another session's now
+                # stopped (nothing of it is left: this finds nothing), replaced by a session of its own, or its
+                # workdir deleted under a warm head: whatever still carries its tag goes now
+                _stop_what_is_left(kept)
+                return
             idle = current.warm_until is not None and current.warm_until <= time.time()
             abandoned = current.warm_until is None and holder(workdir) is None  # its run died holding it
             if (idle or abandoned) and _stopped(workdir, tag):
@@ -36,6 +44,24 @@ def keep(workdir: Path, tag: str) -> None:
         except Exception:  # a keeper that gave up would leave the head up for good: it tries again
             log.exception("keeping the session %s", tag)
         time.sleep(POLL_S)
+
+
+def _log_to(workdir: Path) -> None:
+    try:
+        logging.basicConfig(
+            filename=workdir / "logs" / "keeper.log", level=logging.INFO, format="%(asctime)s %(message)s"
+        )
+    except OSError:
+        pass  # its workdir is gone already: there is nothing to log to, and its processes still go
+
+
+def _stop_what_is_left(kept: session.Session) -> None:
+    if not kept.ray_tmp:  # not known: only what carries the tag (never "whatever holds a file under /")
+        stopped = emulators.kill_all(lambda: emulators.tagged(kept.tag))
+    else:
+        stopped = session.stop_processes(kept)
+    if stopped:
+        log.info("stopped the session %s (its workdir's session file is gone): pids %s", kept.tag, stopped)
 
 
 def _stopped(workdir: Path, tag: str) -> bool:

@@ -109,10 +109,17 @@ def stop(workdir: Path) -> list[int]:
     recorded = read(workdir)
     if recorded is None:
         return []
+    stopped = stop_processes(recorded)
+    _path(workdir).unlink(missing_ok=True)
+    return stopped
+
+
+def stop_processes(recorded: Session) -> list[int]:
+    """Stop the session's processes and remove its Ray temp dir, whatever became of its workdir (the keeper of a
+    warm head whose workdir was deleted stops what it kept this way). Returns the pids it stopped."""
     sessions: set[int] = set()  # kept across kill_all's passes: an orphan keeps its session id
     stopped = emulators.kill_all(lambda: processes(recorded, sessions))
     ray_tmp = Path(recorded.ray_tmp)
     if ray_tmp.parent == Path("/tmp") and ray_tmp.name.startswith(RAY_TMP_PREFIX):
         shutil.rmtree(ray_tmp, ignore_errors=True)
-    _path(workdir).unlink(missing_ok=True)
     return stopped

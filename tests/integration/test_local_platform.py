@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import stat
 import subprocess
@@ -310,3 +311,27 @@ def test_each_worker_group_is_one_ray_node_with_its_nodes_resources_and_is_relea
         assert platform.workers(two.cluster).drained == frozenset({a})
     finally:
         platform.shutdown()
+
+
+def test_a_warm_heads_keeper_stops_it_when_its_workdir_is_deleted(tmp_path):
+    """A user tries the quickstart and removes the folder: the keeper of the head left warm finds no session file and
+    stops the processes it keeps by their tag (issue 68), instead of taking the missing file for "stopped"."""
+    tag = "warm-" + os.urandom(4).hex()
+    ray_tmp = session.new_ray_tmp()
+    workdir = tmp_path / "clone" / ".raytune" / "local"
+    parent = tagged_tree(tag, f"{ray_tmp}/dashboard_agent.log")
+    emulators.wait_until(lambda: len(session.processes(session.Session(tag, ray_tmp))) == 3, "the head up", 30)
+    session.write(workdir, session.Session(tag, ray_tmp, head_pid=parent.pid, warm_until=time.time() + 600))
+    env = {k: v for k, v in os.environ.items() if k != emulators.TAG}
+    keeper = subprocess.Popen(
+        [sys.executable, "-m", "functions.local.keeper", str(workdir), tag],
+        env={**env, session.KEEPER: tag},
+        cwd=session.ROOT,
+    )
+    time.sleep(1)
+    assert keeper.poll() is None, "it keeps the warm head"
+    shutil.rmtree(tmp_path / "clone")
+    assert keeper.wait(timeout=30) == 0
+    parent.wait(timeout=10)
+    emulators.wait_until(lambda: not emulators.tagged(tag), "nothing of the session left", 10)
+    assert not os.path.exists(ray_tmp)
