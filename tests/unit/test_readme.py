@@ -3,6 +3,7 @@ that exists (an anchor to a heading that exists). The config reference is the ge
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -54,3 +55,28 @@ def test_the_config_fields_are_documented_once_in_the_generated_reference():
             continue
         rows = re.findall(r"^\| `(model|dataset|training|scaling|cluster|deadlines)` \|", page.read_text(), re.M)
         assert not rows, f"{page.name} tabulates config sections: {rows}"
+
+
+CONSOLE = re.compile(r"^```console\n(.*?)^```", flags=re.M | re.S)
+
+
+@pytest.mark.parametrize("page", [ROOT / "README.md", ROOT / "docs" / "local.md"], ids=lambda p: p.name)
+def test_the_validate_examples_run_as_written(page, capsys):
+    """Each `raytune validate` shown in a console block prints what the page shows (its first lines)."""
+    from functions.cli import main
+
+    shown = [block for block in CONSOLE.findall(page.read_text()) if "raytune validate" in block]
+    assert shown, page
+    for block in shown:
+        for command, said in re.findall(r"^\$ \.venv/bin/raytune (validate \S+)\n((?:(?!\$ ).*\n)*)", block, re.M):
+            cwd = os.getcwd()
+            os.chdir(ROOT)
+            try:
+                code = main(command.split())
+            finally:
+                os.chdir(cwd)
+            out = capsys.readouterr()
+            printed = (out.out + out.err).splitlines()
+            expected = said.splitlines()
+            assert printed[: len(expected)] == expected, (command, printed)
+            assert code == (2 if expected[0].startswith("error:") else 0)
