@@ -150,12 +150,35 @@ def _read(spec: DatasetSpec, seed: int = 0):
         dataset, base, files = _local(spec.id, spec)
     else:
         dataset = datasets.load_dataset(spec.id, split=spec.split, token=os.environ.get("HF_TOKEN"))
-    missing = {spec.product_field, spec.category_field, spec.answer_field, spec.image_field} - set(dataset.column_names)
-    if missing:
-        raise DataError(f"dataset {spec.id} lacks the columns {sorted(missing)} (has {dataset.column_names})")
+    if missing := _missing_columns(spec, list(dataset.column_names)):
+        raise DataError(f"dataset {spec.id} {missing}")
     if spec.max_samples and len(dataset) > spec.max_samples:
         dataset = dataset.select(range(spec.max_samples))
     return dataset, base, [f for f in files if f.endswith(DATA_FILE_SUFFIX)]
+
+
+FIELDS = ("product_field", "category_field", "answer_field", "image_field")
+
+
+def _missing_columns(spec: DatasetSpec, columns: list[str]) -> str | None:
+    """What the dataset lacks of the columns the config names, each with the field to set: the one column no other
+    field takes where there is one, else the closest by name."""
+    import difflib
+
+    named = {field: getattr(spec, field) for field in FIELDS}
+    lacking = [field for field, column in named.items() if column not in columns]
+    if not lacking:
+        return None
+    free = [c for c in columns if c not in named.values()]
+    hints = []
+    for field in lacking:
+        close = free if len(free) == 1 and len(lacking) == 1 else difflib.get_close_matches(named[field], free, 1, 0.4)
+        if close:
+            hints.append(f"set dataset.{field}: {close[0]}")
+    said = ", ".join(f"{named[f]!r} (dataset.{f})" for f in lacking)
+    return f"lacks the column{'s' * (len(lacking) > 1)} {said}; it has {columns}" + (
+        f": {'; '.join(hints)}" if hints else ""
+    )
 
 
 CHECK_BATCH = 512  # rows read at a time: the image bytes of one batch are in memory at once

@@ -1,4 +1,5 @@
-"""What a valid config still lacks before it is worth running or uploading (`raytune validate`, `submit`)."""
+"""What a valid config still lacks before it is worth running or uploading (`raytune validate`, `local`, `submit`):
+the checks run in the command's own process, before any cluster starts or anything is uploaded."""
 
 from __future__ import annotations
 
@@ -27,3 +28,19 @@ def missing_paths(path: str, cfg: configs.RunConfig) -> list[str]:
         for field, location in (("dataset.id", cfg.dataset.id), ("training.init_adapter", cfg.training.init_adapter))
         if location and location.startswith("/") and not Path(location).exists()
     ]
+
+
+def up_front(path: str, cfg: configs.RunConfig, named: str | None = None) -> tuple[list[str], int | None]:
+    """validate's checks of what this machine can read: local paths that do not exist, and every row of a dataset
+    on this machine read and checked as the trainer will (trainer/data.py check_rows). The problems (each naming
+    the file), and the rows checked (None where none were read here: a hub id or gs:// is read by the job)."""
+    named = named or path
+    errors = [problem.replace(path, named, 1) for problem in missing_paths(path, cfg)]
+    if errors or not cfg.dataset.id.startswith("/"):
+        return errors, None
+    from trainer.data import DataError, check_rows
+
+    try:
+        return [], check_rows(cfg.dataset)
+    except DataError as err:
+        return [f"{named}: {err}"], None

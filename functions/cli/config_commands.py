@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from functions.cli import options
-from functions.cli.checks import missing_paths, placeholders
+from functions.cli.checks import placeholders, up_front
 from functions.cli.settings import CliSettings
 from functions.core import config as configs
 from functions.core import config_file, manifests
@@ -51,15 +51,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
             raise
         print(json.dumps({"config": named, "ok": False, "errors": err.errors}, indent=2))
         return 2
-    errors = [f"{named}: {problem}" for problem in missing_paths(args.config, cfg)]
-    rows = None
-    if not errors and cfg.dataset.id.startswith("/"):  # a dataset of your own here: every row read and checked
-        from trainer.data import DataError, check_rows
-
-        try:
-            rows = check_rows(cfg.dataset)
-        except DataError as err:
-            errors.append(f"{named}: {err}")
+    errors, rows = up_front(args.config, cfg, named)  # a dataset of your own here: every row read and checked
     if errors:
         if args.json:
             print(json.dumps({"config": named, "ok": False, "errors": errors}, indent=2))

@@ -7,6 +7,7 @@ import argparse
 import datetime as dt
 import math
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -30,14 +31,24 @@ def cmd_local(args: argparse.Namespace) -> int:
     workdir = Path(args.workdir) if args.workdir else None
     if args.stop:
         return local.stop_warm(workdir)
-    if args.config:
-        load(args.config)  # a bad config fails here, naming the file, before any process starts
+    if args.config and (errors := checked(args.config)):
+        for error in errors:  # validate's own lines: nothing is started, no record is written
+            print(f"error: {error}", file=sys.stderr)
+        return 2
     night = args.night or (dt.datetime.now(dt.UTC).date() if args.nightly else None)
     if args.detach:
         return local.detach(local_args(args), workdir)
     return local.run(
         args.config, workdir, as_json=args.json, night=night, timings=args.timings, keep_warm_s=args.keep_warm
     )
+
+
+def checked(path: str) -> list[str]:
+    """validate's checks in this process, before any cluster starts: the config (a bad one raises, naming the
+    file), its local paths, and every row of a dataset on this machine."""
+    from functions.cli.checks import up_front
+
+    return up_front(path, load(path))[0]
 
 
 def keep_warm_default() -> float:

@@ -164,6 +164,12 @@ def wait_until(backend: Backend, args: argparse.Namespace, done: Callable[[RunRe
 
 def cmd_submit(args: argparse.Namespace) -> int:
     config = Path(args.config)
+    from functions.cli.local_commands import checked
+
+    if errors := checked(str(config)):  # what can be read from here fails here: nothing is uploaded or started
+        for error in errors:
+            print(f"error: {error}", file=sys.stderr)
+        return 2
     if args.local or args.workdir:
         from functions.local import driver
 

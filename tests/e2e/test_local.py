@@ -450,3 +450,69 @@ def test_the_operator_commands_on_a_live_local_run(tmp_path):
     status = raytune("status", "--workdir", str(workdir), run_id)
     assert "CANCELLED" in status.stdout and "raytune cancel (from another terminal)" in status.stdout, status.stdout
     assert "interrupted" not in status.stdout
+
+
+def mistaken(tmp_path: Path) -> dict[str, Path]:
+    """Three configs with a newcomer's mistakes in their data: a dataset path that does not exist, a JPEG cut short,
+    and the answer column under another name."""
+    import io
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from trainer import tiny
+
+    def jpeg(image) -> bytes:
+        buffer = io.BytesIO()
+        image.convert("RGB").save(buffer, format="JPEG")
+        return buffer.getvalue()
+
+    items = tiny.product_rows(6, seed=4)
+    texts = ("Product Name", "Category", "description")
+    images = [jpeg(r["image"]) for r in items]
+    cut = [*images[:4], images[4][: len(images[4]) * 5 // 6], images[5]]
+    for folder, pictures, answer in (("cut", cut, "description"), ("renamed", images, "desc")):
+        (tmp_path / folder).mkdir()
+        columns = {
+            ("desc" if k == "description" else k) if folder == "renamed" else k: [r[k] for r in items] for k in texts
+        }
+        pq.write_table(pa.table({**columns, "image": pictures}), tmp_path / folder / "data.parquet")
+    base = {
+        "model": {"id": "tiny://gemma3", "dtype": "float32", "quantization": "none"},
+        "scaling": {"gpus_per_node": 0},
+    }
+    found = {}
+    for name, dataset in (
+        ("missing", "/nowhere/at/all"),
+        ("cut", str(tmp_path / "cut")),
+        ("renamed", str(tmp_path / "renamed")),
+    ):
+        path = tmp_path / f"{name}.json"
+        path.write_text(json.dumps({**base, "name": name, "dataset": {"id": dataset}}))
+        found[name] = path
+    return found
+
+
+@pytest.mark.parametrize(
+    ("mistake", "said"),
+    [
+        ("missing", "dataset.id /nowhere/at/all does not exist on this machine"),
+        ("cut", "row 4 (counting from 0; row 4 of data.parquet), column 'image'"),
+        ("renamed", "lacks the column 'description' (dataset.answer_field); it has"),
+    ],
+)
+def test_a_mistake_in_the_data_is_caught_before_any_cluster_starts(tmp_path, mistake, said):
+    """raytune local runs validate's checks in its own process first (issue 67): validate's line, exit 2, within
+    seconds, no Ray started and no FAILED record written."""
+    config = mistaken(tmp_path)[mistake]
+    workdir = tmp_path / "work"
+    started = time.monotonic()
+    proc, mark = start(workdir, str(config), home=tmp_path)
+    out, err = finish(proc, timeout=120)
+    assert proc.returncode == 2, (out, err)
+    assert f"error: {config}: " in err and said in err, err
+    if mistake == "renamed":
+        assert "set dataset.answer_field: desc" in err
+    assert time.monotonic() - started < 60, "no cluster was waited for"
+    assert not emulators.tagged(mark, variable=MARK) and not (workdir / "records").exists()
+    assert "starting the local Ray head" not in out + err

@@ -26,10 +26,15 @@ def test_parquet_folder_loads_lazily_with_the_expected_columns(tmp_path):
     assert set(dataset.column_names) >= {"Product Name", "Category", "description", "image"}
 
 
-def test_dataset_without_the_configured_columns_is_a_clear_error(tmp_path):
+def test_dataset_without_the_configured_columns_is_a_clear_error_naming_the_field_to_set(tmp_path):
     path = tmp_path / "p.parquet"
-    tiny.product_dataset(2).to_parquet(str(path))
-    with pytest.raises(ValueError, match=r"lacks the columns \['title'\]"):
+    tiny.product_dataset(2).rename_column("description", "desc").to_parquet(str(path))
+    with pytest.raises(ValueError) as raised:
+        data.load(DatasetSpec(id=str(path)))
+    said = str(raised.value)
+    assert "lacks the column 'description' (dataset.answer_field)" in said, said
+    assert said.endswith(": set dataset.answer_field: desc"), said
+    with pytest.raises(ValueError, match=r"lacks the columns 'title' \(dataset.product_field\)"):
         data.load(DatasetSpec(id=str(path), product_field="title"))
 
 
