@@ -473,9 +473,7 @@ def mistaken(tmp_path: Path) -> dict[str, Path]:
     cut = [*images[:4], images[4][: len(images[4]) * 5 // 6], images[5]]
     for folder, pictures, answer in (("cut", cut, "description"), ("renamed", images, "desc")):
         (tmp_path / folder).mkdir()
-        columns = {
-            ("desc" if k == "description" else k) if folder == "renamed" else k: [r[k] for r in items] for k in texts
-        }
+        columns = {(answer if k == "description" else k): [r[k] for r in items] for k in texts}
         pq.write_table(pa.table({**columns, "image": pictures}), tmp_path / folder / "data.parquet")
     base = {
         "model": {"id": "tiny://gemma3", "dtype": "float32", "quantization": "none"},
