@@ -16,20 +16,40 @@ resource "google_cloud_scheduler_job" "watch_tick" {
   depends_on = [google_project_service.apis]
 }
 
-# The nightly fine-tune: one run a day (its run id is nightly-<date>, however often the job fires).
+# The nightly lines: one scheduler job each, one run a day each (its run id is <line>-<date>, however often its job
+# fires). The single nightly_config_uri of earlier releases is the line "nightly".
+locals {
+  nightly_lines = merge(
+    var.nightly_config_uri == "" ? {} : {
+      nightly = { config_uri = var.nightly_config_uri, schedule = var.nightly_schedule, time_zone = var.time_zone }
+    },
+    { for line, spec in var.nightly_lines : line => {
+      config_uri = spec.config_uri
+      schedule   = coalesce(spec.schedule, var.nightly_schedule)
+      time_zone  = coalesce(spec.time_zone, var.time_zone)
+    } },
+  )
+}
+
 resource "google_cloud_scheduler_job" "nightly" {
-  count       = var.nightly_config_uri == "" ? 0 : 1
-  name        = "${var.name}-nightly"
-  description = "raytune: the nightly fine-tune"
+  for_each    = local.nightly_lines
+  name        = each.key == "nightly" ? "${var.name}-nightly" : "${var.name}-nightly-${each.key}"
+  description = "raytune: the nightly fine-tune ${each.key}"
   region      = var.region
-  schedule    = var.nightly_schedule
-  time_zone   = var.time_zone
+  schedule    = each.value.schedule
+  time_zone   = each.value.time_zone
   pubsub_target {
     topic_name = google_pubsub_topic.launch.id
-    data       = base64encode(jsonencode({ config_uri = var.nightly_config_uri, nightly = true, run_name = "nightly" }))
+    data       = base64encode(jsonencode({ config_uri = each.value.config_uri, nightly = true, run_name = each.key }))
     # Only messages with this key take the nightly slot (policy nightly_key): other publishers on the
     # launch topic cannot read it.
     attributes = { "raytune-nightly-key" = random_password.nightly_key.result }
   }
   depends_on = [google_project_service.apis]
+}
+
+# The single nightly job of earlier releases (count) is the line "nightly" now: moved, not made again.
+moved {
+  from = google_cloud_scheduler_job.nightly[0]
+  to   = google_cloud_scheduler_job.nightly["nightly"]
 }

@@ -92,9 +92,27 @@ variable "nightly_schedule" {
 }
 
 variable "nightly_config_uri" {
-  description = "gs:// URI of the run config the nightly fine-tune launches; empty: no nightly job."
+  description = "gs:// URI of the run config the nightly fine-tune launches; empty: no nightly job. The nightly line \"nightly\" of nightly_lines, kept for deployments that set it."
   type        = string
   default     = ""
+}
+
+variable "nightly_lines" {
+  description = "Nightly fine-tune lines, by name (the run of a night is <name>-<YYYYMMDD>): each its config's gs:// URI, and its own cron and time zone where it does not take nightly_schedule and time_zone. One scheduler job each."
+  type = map(object({
+    config_uri = string
+    schedule   = optional(string)
+    time_zone  = optional(string)
+  }))
+  default = {}
+  validation {
+    condition     = alltrue([for line in keys(var.nightly_lines) : can(regex("^[a-z]([-a-z0-9]{0,23}[a-z0-9])?$", line))])
+    error_message = "Each nightly line's name is a DNS label of at most 25 characters (it names its runs)."
+  }
+  validation {
+    condition     = alltrue([for spec in values(var.nightly_lines) : startswith(spec.config_uri, "gs://")])
+    error_message = "Each nightly line's config_uri is a gs:// URI."
+  }
 }
 
 variable "time_zone" {

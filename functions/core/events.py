@@ -185,8 +185,9 @@ def _from_message(event: Any) -> LaunchRequest:
         run_name = None
     nightly = body.get("nightly") is True
     message_run_id = runids.for_message(message_id, run_name)
-    run_id = runids.for_nightly(published.date(), run_name or "nightly") if nightly and published else message_run_id
     config, uri = body.get("config"), body.get("config_uri")
+    line = run_name or _config_name(config, uri)  # a nightly line: its run is <line>-<date>, one a day per line
+    run_id = runids.for_nightly(published.date(), line) if nightly and published else message_run_id
     if not errors and (config is None) == (uri is None):
         errors.append("the message needs exactly one of 'config' (an object) or 'config_uri' (gs://...)")
     elif config is not None and not isinstance(config, dict):
@@ -209,6 +210,16 @@ def _from_message(event: Any) -> LaunchRequest:
         attributes=_attributes(message),
         message_run_id=message_run_id,
     )
+
+
+def _config_name(config: Any, uri: Any) -> str:
+    """What a nightly message without run_name names its run after: its config's file (gs://b/library/shop.yaml:
+    "shop"), or an inline config's name; "nightly" when neither says."""
+    if isinstance(uri, str) and (stem := uri.split("#", 1)[0].rsplit("/", 1)[-1].split(".", 1)[0]):
+        return stem
+    if isinstance(config, dict) and isinstance(config.get("name"), str) and config["name"]:
+        return str(config["name"])
+    return "nightly"
 
 
 def _with_digest(source: dict[str, str], digest: Any) -> dict[str, str]:

@@ -42,7 +42,8 @@ def for_message(message_id: str, run_name: str | None = None) -> str:
 
 
 def for_nightly(day: dt.date, run_name: str = "nightly") -> str:
-    """The nightly fine-tune: one run per calendar day (UTC) however often the scheduler fires."""
+    """A nightly line's run: one per line (its run name: Terraform's nightly_lines key, or its config's name) and
+    calendar day (UTC), however often the scheduler fires; any number of lines run on one night."""
     return f"{_slug(run_name, MAX_LEN - 9)}-{day:%Y%m%d}"
 
 

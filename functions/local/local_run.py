@@ -81,7 +81,7 @@ class LocalRun:
         else:
             event = object_finalized(BUCKET, blob.name, blob.generation, blob.size, blob.time_created)
         asked = self.ctx.clock()
-        self.say("launch: validating the config, then starting the local Ray head and the run's worker nodes...")
+        self.say("launch: validating the config...")  # the platform says when it starts the head and the nodes
         record = launch.handle(event, self.ctx)
         assert record is not None, "a configs/ upload is never ignored"
         for line in self.story.observe(record):

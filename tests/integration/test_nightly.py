@@ -175,3 +175,23 @@ def test_the_previous_releases_pointer_is_adopted_only_by_its_own_line(controlle
     finish(h, server, second, challenger=0.6, baseline=0.42, champion=first)
     assert h.ctx.store.get(second).promotion.promoted
     assert champion_of(h, second).previous_run_id == first
+
+
+def test_two_nightly_lines_run_on_one_night_each_as_its_own_run(controller, functions_server, bucket):
+    """Two nightly configs fired on the same night (issue 67): each is a run of its own, named after its line, and
+    one's failure is never the other's."""
+    h = controller
+    for line in ("shop", "toys"):
+        upload(bucket, f"datasets/{line}/part-0.parquet", b"PAR1")
+        config = {**nightly_config(bucket), "name": f"nightly-{line}"}
+        config["dataset"] = {**config["dataset"], "id": f"gs://{bucket}/datasets/{line}"}
+        upload(bucket, f"library/{line}.json", config)
+        body = {"config_uri": f"gs://{bucket}/library/{line}.json", "nightly": True}
+        assert post(functions_server["launch"], pubsub_event(body, when=h.clock())).status_code == 200
+    day = f"{h.clock():%Y%m%d}"
+    shop, toys = h.ctx.store.get(f"shop-{day}"), h.ctx.store.get(f"toys-{day}")
+    assert shop.state == toys.state == State.SUBMITTED, (shop.reason, toys.reason)
+    h.kube.set_status("rayjobs", shop.run_id, {"jobStatus": "FAILED", "message": "ValueError: shop's own"})
+    watch(functions_server)
+    assert h.ctx.store.get(shop.run_id).state == State.FAILED
+    assert h.ctx.store.get(toys.run_id).state == State.SUBMITTED and "shop's own" not in (toys.reason or "")

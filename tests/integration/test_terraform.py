@@ -4,6 +4,9 @@ IAM for the triggers), the Ray operator cluster, and a checkov scan with every f
 from __future__ import annotations
 
 import ast
+import base64
+import datetime as dt
+import json
 import os
 import re
 import shutil
@@ -111,7 +114,7 @@ def test_pubsub_deliveries_retry_with_a_dead_letter_topic(tf):
     assert jobs["watch_tick"]["pubsub_target"][0]["topic_name"] == "${google_pubsub_topic.watch.id}"
     assert jobs["nightly"]["pubsub_target"][0]["topic_name"] == "${google_pubsub_topic.launch.id}"
     nightly = jobs["nightly"]["pubsub_target"][0]["data"]  # a launch message events.py understands
-    assert "config_uri = var.nightly_config_uri" in nightly and "nightly = true" in nightly
+    assert "config_uri = each.value.config_uri" in nightly and "nightly = true" in nightly
 
 
 def test_buckets_are_private_and_versioned(tf):
@@ -211,3 +214,38 @@ def test_staged_models_expire_where_the_trainer_stages_them(tf):
     assert not "checkpoints/run-1/checkpoint-10/model.safetensors".startswith(prefix), "checkpoints are kept"
     assert condition["age"] == "${lifecycle_rule.value}" and rule["content"][0]["action"] == [{"type": "Delete"}]
     assert tf["variable"]["staged_model_days"]["default"] == 30
+
+
+def test_each_nightly_line_is_a_scheduler_job_whose_message_names_a_run_of_its_own():
+    """Terraform's nightly_lines (and the earlier single nightly_config_uri, the line "nightly"): one scheduler job
+    each, its own cron and time zone where given, and a message that events.py reads as that line's run of the
+    night (issue 67)."""
+    from cloudevents.http import from_http
+
+    from functions.core import events
+    from tests.contract.tfeval import Module
+    from tests.fakes.http_events import pubsub_event
+
+    lines = {
+        "shop": {"config_uri": "gs://b/library/shop.yaml", "schedule": "0 3 * * *", "time_zone": None},
+        "toys": {"config_uri": "gs://b/library/toys.yaml", "schedule": None, "time_zone": "Europe/Paris"},
+    }
+    module = Module(ROOT / "terraform", {"nightly_config_uri": "gs://b/library/n.json", "nightly_lines": lines})
+    jobs = {i.address: i for i in module.instances("google_cloud_scheduler_job") if i.name == "nightly"}
+    assert sorted(jobs) == [f'google_cloud_scheduler_job.nightly["{line}"]' for line in ("nightly", "shop", "toys")]
+    runs = {}
+    for address, job in jobs.items():
+        [target] = job.blocks("pubsub_target")
+        body = json.loads(base64.b64decode(module.eval(target.body["data"], dict(job.scope))))
+        headers, data = pubsub_event(body, when=dt.datetime(2026, 12, 2, 2, tzinfo=dt.UTC))
+        runs[address] = (
+            events.launch_request(from_http(headers, data)).run_id,
+            job.get("schedule"),
+            job.get("time_zone"),
+        )
+    assert set(runs.values()) == {
+        ("nightly-20261202", "0 2 * * *", "Etc/UTC"),
+        ("shop-20261202", "0 3 * * *", "Etc/UTC"),
+        ("toys-20261202", "0 2 * * *", "Europe/Paris"),
+    }
+    assert jobs['google_cloud_scheduler_job.nightly["nightly"]'].get("name") == "raytune-nightly"  # as before

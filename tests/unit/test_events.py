@@ -106,7 +106,23 @@ def test_nightly_runs_once_a_day():
     evening = events.launch_request(
         published({"config_uri": "gs://b/n.json", "nightly": True}, "2", "2026-12-02T23:00:00Z")
     )
-    assert morning.run_id == evening.run_id == "nightly-20261202" and morning.source["kind"] == "nightly"
+    assert morning.run_id == evening.run_id == "n-20261202" and morning.source["kind"] == "nightly"
+
+
+@pytest.mark.parametrize(
+    ("body", "run_id"),
+    [
+        ({"config_uri": "gs://b/library/shop.yaml", "nightly": True}, "shop-20261202"),
+        ({"config_uri": "gs://b/library/toys.json#7", "nightly": True}, "toys-20261202"),
+        ({"config_uri": "gs://b/library/shop.yaml", "nightly": True, "run_name": "nightly"}, "nightly-20261202"),
+        ({"config": {"name": "garden"}, "nightly": True}, "garden-20261202"),
+        ({"config": {}, "nightly": True}, "nightly-20261202"),
+    ],
+)
+def test_each_nightly_line_has_a_run_of_its_own_each_night(body, run_id):
+    """A nightly's run carries its line's name: its run_name (Terraform's nightly_lines key), else its config's
+    (issue 67): two nightly configs on one night are two runs, never one reporting the other's end."""
+    assert events.launch_request(published(body, "1", "2026-12-02T02:00:00Z")).run_id == run_id
 
 
 @pytest.mark.parametrize(
