@@ -25,7 +25,15 @@ from functions.local import session
 from functions.local.interrupts import Interrupted, Interrupts
 from functions.local.platform import check_fits, machine_gpus
 from functions.local.run_session import RunSession
-from functions.local.workdirs import DEFAULT_WORKDIR, candidates, controller_log, held_if_free, holder, workdir_lock
+from functions.local.workdirs import (
+    DEFAULT_WORKDIR,
+    candidates,
+    controller_log,
+    held_if_free,
+    holder,
+    passed_over,
+    workdir_lock,
+)
 
 QUICKSTART = Path(__file__).with_name("quickstart.json")
 
@@ -139,6 +147,8 @@ def run(
     # a signal at any moment either cancels the run or, once the clean-up has begun, waits for it.
     try:
         with Interrupts(say) as interrupts, workdir_lock(workdir) as held, controller_log(held):
+            for note in passed_over(workdir, held):
+                say(note)
             return _run(config, held, say, interrupts, as_json, night, retry, settle_only, timings, keep_warm_s)
     except Interrupted as exc:  # raised only before _run's clean-up guard: nothing was started
         say(f"interrupted ({exc}) before the run started")

@@ -551,9 +551,8 @@ class LocalRay:
 
     def waiting_for(self, cfg: RunConfig, run_id: str) -> Waiting:
         if cfg.cluster.region in self.no_capacity:
-            return Waiting(
-                f"no GPU capacity in {cfg.cluster.region} (the local platform was told so: {NO_CAPACITY_ENV})"
-            )
+            what = "GPU capacity" if cfg.scaling.use_gpu else "capacity"
+            return Waiting(f"no {what} in {cfg.cluster.region} (the local platform was told so: {NO_CAPACITY_ENV})")
         return Waiting()  # Ray's own job message says why locally; there are no pods
 
     def status_lag(self, spec: ClusterSpec, now: dt.datetime) -> str | None:

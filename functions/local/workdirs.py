@@ -103,6 +103,20 @@ def workdir_lock(requested: Path | None) -> Iterator[Path]:
     raise RuntimeError("every default workdir is in use; pass --workdir")
 
 
+def passed_over(requested: Path | None, taken: Path) -> list[str]:
+    """Why a run took `taken` and not a default workdir before it: each one in use, with its run and its pid."""
+    said = []
+    for workdir in candidates(requested):
+        workdir = workdir.resolve()
+        if workdir == taken:
+            break
+        pid = holder(workdir)
+        records = sorted((workdir / "records").glob("*.json"), key=lambda p: p.stat().st_mtime)
+        run = f"run {records[-1].stem}" if records else "a run"
+        said.append(f"{workdir} is busy with {run} (raytune local pid {pid or '?'}): this run takes {taken}")
+    return said
+
+
 def ask_cancel(workdir: Path, pid: int, by: str) -> None:
     """`raytune cancel` of the run a raytune local (pid) follows: the reason noted for it, then its interrupt."""
     (workdir / CANCEL_NOTE).write_text(json.dumps({"pid": pid, "by": by}))
