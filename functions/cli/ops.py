@@ -102,6 +102,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
         and (not since or r.created_at >= since)
         and (not args.name or (r.config or {}).get("name") == args.name or r.run_id.startswith(f"{args.name}-"))
     ]
+    found.sort(key=lambda pair: pair[1].created_at, reverse=True)  # newest first, across workdirs too
     now = dt.datetime.now(dt.UTC)
     rows = [{**row(r, now), **({"workdir": b.where} if args.all_workdirs else {})} for b, r in found]
     if args.json:
@@ -142,8 +143,11 @@ def cmd_runs(args: argparse.Namespace) -> int:
     return 0
 
 
-# What a narrow terminal loses first, as `kubectl get` keeps its wide columns for -o wide.
-DROPPED_FIRST = ("capacity", "est. cost", "GPU node-h", "nodes x GPUs", "best eval loss", "duration", "name", "age")
+# What a narrow terminal loses first (after the columns with nothing in them), as `kubectl get` keeps its wide
+# columns for -o wide; the name before what the run did, since the run id starts with it.
+DROPPED_FIRST = (
+    "capacity", "est. cost", "cost", "GPU node-h", "nodes x GPUs", "name", "age", "best eval loss", "duration",
+)  # fmt: skip
 
 
 def fitting(columns: tuple[str, ...], cells: list[list[str]], width: int) -> list[str]:
@@ -154,10 +158,13 @@ def fitting(columns: tuple[str, ...], cells: list[list[str]], width: int) -> lis
         for i, column in enumerate(columns)
     }
     shown = list(columns)
-    for column in DROPPED_FIRST:
+    # A column with nothing in it (cost: always "-" locally) goes before any that says something.
+    empty = [c for i, c in enumerate(columns) if cells and all(row[i] in ("-", "") for row in cells)]
+    for column in [c for c in empty if c in DROPPED_FIRST] + [c for c in DROPPED_FIRST if c not in empty]:
         if sum(natural[c] + 3 for c in shown) + 1 <= width:
             break
-        shown.remove(column)
+        if column in shown:
+            shown.remove(column)
     return shown
 
 
