@@ -35,6 +35,8 @@ def cmd_local(args: argparse.Namespace) -> int:
         for error in errors:  # validate's own lines: nothing is started, no record is written
             print(f"error: {error}", file=sys.stderr)
         return 2
+    if not args.json:
+        print_estimate(args.config)
     night = args.night or (dt.datetime.now(dt.UTC).date() if args.nightly else None)
     if args.detach:
         return local.detach(local_args(args), workdir)
@@ -49,6 +51,21 @@ def checked(path: str) -> list[str]:
     from functions.cli.checks import up_front
 
     return up_front(path, load(path))[0]
+
+
+def print_estimate(path: str | None) -> None:
+    """What the run will take, as validate says it (its time; no money on this machine), before it starts."""
+    from functions.cli.config_commands import priced
+    from functions.cli.settings import CliSettings
+    from functions.local.driver import QUICKSTART
+
+    _, lines = priced(CliSettings(), load(path or str(QUICKSTART)))
+    for line in lines:
+        if not line.lstrip().startswith(("cost", "nodes")):  # GPU node-hours and money: the cloud's, not this machine's
+            print(
+                line.replace(" from on-demand", " on this machine") if line.startswith("estimate:") else line,
+                flush=True,
+            )
 
 
 def keep_warm_default() -> float:

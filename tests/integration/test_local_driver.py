@@ -102,3 +102,14 @@ def test_a_night_run_again_after_it_failed_says_how_to_retry_it(tmp_path):
     )
     assert runs_here.retry_hint(failed, NOW - dt.timedelta(seconds=1), tmp_path) is None  # created by this launch
     assert runs_here.retry_hint(failed.model_copy(update={"state": State.SUCCEEDED}), later, tmp_path) is None
+
+
+def test_raytune_local_says_what_the_run_will_take_before_it_starts(capsys):
+    """The estimate validate computes, printed by raytune local before the run (issue 67): its time on this
+    machine, never the cloud's node-hours or money."""
+    from functions.cli.local_commands import print_estimate
+
+    print_estimate(None)
+    said = capsys.readouterr().out
+    assert said.startswith("estimate: 2 x CPU on this machine\n") and "  training  48 samples in" in said, said
+    assert "start-up" in said and "cost" not in said and "node-hours" not in said
