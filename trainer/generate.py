@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 
 from functions.core.config import PromptSpec
@@ -18,6 +19,29 @@ def base_model(adapter: Path) -> str:
     """The base the adapter was trained on: a hub id, or a folder relative to the adapter."""
     base = json.loads((adapter / "adapter_config.json").read_text())["base_model_name_or_path"]
     return str((adapter / base).resolve()) if base.startswith(("./", "../")) else base
+
+
+def is_toy(adapter: Path) -> bool:
+    """Whether the adapter's base is the tiny Gemma 3 built offline (trainer/tiny.py), the only base a run keeps with
+    its adapter (named relatively in adapter_config.json; any other base is a hub id or a path of the user's)."""
+    base = json.loads((adapter / "adapter_config.json").read_text())["base_model_name_or_path"]
+    return str(base).startswith(("./", "../"))
+
+
+def quiet_libraries() -> None:
+    """What the libraries say that a person asking for one description does not need: bitsandbytes' import (the
+    base loads unquantized: hidden as if not installed, with its note on a missing optional kernels package),
+    transformers' progress bars and deprecation notices."""
+    import warnings
+
+    sys.modules.setdefault("bitsandbytes", None)  # type: ignore[arg-type]  # None: "not installed"
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    warnings.filterwarnings("ignore", category=FutureWarning)
+    from transformers.utils import logging as transformers_logging
+
+    transformers_logging.disable_progress_bar()
+    transformers_logging.set_verbosity_error()
 
 
 def answer(model, processor, prompts: PromptSpec, product: str, category: str, image, max_new_tokens: int) -> str:
@@ -36,6 +60,7 @@ def answer(model, processor, prompts: PromptSpec, product: str, category: str, i
 
 
 def describe(adapter_path: str, image_path: str, product: str, category: str, max_new_tokens: int = 128) -> str:
+    quiet_libraries()
     from peft import PeftModel
     from PIL import Image
     from transformers import AutoModelForImageTextToText, AutoProcessor

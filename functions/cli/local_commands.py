@@ -98,6 +98,12 @@ def cmd_generate(args: argparse.Namespace) -> int:
         if not Path(path).exists():
             raise FileError(f"{path}: no such file or folder")
     print(generate.describe(args.adapter, args.image, args.product, args.category, max_new_tokens=args.max_new_tokens))
+    if generate.is_toy(Path(args.adapter)):
+        print(
+            "(a toy's words: the tiny Gemma 3 is built from its config with random weights, so what it says shows the "
+            "pipeline works, not what a fine-tune of google/gemma-3-4b-it says)",
+            file=sys.stderr,
+        )
     return 0
 
 

@@ -232,6 +232,7 @@ def test_two_runs_at_once_on_a_busy_fresh_machine(tmp_path):
         timeout=300,
     )
     assert described.returncode == 0 and described.stdout.strip(), described.stderr[-2000:]
+    assert "a toy's words" in described.stderr  # the tiny model's output is said to be what it is
 
 
 def wait_for(proc: subprocess.Popen, text: str, lines: list[str], timeout: float = 300) -> None:
