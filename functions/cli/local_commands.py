@@ -6,16 +6,13 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import math
-import os
 import sys
 from pathlib import Path
 from typing import Any
 
 from functions.cli import options
 from functions.cli.config_commands import FileError, load
-
-KEEP_WARM_S = 600.0  # a person iterating on a config runs again within minutes
-KEEP_WARM_ENV = "RAYTUNE_LOCAL_KEEP_WARM_S"
+from functions.local.session import KEEP_WARM_ENV, KEEP_WARM_S, keep_warm_default
 
 
 def seconds(text: str) -> float:
@@ -66,15 +63,6 @@ def print_estimate(path: str | None) -> None:
                 line.replace(" from on-demand", " on this machine") if line.startswith("estimate:") else line,
                 flush=True,
             )
-
-
-def keep_warm_default() -> float:
-    """How long a local cluster stays up after a run: RAYTUNE_LOCAL_KEEP_WARM_S, else KEEP_WARM_S."""
-    given = os.environ.get(KEEP_WARM_ENV, "")
-    try:
-        return max(0.0, float(given)) if given else KEEP_WARM_S
-    except ValueError:
-        return KEEP_WARM_S
 
 
 def local_args(args: argparse.Namespace) -> list[str]:

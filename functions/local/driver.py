@@ -124,7 +124,7 @@ def run(
     retry: str | None = None,
     settle_only: bool = False,
     timings: bool = False,
-    keep_warm_s: float = 0,
+    keep_warm_s: float | None = None,
 ) -> int:
     """`raytune local [CONFIG] [--nightly [--night DATE]] [--timings] [--keep-warm S]`: upload the config, launch,
     follow to the end; print a summary (or the record as JSON) and write the record to a file. Exit 0 when the run succeeded
@@ -132,6 +132,8 @@ def run(
     of the workdir (`raytune retry RUN --local`), followed the same way. `settle_only`: only what a raytune local
     that died left (its processes stopped, its runs cancelled: `raytune cancel` of an orphaned run)."""
     config = Path(config_path) if config_path else QUICKSTART
+    # One rule for `raytune local` and `retry`: a run that ended on its own, whatever its outcome, leaves its head warm.
+    keep_warm_s = session.keep_warm_default() if keep_warm_s is None else keep_warm_s
     if retry is None and not settle_only:
         cfg = parse_config(config.read_bytes(), config_format(config.name))
         if cfg.scaling.use_gpu:

@@ -25,6 +25,8 @@ from functions.local import emulators
 from trainer.codehash import ROOT
 
 FILE = "session.json"
+KEEP_WARM_S = 600.0  # a person iterating on a config runs again within minutes
+KEEP_WARM_ENV = "RAYTUNE_LOCAL_KEEP_WARM_S"
 KEEPER = "RAYTUNE_LOCAL_KEEPER"  # the keeper's environment names the session it keeps
 RAY_TMP_PREFIX = "rt-"  # Ray's socket paths are length-limited: its temp dir is short, directly under /tmp
 
@@ -37,6 +39,16 @@ class Session:
     head_port: int | None = None  # its GCS port
     dashboard_port: int | None = None
     warm_until: float | None = None  # left warm by a clean run until then (seconds since the epoch); None: in use
+
+
+def keep_warm_default() -> float:
+    """How long a local cluster stays up after a run that ended on its own (`raytune local`'s and `retry`'s alike):
+    RAYTUNE_LOCAL_KEEP_WARM_S, else KEEP_WARM_S."""
+    given = os.environ.get(KEEP_WARM_ENV, "")
+    try:
+        return max(0.0, float(given)) if given else KEEP_WARM_S
+    except ValueError:
+        return KEEP_WARM_S
 
 
 def _path(workdir: Path) -> Path:
