@@ -159,11 +159,11 @@ class GkePlatform:
             if (run := ((g.get("template") or {}).get("metadata") or {}).get("labels", {}).get(manifests.RUN_LABEL))
         }
         labelled = seen.owner is not None or self.owner is None
-        head_ready, ready = False, dict[str, int]()
+        head_ready, group_pods = False, dict[str, kuberay_lag.GroupPods]()
         if not seen.ready:  # a new RayCluster's pods, read only until KubeRay calls it ready
             pods = kube.pods(spec.namespace, f"ray.io/cluster={spec.ray_cluster}")
-            head_ready, ready = kuberay_lag.pods_ready(pods)
-        return Workers(groups, seen.stamp, seen, ours, drained, labelled, runs, seen.ready, head_ready, ready)
+            head_ready, group_pods = kuberay_lag.pods_ready(pods)
+        return Workers(groups, seen.stamp, seen, ours, drained, labelled, runs, seen.ready, head_ready, group_pods)
 
     @functools.cached_property
     def code(self) -> tuple[dict[str, bytes], str]:

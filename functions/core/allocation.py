@@ -210,7 +210,7 @@ def sizing(
     if not seen.ready:
         # A RayCluster KubeRay has never called ready holds every job on it: a group whose wait for capacity keeps it
         # so while another run's group is ready stays at zero until it is (kuberay_lag.held), then is sized.
-        for group in kuberay_lag.held(wanted, seen.head_ready, dict(seen.pods_ready)):
+        for group in kuberay_lag.held(wanted, seen.head_ready, seen.group_pods):
             if group in target:
                 target[group] = 0
     if adoptable(seen, foreign):
@@ -271,4 +271,11 @@ def idle_expired(alloc: Allocation, now: dt.datetime) -> bool:
 
 def key_path(cluster: ClusterSpec) -> str:
     """The allocation object's name in the bucket, one per RayCluster."""
-    return f"{ALLOCATIONS}{cluster.region}/{cluster.gke_cluster}/{cluster.namespace}/{cluster.ray_cluster}.json"
+    return path_of((cluster.region, cluster.gke_cluster, cluster.namespace, cluster.ray_cluster))
+
+
+def path_of(where: tuple[str, str, str, str]) -> str:
+    """key_path of a RayCluster named by (region, GKE cluster, namespace, RayCluster), as a quiet note names it:
+    no ClusterSpec is built (a tick passes by a thousand quiet runs)."""
+    region, gke_cluster, namespace, ray_cluster = where
+    return f"{ALLOCATIONS}{region}/{gke_cluster}/{namespace}/{ray_cluster}.json"

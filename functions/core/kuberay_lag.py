@@ -13,7 +13,9 @@ RayCluster has been ready for a while and its state still says otherwise, at mos
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
+from collections.abc import Mapping
 from typing import Any
 
 from functions.core import kubetime
@@ -78,30 +80,47 @@ NODE_TYPE_LABEL = "ray.io/node-type"
 GROUP_LABEL = "ray.io/group"
 
 
-def pods_ready(pods: list[dict[str, Any]]) -> tuple[bool, dict[str, int]]:
-    """Of a RayCluster's pods: whether its head is ready, and how many of each worker group's pods are."""
+@dataclasses.dataclass(frozen=True)
+class GroupPods:
+    """A worker group's pods as read: how many, how many ready, and how many no node was found for yet."""
+
+    pods: int = 0
+    ready: int = 0
+    unscheduled: int = 0
+
+
+def pods_ready(pods: list[dict[str, Any]]) -> tuple[bool, dict[str, GroupPods]]:
+    """Of a RayCluster's pods: whether its head is ready, and each worker group's pods."""
     head = [pod for pod in pods if labels_of(pod).get(NODE_TYPE_LABEL) == "head"]
-    ready: dict[str, int] = {}
+    groups: dict[str, GroupPods] = {}
     for pod in pods:
         group = labels_of(pod).get(GROUP_LABEL)
-        if group and labels_of(pod).get(NODE_TYPE_LABEL) != "head" and _ready_since(pod) is not None:
-            ready[group] = ready.get(group, 0) + 1
-    return bool(head) and all(_ready_since(pod) is not None for pod in head), ready
+        if not group or labels_of(pod).get(NODE_TYPE_LABEL) == "head":
+            continue
+        seen = groups.get(group, GroupPods())
+        groups[group] = GroupPods(
+            seen.pods + 1,
+            seen.ready + (_ready_since(pod) is not None),
+            seen.unscheduled + (not (pod.get("spec") or {}).get("nodeName")),
+        )
+    return bool(head) and all(_ready_since(pod) is not None for pod in head), groups
 
 
-def held(wanted: dict[str, int], head_ready: bool, ready: dict[str, int]) -> frozenset[str]:
+def held(wanted: dict[str, int], head_ready: bool, groups: Mapping[str, GroupPods]) -> frozenset[str]:
     """Of a RayCluster KubeRay has never called ready, the worker groups (`wanted`: the allocation's, name -> nodes)
-    to hold at zero: those whose pods are not all ready while another run's group is. KubeRay 1.5.2 calls a
-    RayCluster `ready` only when every pod of every group in its spec runs (raycluster_controller.go,
-    calculateStatus) and submits a clusterSelector RayJob only to a ready one, so on a new RayCluster one run's wait
-    for capacity would hold every other run's job. Held at zero (its pods were waiting anyway), KubeRay calls the
-    RayCluster ready, which it never takes back, and the group is sized again. Nothing is held while the head is
-    not ready, or while no other group is."""
+    to hold at zero: those waiting for capacity (a pod no node was found for, or no pod at all: one held already)
+    while another run's group is ready. KubeRay 1.5.2 calls a RayCluster `ready` only when every pod of every group
+    in its spec runs (raycluster_controller.go, calculateStatus) and submits a clusterSelector RayJob only to a ready
+    one, so on a new RayCluster one run's wait for capacity would hold every other run's job. Held at zero (its pods
+    were waiting anyway), KubeRay calls the RayCluster ready, which it never takes back, and the group is sized
+    again. A group whose pods have their nodes and are starting is waited for, as KubeRay waits; nothing is held
+    while the head is not ready, or while no other group is."""
     if not head_ready:
         return frozenset()
     asked = {group: nodes for group, nodes in wanted.items() if nodes > 0}
-    done = {group for group, nodes in asked.items() if ready.get(group, 0) >= nodes}
-    waiting = set(asked) - done
+    seen = {group: groups.get(group, GroupPods()) for group in asked}
+    done = {group for group, nodes in asked.items() if seen[group].ready >= nodes}
+    waiting = {group for group in asked if group not in done and (seen[group].unscheduled or not seen[group].pods)}
     return frozenset(waiting) if done and waiting else frozenset()
 
 

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from functions.core.config import ClusterSpec, RunConfig
+from functions.core.kuberay_lag import GroupPods
 
 
 @dataclass(frozen=True)
@@ -27,10 +28,10 @@ class Workers:
     labelled: bool = True  # carries this deployment's own label (False: made before deployments were labelled)
     runs: Mapping[str, str] = field(default_factory=dict)  # group -> the run its pod template names, where it does
     ready: bool = True  # KubeRay has called the RayCluster ready (it never takes that back): jobs are submitted
-    # Of a RayCluster never yet ready, read from its pods: whether its head is ready, and each group's ready pods
+    # Of a RayCluster never yet ready, read from its pods: whether its head is ready, and each group's pods
     # (kuberay_lag.held: what allocation.sizing holds at zero until KubeRay calls it ready)
     head_ready: bool = False
-    pods_ready: Mapping[str, int] = field(default_factory=dict)
+    group_pods: Mapping[str, GroupPods] = field(default_factory=dict)
 
     @property
     def replicas(self) -> int:

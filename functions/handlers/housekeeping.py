@@ -40,7 +40,7 @@ def tidy(
     # is not live there (it moved to another region, ended in this tick or before, or the tick does not know it) is
     # released: release() reads each such run's record fresh, so a run admitted since the tick began keeps its place.
     placed = {r.run_id: allocation.key_path(r.run_config().cluster) for r in live if r.config}
-    placed |= {n.run_id: allocation.key_path(n.cluster) for n in passing}
+    placed |= {n.run_id: allocation.path_of(n.where) for n in passing}
     listed = {
         (region, gke, namespace, o.name): o.handle
         for (region, gke, namespace), found in (surveyed or {}).items()

@@ -92,16 +92,18 @@ def labelled(ready_ago: float | None, node_type: str, group: str, phase: str = "
 
 
 HEAD = labelled(300, "head", "headgroup")
-A_WAITS = labelled(None, "worker", "run-a", phase="Pending")  # no capacity for run a's nodes
+A_WAITS = labelled(None, "worker", "run-a", phase="Pending")  # no node found for run a's pod: no capacity
 B_READY = labelled(60, "worker", "run-b")
+A_STARTING = {**labelled(None, "worker", "run-a", phase="Pending"), "spec": {"nodeName": "gke-a4-1"}}  # pulling
 BOTH = {"run-a": 1, "run-b": 1}
 
 
 @pytest.mark.parametrize(
     ("case", "wanted", "pods", "held"),
     [
-        ("a's group waits, b's is ready: a is held", BOTH, [HEAD, A_WAITS, B_READY], {"run-a"}),
+        ("a's group waits for capacity, b's is ready: a is held", BOTH, [HEAD, A_WAITS, B_READY], {"run-a"}),
         ("a held already: its pods gone, it stays held", BOTH, [HEAD, B_READY], {"run-a"}),
+        ("a's pod has its node and is starting: waited for", BOTH, [HEAD, A_STARTING, B_READY], set()),
         ("nothing ready to let through", BOTH, [HEAD, A_WAITS], set()),
         ("the head not ready: nothing would be ready", BOTH, [labelled(None, "head", "h"), A_WAITS, B_READY], set()),
         ("no pods read (a RayCluster that is ready)", BOTH, [], set()),
@@ -116,5 +118,5 @@ BOTH = {"run-a": 1, "run-b": 1}
     ],
 )
 def test_a_group_waiting_for_capacity_on_a_new_raycluster_is_held_while_another_is_ready(case, wanted, pods, held):
-    head_ready, ready = kuberay_lag.pods_ready(pods)
-    assert kuberay_lag.held(wanted, head_ready, ready) == held, case
+    head_ready, groups = kuberay_lag.pods_ready(pods)
+    assert kuberay_lag.held(wanted, head_ready, groups) == held, case
