@@ -23,6 +23,10 @@ JOB_ENDED = {"SUCCEEDED", "FAILED", "STOPPED"}
 T = TypeVar("T")
 
 
+# A new RayCluster's pods not yet on a node whose Events are read at a sizing (the autoscaler's word on capacity).
+HELD_EVENT_READS = 8
+
+
 class _Credentials:
     """Google access tokens for the cluster's API server, refreshed when they expire (thread-safe)."""
 
@@ -162,7 +166,8 @@ class GkePlatform:
         head_ready, group_pods = False, dict[str, kuberay_lag.GroupPods]()
         if not seen.ready:  # a new RayCluster's pods, read only until KubeRay calls it ready
             pods = kube.pods(spec.namespace, f"ray.io/cluster={spec.ray_cluster}")
-            head_ready, group_pods = kuberay_lag.pods_ready(pods)
+            waiting = kuberay_lag.unscheduled(pods)[:HELD_EVENT_READS]
+            head_ready, group_pods = kuberay_lag.pods_ready(pods, {n: kube.events(spec.namespace, n) for n in waiting})
         return Workers(groups, seen.stamp, seen, ours, drained, labelled, runs, seen.ready, head_ready, group_pods)
 
     @functools.cached_property

@@ -210,7 +210,7 @@ def sizing(
     if not seen.ready:
         # A RayCluster KubeRay has never called ready holds every job on it: a group whose wait for capacity keeps it
         # so while another run's group is ready stays at zero until it is (kuberay_lag.held), then is sized.
-        for group in kuberay_lag.held(wanted, seen.head_ready, seen.group_pods):
+        for group in kuberay_lag.held(wanted, seen.groups, seen.head_ready, seen.group_pods):
             if group in target:
                 target[group] = 0
     if adoptable(seen, foreign):

@@ -80,17 +80,27 @@ NODE_TYPE_LABEL = "ray.io/node-type"
 GROUP_LABEL = "ray.io/group"
 
 
+# What GKE's cluster autoscaler says of a pod it cannot find capacity for (its Events on the pod), against
+# TriggeredScaleUp for one whose node is being made: https://cloud.google.com/kubernetes-engine/docs/how-to/
+# cluster-autoscaler-visibility (noScaleUp, scaleUp failures), as Events with these reasons.
+NO_CAPACITY_EVENTS = frozenset({"NotTriggerScaleUp", "FailedScaleUp"})
+
+
 @dataclasses.dataclass(frozen=True)
 class GroupPods:
-    """A worker group's pods as read: how many, how many ready, and how many no node was found for yet."""
+    """A worker group's pods as read: how many, how many ready, and how many the autoscaler said it has no capacity
+    for (its last word on the pod)."""
 
     pods: int = 0
     ready: int = 0
-    unscheduled: int = 0
+    no_capacity: int = 0
 
 
-def pods_ready(pods: list[dict[str, Any]]) -> tuple[bool, dict[str, GroupPods]]:
-    """Of a RayCluster's pods: whether its head is ready, and each worker group's pods."""
+def pods_ready(
+    pods: list[dict[str, Any]], events: Mapping[str, list[dict[str, Any]]]
+) -> tuple[bool, dict[str, GroupPods]]:
+    """Of a RayCluster's pods (and the Events of those not yet on a node, by pod name): whether its head is ready,
+    and each worker group's pods."""
     head = [pod for pod in pods if labels_of(pod).get(NODE_TYPE_LABEL) == "head"]
     groups: dict[str, GroupPods] = {}
     for pod in pods:
@@ -98,29 +108,43 @@ def pods_ready(pods: list[dict[str, Any]]) -> tuple[bool, dict[str, GroupPods]]:
         if not group or labels_of(pod).get(NODE_TYPE_LABEL) == "head":
             continue
         seen = groups.get(group, GroupPods())
+        said = [e.get("reason") for e in events.get((pod.get("metadata") or {}).get("name", ""), [])]
+        autoscaler = [r for r in said if r in NO_CAPACITY_EVENTS or r == "TriggeredScaleUp"]
         groups[group] = GroupPods(
             seen.pods + 1,
             seen.ready + (_ready_since(pod) is not None),
-            seen.unscheduled + (not (pod.get("spec") or {}).get("nodeName")),
+            seen.no_capacity + bool(autoscaler and autoscaler[-1] in NO_CAPACITY_EVENTS),
         )
     return bool(head) and all(_ready_since(pod) is not None for pod in head), groups
 
 
-def held(wanted: dict[str, int], head_ready: bool, groups: Mapping[str, GroupPods]) -> frozenset[str]:
-    """Of a RayCluster KubeRay has never called ready, the worker groups (`wanted`: the allocation's, name -> nodes)
-    to hold at zero: those waiting for capacity (a pod no node was found for, or no pod at all: one held already)
-    while another run's group is ready. KubeRay 1.5.2 calls a RayCluster `ready` only when every pod of every group
-    in its spec runs (raycluster_controller.go, calculateStatus) and submits a clusterSelector RayJob only to a ready
-    one, so on a new RayCluster one run's wait for capacity would hold every other run's job. Held at zero (its pods
-    were waiting anyway), KubeRay calls the RayCluster ready, which it never takes back, and the group is sized
-    again. A group whose pods have their nodes and are starting is waited for, as KubeRay waits; nothing is held
-    while the head is not ready, or while no other group is."""
+def unscheduled(pods: list[dict[str, Any]]) -> list[str]:
+    """The worker pods no node was found for yet, by name: whose Events say whether capacity is coming."""
+    return [
+        (pod.get("metadata") or {}).get("name", "")
+        for pod in pods
+        if labels_of(pod).get(NODE_TYPE_LABEL) != "head" and not (pod.get("spec") or {}).get("nodeName")
+    ]
+
+
+def held(
+    wanted: dict[str, int], spec: Mapping[str, int], head_ready: bool, groups: Mapping[str, GroupPods]
+) -> frozenset[str]:
+    """Of a RayCluster KubeRay has never called ready, the worker groups (`wanted`: the allocation's, name -> nodes;
+    `spec`: the RayCluster's) to hold at zero: those waiting for capacity (the autoscaler said it has none for a pod
+    of theirs, or they are held already: at zero in the spec) while another run's group is ready. KubeRay 1.5.2 calls
+    a RayCluster `ready` only when every pod of every group in its spec runs (raycluster_controller.go,
+    calculateStatus) and submits a clusterSelector RayJob only to a ready one, so on a new RayCluster one run's wait
+    for capacity would hold every other run's job. Held at zero (its pods were waiting anyway), KubeRay calls the
+    RayCluster ready, which it never takes back, and the group is sized again. A group whose node is being made or
+    whose pods are starting is waited for, as KubeRay waits; nothing is held while the head is not ready, or while
+    no other group is."""
     if not head_ready:
         return frozenset()
     asked = {group: nodes for group, nodes in wanted.items() if nodes > 0}
     seen = {group: groups.get(group, GroupPods()) for group in asked}
     done = {group for group, nodes in asked.items() if seen[group].ready >= nodes}
-    waiting = {group for group in asked if group not in done and (seen[group].unscheduled or not seen[group].pods)}
+    waiting = {group for group in asked if group not in done and (seen[group].no_capacity or spec.get(group) == 0)}
     return frozenset(waiting) if done and waiting else frozenset()
 
 

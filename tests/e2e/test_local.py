@@ -371,11 +371,13 @@ def test_a_new_run_settles_what_a_killed_one_left(tmp_path):
     assert marked_processes(killed_mark), "SIGKILL leaves the run's processes behind"
     killed_ray_tmp = Path(json.loads((tmp_path / "w" / "logs" / "session.json").read_text())["ray_tmp"])
     assert killed_ray_tmp.is_dir()
-    bad = tmp_path / "missing-data.yaml"
+    # A mistake raytune local's own checks cannot see (they read only data on this machine's disk): the job's
+    # preflight, the cloud's safety net, fails on it.
+    bad = tmp_path / "missing-column.yaml"
     bad.write_text(
-        "name: missing-data\nmodel: {id: 'tiny://gemma3', dtype: float32, quantization: none}\n"
-        "dataset: {id: /nonexistent/products.parquet}\nscaling: {nodes: 1, gpus_per_node: 0, max_failures: 2}\n"
-        "cluster: {dependencies: image}\n"
+        "name: missing-column\nmodel: {id: 'tiny://gemma3', dtype: float32, quantization: none}\n"
+        "dataset: {id: 'tiny://products', answer_field: summary}\n"
+        "scaling: {nodes: 1, gpus_per_node: 0, max_failures: 2}\ncluster: {dependencies: image}\n"
     )
     again, mark = start(tmp_path / "w", str(bad), "--json", home=home)
     started = time.monotonic()
@@ -385,11 +387,11 @@ def test_a_new_run_settles_what_a_killed_one_left(tmp_path):
     assert not (left := marked_processes(killed_mark)), processes_text(left)
     assert not (left := emulators.holding(killed_ray_tmp)), processes_text(left)  # a title over the mark
     assert not killed_ray_tmp.exists() and not (tmp_path / "w" / "logs" / "session.json").exists()
-    # A dataset that does not exist fails at once (no max_failures restarts), with the root cause and the log.
+    # A dataset without the column fails at once (no max_failures restarts), with the root cause and the log.
     assert out.strip(), f"no record printed (exit {again.returncode}): " + err[-4000:]
     record = json.loads(out)
     assert again.returncode == 1 and record["state"] == "FAILED"
-    assert record["reason"].startswith("PreflightError: dataset /nonexistent/products.parquet")
+    assert record["reason"].startswith("PreflightError: dataset tiny://products lacks the column 'summary'")
     assert "driver log: " in record["reason"] and "\x1b[" not in record["reason"]
     assert time.monotonic() - started < 90
     assert not (left := marked_processes(mark)), processes_text(left)

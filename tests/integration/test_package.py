@@ -33,7 +33,7 @@ def test_package_builds_a_light_archive(tmp_path, capsys):
     assert all("==" in r for r in requirements)
     assert not [r for r in requirements if r.split("==")[0].lower() in HEAVY]
     assert {r.split("==")[0] for r in requirements} >= {"functions-framework", "google-cloud-storage", "kubernetes"}
-    assert output.stat().st_size < 250_000  # sources alone (about 200 KB): no library is vendored in
+    assert output.stat().st_size < 300_000  # sources alone (about 250 KB): no library is vendored in (one is MBs)
     # Deterministic: the same sources give the same bytes (Terraform redeploys only on change).
     again = tmp_path / "again.zip"
     cli(["package", "-o", str(again)])

@@ -262,7 +262,7 @@ def test_a_new_rayclusters_waiting_group_is_held_at_zero_until_kuberay_calls_it_
     ready, which it never takes back: then it is sized again (issue 63)."""
     alloc = Allocation(cluster=SPEC, holders={"a": 2, "b": 1}, version=3)
     a, b = group_name("a"), group_name("b")
-    pods = {a: GroupPods(pods=2, unscheduled=2), b: GroupPods(pods=1, ready=1)}
+    pods = {a: GroupPods(pods=2, no_capacity=2), b: GroupPods(pods=1, ready=1)}
     blocked = Workers({a: 2, b: 1}, 3, handle=None, ready=False, head_ready=True, group_pods=pods)
     assert sizing(alloc, blocked, None) == {a: 0, b: 1}
     gone = {b: GroupPods(pods=1, ready=1)}  # KubeRay deleted a's waiting pods

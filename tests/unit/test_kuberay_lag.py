@@ -86,37 +86,40 @@ def test_the_request_is_an_annotation_with_the_time(annotated):
 
 
 def labelled(ready_ago: float | None, node_type: str, group: str, phase: str = "Running") -> dict:
+    """A pod of a group as KubeRay labels it: on a node when it is running, named after its group."""
     found = pod(ready_ago, phase)
-    found["metadata"]["labels"] = {"ray.io/node-type": node_type, "ray.io/group": group}
+    found["metadata"] |= {"name": f"{group}-pod", "labels": {"ray.io/node-type": node_type, "ray.io/group": group}}
+    if phase == "Running":
+        found["spec"] = {"nodeName": f"node-of-{group}"}
     return found
 
 
 HEAD = labelled(300, "head", "headgroup")
-A_WAITS = labelled(None, "worker", "run-a", phase="Pending")  # no node found for run a's pod: no capacity
+A_WAITS = labelled(None, "worker", "run-a", phase="Pending")
 B_READY = labelled(60, "worker", "run-b")
-A_STARTING = {**labelled(None, "worker", "run-a", phase="Pending"), "spec": {"nodeName": "gke-a4-1"}}  # pulling
+NO_CAPACITY = [{"reason": "FailedScheduling"}, {"reason": "NotTriggerScaleUp"}]  # GKE's autoscaler: none
+PROVISIONING = [{"reason": "FailedScheduling"}, {"reason": "TriggeredScaleUp"}]  # its node is being made
+STOCKOUT = [{"reason": "TriggeredScaleUp"}, {"reason": "FailedScaleUp"}]  # tried, and GCE had none
 BOTH = {"run-a": 1, "run-b": 1}
 
 
 @pytest.mark.parametrize(
-    ("case", "wanted", "pods", "held"),
+    ("case", "spec", "pods", "events", "held"),
     [
-        ("a's group waits for capacity, b's is ready: a is held", BOTH, [HEAD, A_WAITS, B_READY], {"run-a"}),
-        ("a held already: its pods gone, it stays held", BOTH, [HEAD, B_READY], {"run-a"}),
-        ("a's pod has its node and is starting: waited for", BOTH, [HEAD, A_STARTING, B_READY], set()),
-        ("nothing ready to let through", BOTH, [HEAD, A_WAITS], set()),
-        ("the head not ready: nothing would be ready", BOTH, [labelled(None, "head", "h"), A_WAITS, B_READY], set()),
-        ("no pods read (a RayCluster that is ready)", BOTH, [], set()),
-        ("one group, waiting: no other run waits on it", {"run-a": 1}, [HEAD, A_WAITS], set()),
-        ("every group ready (the status lags: kuberay_lag.lag)", {"run-b": 1}, [HEAD, B_READY], set()),
-        (
-            "b wants two nodes and has one ready: nothing done",
-            {"run-a": 1, "run-b": 2},
-            [HEAD, A_WAITS, B_READY],
-            set(),
-        ),
+        ("a: no capacity; b ready: a is held", BOTH, [HEAD, A_WAITS, B_READY], NO_CAPACITY, {"run-a"}),
+        ("a: the scale-up failed; b ready: a is held", BOTH, [HEAD, A_WAITS, B_READY], STOCKOUT, {"run-a"}),
+        ("a's node is being made: waited for", BOTH, [HEAD, A_WAITS, B_READY], PROVISIONING, set()),
+        ("a just made, nothing said yet: waited for", BOTH, [HEAD, A_WAITS, B_READY], [], set()),
+        ("a held already (at zero in the spec): stays held", {**BOTH, "run-a": 0}, [HEAD, B_READY], [], {"run-a"}),
+        ("nothing ready to let through", BOTH, [HEAD, A_WAITS], NO_CAPACITY, set()),
+        ("the head not ready", BOTH, [labelled(None, "head", "h"), A_WAITS, B_READY], NO_CAPACITY, set()),
+        ("no pods read (a RayCluster that is ready)", BOTH, [], [], set()),
+        ("one group, waiting: no other run waits on it", {"run-a": 1}, [HEAD, A_WAITS], NO_CAPACITY, set()),
     ],
 )
-def test_a_group_waiting_for_capacity_on_a_new_raycluster_is_held_while_another_is_ready(case, wanted, pods, held):
-    head_ready, groups = kuberay_lag.pods_ready(pods)
-    assert kuberay_lag.held(wanted, head_ready, groups) == held, case
+def test_a_group_waiting_for_capacity_on_a_new_raycluster_is_held_while_another_is_ready(
+    case, spec, pods, events, held
+):
+    assert kuberay_lag.unscheduled(pods) == (["run-a-pod"] if A_WAITS in pods else [])
+    head_ready, groups = kuberay_lag.pods_ready(pods, {"run-a-pod": events})
+    assert kuberay_lag.held(BOTH, spec, head_ready, groups) == held, case
