@@ -371,8 +371,8 @@ def test_a_new_run_settles_what_a_killed_one_left(tmp_path):
     assert marked_processes(killed_mark), "SIGKILL leaves the run's processes behind"
     killed_ray_tmp = Path(json.loads((tmp_path / "w" / "logs" / "session.json").read_text())["ray_tmp"])
     assert killed_ray_tmp.is_dir()
-    # A mistake raytune local's own checks cannot see (they read only data on this machine's disk): the job's
-    # preflight, the cloud's safety net, fails on it.
+    # A mistake raytune local's own checks cannot see (they read only data on this machine's disk): the job itself
+    # fails on it as it reads the data, the cloud's safety net.
     bad = tmp_path / "missing-column.yaml"
     bad.write_text(
         "name: missing-column\nmodel: {id: 'tiny://gemma3', dtype: float32, quantization: none}\n"
@@ -391,7 +391,7 @@ def test_a_new_run_settles_what_a_killed_one_left(tmp_path):
     assert out.strip(), f"no record printed (exit {again.returncode}): " + err[-4000:]
     record = json.loads(out)
     assert again.returncode == 1 and record["state"] == "FAILED"
-    assert record["reason"].startswith("PreflightError: dataset tiny://products lacks the column 'summary'")
+    assert record["reason"].startswith("DataError: dataset tiny://products lacks the column 'summary'")
     assert "driver log: " in record["reason"] and "\x1b[" not in record["reason"]
     assert time.monotonic() - started < 90
     assert not (left := marked_processes(mark)), processes_text(left)
