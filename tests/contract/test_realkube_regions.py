@@ -19,6 +19,20 @@ def groups(real: Real) -> dict[str, int]:
     return {g["groupName"]: g["replicas"] for g in cluster["spec"]["workerGroupSpecs"]} if cluster else {}
 
 
+def told_no_capacity(real: Real) -> bool:
+    """Every worker pod Pending, and the scheduler's and autoscaler's Events on each."""
+    workers = real.pods("ray.io/node-type=worker")
+    if not workers or any(p.status.phase != "Pending" for p in workers):
+        return False
+    for pod in workers:
+        events = real.core.list_namespaced_event(
+            real.namespace, field_selector=f"involvedObject.name={pod.metadata.name}"
+        )
+        if not {"FailedScheduling", "NotTriggerScaleUp"} <= {e.reason for e in events.items}:
+            return False
+    return True
+
+
 def test_a_run_without_capacity_moves_and_nothing_of_another_run_is_touched(regions):
     first, second = regions[FIRST], regions[SECOND]
     gpu = {"nodes": 1, "gpus_per_node": 8}
@@ -42,15 +56,9 @@ def test_a_run_without_capacity_moves_and_nothing_of_another_run_is_touched(regi
     assert first.rayjobs() == sorted([waiting, moving])
     before_first, before_second = groups(first), groups(second)
     assert len(before_first) == 2 and set(before_first.values()) == {1}
-    # Its pods stay Pending in us-central1: the fake Autopilot says it cannot scale up, in GKE's words.
-    eventually(
-        lambda: (
-            first.pods("ray.io/node-type=worker")
-            and all(p.status.phase == "Pending" for p in first.pods("ray.io/node-type=worker"))
-        ),
-        "the workers Pending in us-central1",
-        60,
-    )
+    # Its pods stay Pending in us-central1: the fake Autopilot says it cannot scale up, in GKE's words. Waited
+    # for until the words are there (the node player writes them on its own loop, after the pods appear).
+    eventually(lambda: told_no_capacity(first), "the workers Pending in us-central1, with GKE's reason", 60)
     first.tick()
     assert first.state(moving) == State.SUBMITTED, "within its wait it stays"
     first.h.clock.advance(WAIT_S + 1)
