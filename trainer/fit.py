@@ -14,7 +14,7 @@ from typing import Any
 from functions.core import release
 from functions.core import result as layout
 from functions.core.config import RunConfig
-from functions.core.result import WORKER_RESOURCE_ENV, Evaluation, RunMetrics, RunResult
+from functions.core.result import ATTEMPT_ENV, WORKER_RESOURCE_ENV, Evaluation, RunMetrics, RunResult
 from trainer.export import MERGED_DIR
 from trainer.report import REPORT_FILE
 from trainer.worker import train_loop
@@ -175,6 +175,7 @@ def fit(
         "tiny_folder": os.path.join(tempfile.gettempdir(), f"tiny-gemma3-{run_id}-{uuid.uuid4().hex[:8]}"),
         "starting": starting,  # rank 0 ends this phase: its loop has begun
         "fit_started": time.time(),
+        "attempt": int(os.environ.get(ATTEMPT_ENV) or 1),  # the controller's; 1 for a job started by hand
     }
     # TorchTrainer with its torch backend configured here without torch (trainer/torch_backend.py), and without
     # the helper actors it would start for nothing here (trainer/ray_trainer.py)

@@ -220,6 +220,9 @@ def _train(loop_config: dict, cfg: RunConfig, context: Any, timeline: Any, sourc
                 print(f"resuming from {checkpoint.path} at step {resumed_from}", flush=True)
             trainer.train(resume_from_checkpoint=os.path.join(restored, "checkpoint"))
     else:
+        if loop_config.get("attempt", 1) > 1 and context.get_world_rank() == 0:
+            # Said, not assumed: "resumes from the last checkpoint" is only true where one was saved.
+            print(f"attempt {loop_config['attempt']}: no checkpoint of this run was saved; training from step 0")
         trainer.train()
     timeline.ended(f"training on {len(train_set)} samples", time.monotonic() - started)
     final: dict[str, Any] = {k: v for k, v in trainer.state.log_history[-1].items() if isinstance(v, (int, float))}

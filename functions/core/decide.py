@@ -445,7 +445,7 @@ def _again(
     ]
     return move(
         State.QUEUED,
-        f"{why}; attempt {number + 1} resumes from the last checkpoint in {backoff}s",
+        f"{why}; attempt {number + 1} in {backoff}s, from the run's last checkpoint if it saved one",
         job=summary,
         attempts=attempts,
         nodes={},

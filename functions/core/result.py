@@ -27,6 +27,7 @@ def run_folder(storage_path: str, run_id: str) -> str:
 # The champion at submission, given to the trainer (JSON {"run_id", "adapter_path"}): the baseline it
 # evaluates against and, with training.init_adapter "champion", its warm start.
 CHAMPION_ENV = "RAYTUNE_CHAMPION"
+ATTEMPT_ENV = "RAYTUNE_ATTEMPT"  # the run's attempt, for the trainer to say whether it had a checkpoint to resume
 WORKER_RESOURCE_ENV = "RAYTUNE_WORKER_RESOURCE"  # the run's own Ray resource (its worker group's): workers ask for 1
 # The Ray head's resource for a sweep's trial drivers (Ray Tune's trial processes, each driving one Ray Train
 # run): one each, so they run beside the job's driver, never on a worker group's CPUs.

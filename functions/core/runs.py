@@ -409,7 +409,11 @@ class RunRecord(Stamped, BaseModel):
                 "nodes": {},
                 "node_ids": {},
             }
-        ).moved(State.QUEUED, now, f"attempt {attempt.number} asked for by {by}: resumes from the last checkpoint")
+        ).moved(
+            State.QUEUED,
+            now,
+            f"attempt {attempt.number} asked for by {by}: from the run's last checkpoint if it saved one",
+        )
 
     @property
     def earlier_gpu_node_seconds(self) -> float:

@@ -13,7 +13,7 @@ from functions.core.config import RunConfig
 from functions.core.decide import Action, Facts, JobSeen, Move
 from functions.core.errors import ClusterGone, NotFound, PermanentError, TransientError, describe, is_transient
 from functions.core.platform import NodeSeen, Waiting
-from functions.core.result import RESULT_FILE, RunResult, SweepResult, run_folder
+from functions.core.result import ATTEMPT_ENV, RESULT_FILE, RunResult, SweepResult, run_folder
 from functions.core.runs import Attempt, RunRecord, State
 from functions.core.secrets import redact, redact_json, redact_log
 from functions.handlers import lineage, sizing
@@ -127,7 +127,7 @@ def observe(
 def submit(ctx: Context, cfg: RunConfig, record: RunRecord) -> str:
     sizing.sync_workers(ctx, cfg.cluster, launching=(cfg, record.run_id))
     job = record.job_name
-    ctx.platform.submit(cfg, record.run_id, job, {**trainer_env(ctx), **lineage.trainer_env(ctx, cfg)})
+    ctx.platform.submit(cfg, record.run_id, job, {**trainer_env(ctx, record), **lineage.trainer_env(ctx, cfg)})
     attempt = f", attempt {record.attempt}" if record.attempt > 1 else ""
     nodes = cfg.group_nodes
     # The run's own nodes (its worker group), not the RayCluster's: other runs' groups share it.
@@ -185,8 +185,9 @@ def best_effort(run_id: str, what: str, read: Callable[[], T], default: T) -> T:
         return default
 
 
-def trainer_env(ctx: Context) -> dict[str, str]:
-    return {"RAYTUNE_WATCH_TOPIC": ctx.settings.watch_topic} if ctx.settings.watch_topic else {}
+def trainer_env(ctx: Context, record: RunRecord) -> dict[str, str]:
+    topic = {"RAYTUNE_WATCH_TOPIC": ctx.settings.watch_topic} if ctx.settings.watch_topic else {}
+    return {**topic, ATTEMPT_ENV: str(record.attempt)}
 
 
 def move(ctx: Context, record: RunRecord, transition: Move) -> RunRecord:

@@ -146,7 +146,7 @@ def retry_hint(record: RunRecord, asked: dt.datetime, workdir: Path) -> str | No
         return None
     return (
         f"{record.run_id} ran before and is {record.state.value}: `raytune retry {record.run_id} --workdir {workdir}` "
-        "starts its next attempt from its last checkpoint"
+        "starts its next attempt (from its last checkpoint, if it saved one)"
     )
 
 

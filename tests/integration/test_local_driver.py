@@ -98,7 +98,7 @@ def test_a_night_run_again_after_it_failed_says_how_to_retry_it(tmp_path):
     hint = runs_here.retry_hint(failed, later, tmp_path)
     assert hint == (
         f"nightly-20261203 ran before and is FAILED: `raytune retry nightly-20261203 --workdir {tmp_path}` "
-        "starts its next attempt from its last checkpoint"
+        "starts its next attempt (from its last checkpoint, if it saved one)"
     )
     assert runs_here.retry_hint(failed, NOW - dt.timedelta(seconds=1), tmp_path) is None  # created by this launch
     assert runs_here.retry_hint(failed.model_copy(update={"state": State.SUCCEEDED}), later, tmp_path) is None

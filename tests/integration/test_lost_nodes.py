@@ -100,7 +100,7 @@ def test_a_preempted_run_finishes_in_its_second_attempt_as_its_own_rayjob(contro
     tick(h)
     queued = h.ctx.store.get(run_id)
     assert queued.state == State.QUEUED and "attempt 1 of 3 lost its nodes: pod gemma3-tuning-run-" in queued.reason
-    assert "resumes from the last checkpoint in 60s" in queued.reason
+    assert "in 60s, from the run's last checkpoint if it saved one" in queued.reason
     assert h.kube.names("rayjobs") == []  # the lost attempt's RayJob is gone
     assert workers(h)["replicas"] == 2  # its group keeps its nodes for the next attempt
     first = queued.attempts[0]

@@ -12,6 +12,7 @@ import psutil
 import pytest
 
 from functions.core.config import RunConfig
+from functions.core.result import ATTEMPT_ENV
 from tests.trainer.jobs import finish, start_job
 from trainer.codehash import code_files, code_sha256
 from trainer.train import check_code
@@ -53,8 +54,10 @@ def test_ray_train_qlora_run_writes_checkpoints_result_and_adapter(tmp_path):
     )
     log, home = tmp_path / "job.log", tmp_path / "home"
     home.mkdir()
-    finish(start_job(cfg, "tiny-qlora", log, env={"HOME": str(home)}), log)
+    # Submitted as the run's attempt 2 whose attempt 1 saved nothing: the job says it trains from the start.
+    finish(start_job(cfg, "tiny-qlora", log, env={"HOME": str(home), ATTEMPT_ENV: "2"}), log)
     assert not list(home.iterdir()), "the job wrote to the home directory"  # e.g. Ray's ~/.ray/auth_token
+    assert "attempt 2: no checkpoint of this run was saved; training from step 0" in log.read_text()
     result = json.loads((tmp_path / "store" / "tiny-qlora" / "result.json").read_text())
     metrics = result["metrics"]
     # The samples whose product name hashes under 0.2 are held out; the rest over 2 workers x batch 2, 2 epochs.

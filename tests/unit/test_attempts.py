@@ -47,7 +47,7 @@ def test_a_job_that_lost_its_nodes_is_queued_as_the_next_attempt_with_a_backoff(
     step = decide(run, Facts(now=NOW, job=JobSeen(FAILED_JOB, lost=LOST)))
     assert (step.action, step.move.state) == (Action.MOVE, State.QUEUED)
     assert "attempt 1 of 3 lost its nodes: pod w-1 on node gke-a4-1" in step.move.reason
-    assert "attempt 2 resumes from the last checkpoint in 60s" in step.move.reason
+    assert "attempt 2 in 60s, from the run's last checkpoint if it saved one" in step.move.reason
     first, second = step.move.attempts
     assert (first.number, first.job, first.ended_at, first.lost) == (1, "run-1", NOW, list(LOST))
     assert first.gpu_node_seconds == 200.0  # 100 s x 2 nodes
@@ -381,5 +381,7 @@ def test_the_deployments_backoff_is_the_first_wait():
     assert [retry_backoff(attempt, first=2) for attempt in (2, 3, 4)] == [2, 4, 8]
     run = record(State.RUNNING, submitted=100, config=GPU)
     step = decide(run, Facts(now=NOW, job=JobSeen(FAILED_JOB, lost=LOST), retry_backoff_s=2))
-    assert step.move.state == State.QUEUED and "resumes from the last checkpoint in 2s" in step.move.reason
+    assert (
+        step.move.state == State.QUEUED and "in 2s, from the run's last checkpoint if it saved one" in step.move.reason
+    )
     assert step.move.attempts[-1].not_before == NOW + dt.timedelta(seconds=2)
