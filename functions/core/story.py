@@ -55,20 +55,32 @@ class Story:
 
     def observe(self, record: RunRecord, log: str = "") -> list[str]:
         lines: list[str] = []
-        if record.job_name != self.job:
+        new_job = record.job_name != self.job
+        if new_job:
             if self.job is not None or record.attempt > 1:
                 by = f" ({record.current.by})" if record.attempt > 1 else ""
                 lines.append(f"attempt {record.attempt}: RayJob {record.job_name}{by}")
             self.job = record.job_name
             self._new_job()
+        moved = len(record.placements) - 1 > self.moves
         for left, to in list(zip(record.placements, record.placements[1:], strict=False))[self.moves :]:
             lines.append(f"run {record.run_id}: moved from {left.region} to {to.region} ({left.why})")
             self.moves += 1
-        if not record.state.terminal and (record.state, record.reason) != self.said:
-            lines.append(
-                f"run {record.run_id}: {record.state.value}" + (f" ({record.reason})" if record.reason else "")
-            )
-        self.said = (record.state, record.reason)
+        lines += self._state_line(record, new_job or moved)
+        return lines + self._from_job_log(record, log)
+
+    def _state_line(self, record: RunRecord, afresh: bool) -> list[str]:
+        """A change of state is said with the run's name; a new reason in the same state (a SUBMITTED job that now
+        waits for capacity) is said under it, not as the state again."""
+        said, self.said = self.said, (record.state, record.reason)
+        if record.state.terminal or (record.state, record.reason) == said:
+            return []
+        if said is not None and said[0] == record.state and not afresh:
+            return [f"  {record.reason}"] if record.reason else []
+        return [f"run {record.run_id}: {record.state.value}" + (f" ({record.reason})" if record.reason else "")]
+
+    def _from_job_log(self, record: RunRecord, log: str) -> list[str]:
+        lines: list[str] = []
         if len(log) < self.log_seen:  # cut or replaced (the kept copy for the live one): read again, said once
             self.log_seen = 0
         # Whole lines only: a live log is read while Ray still writes it, and a line cut at the end of one look
@@ -156,7 +168,8 @@ def summary(record: RunRecord, wall_s: float | None = None, record_path: str | N
 def where(record: RunRecord) -> str:
     """The regions a run that moved went through: how long it waited in each it left, and where it is."""
     stays = [
-        f"{p.region} (waited {(p.until - p.since).total_seconds():.0f}s)" if p.until else p.region
+        # Whole seconds cut as the move's own line cuts them ("waited 21s" in both, never 21 then 22)
+        f"{p.region} (waited {int((p.until - p.since).total_seconds())}s)" if p.until else p.region
         for p in record.placements
     ]
     return " -> ".join(stays)

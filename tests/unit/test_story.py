@@ -8,6 +8,7 @@ import json
 
 import pytest
 
+from functions.core.regions import Placement
 from functions.core.result import PHASE_MARKER, PROGRESS_MARKER, RunResult
 from functions.core.runs import Attempt, RunRecord, State, Transition
 from functions.core.story import EXIT_CODES, Story, exit_code, summary
@@ -48,6 +49,23 @@ def test_phases_steps_and_states_are_each_said_once():
     # The kept copy replaces the live log at the end (shorter: only its last part): nothing is said again.
     kept = step(1) + step(2, eval_loss=0.5)
     assert story.observe(record(State.SUCCEEDED, "done"), kept) == ["  step 2/4 · loss 1.0000 · eval loss 0.5000"]
+
+
+def test_a_new_reason_in_the_same_state_is_said_under_it_not_as_the_state_again():
+    story = Story()
+    assert story.observe(record(State.SUBMITTED, "RayJob r-1")) == ["run r-1: SUBMITTED (RayJob r-1)"]
+    assert story.observe(record(State.SUBMITTED, "no capacity in us-central1")) == ["  no capacity in us-central1"]
+    assert story.observe(record(State.SUBMITTED, "no capacity in us-central1")) == []
+    assert story.observe(record(State.SUBMITTED)) == [], "a reason cleared says nothing"
+    assert story.observe(record(State.RUNNING)) == ["run r-1: RUNNING"]
+
+
+def test_a_moves_wait_is_the_same_whole_seconds_in_its_line_and_the_summary():
+    left = Placement(region="us-central1", attempt=1, since=T0, until=T0 + dt.timedelta(seconds=21.7))
+    left = left.model_copy(update={"why": "waited 21s for capacity in us-central1 (at most 20s in one region)"})
+    moved = record(State.SUCCEEDED, placements=[left, Placement(region="europe-west4", attempt=1, since=left.until)])
+    assert Story().observe(moved)[0].startswith("run r-1: moved from us-central1 to europe-west4 (waited 21s")
+    assert "  regions          us-central1 (waited 21s) -> europe-west4" in summary(moved)
 
 
 def test_a_line_still_being_written_is_said_whole_at_the_next_look():
