@@ -10,7 +10,8 @@ from typing import Any, Protocol
 
 from functions.adapters.store import RunStore
 from functions.cli import tokens
-from functions.core import runids
+from functions.core import runids, stuck
+from functions.core.allocation import group_name
 from functions.core.config import RunConfig
 from functions.core.config_file import config_format, parse_config
 from functions.core.errors import Unreadable
@@ -140,7 +141,8 @@ class CloudBackend:
         if kube is None:
             return []
         lines = []
-        for pod in kube.pods(cfg.cluster.namespace, f"ray.io/cluster={cfg.cluster.ray_cluster}"):
+        listed = kube.pods(cfg.cluster.namespace, f"ray.io/cluster={cfg.cluster.ray_cluster}")
+        for pod in stuck.own_pods(listed, group_name(record.run_id)):  # other runs' groups share the RayCluster
             status = pod.get("status") or {}
             waiting = [
                 (cs.get("state") or {}).get("waiting", {}).get("reason")
@@ -212,8 +214,11 @@ class LocalBackend:
         return record.job
 
     def pods(self, record: RunRecord) -> list[str]:
+        """The run's own local nodes (the head and its worker group's), as their logs: every earlier run's are
+        kept in the same folder."""
         logs = self.workdir / "logs"
-        return sorted(f"{p.stem}: log {p}" for p in logs.glob("ray-*.log")) if logs.is_dir() else []
+        own = [logs / "ray-head.log", *logs.glob(f"ray-worker-{group_name(record.run_id)}-*.log")]
+        return sorted(f"{p.stem}: log {p}" for p in own if p.is_file())
 
     def log(self, record: RunRecord) -> str:
         saved = self.workdir / "logs" / f"{record.job_name}-driver.log"

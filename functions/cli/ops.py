@@ -14,7 +14,7 @@ from functions.cli import options, targets
 from functions.cli.backends import LocalBackend, records
 from functions.core import joblog
 from functions.core.runs import RunRecord, State
-from functions.core.story import where
+from functions.core.story import Story, where
 from functions.core.sweep import shown_values, trial_lines
 
 DURATION = re.compile(r"^(\d+)([smhd])$")
@@ -217,11 +217,13 @@ def cmd_status(args: argparse.Namespace) -> int:
         out.print(f"  RayJob     {key:<20} {value}", markup=False)
     for pod in pods:
         out.print(f"  pod        {pod}")
-    tail = log.strip().splitlines()[-args.lines :] if log.strip() else []
-    if tail:
-        out.print("  last log lines:")
+    # The end of the run's story as its followers tell it (phases, steps, Ray Train's decisions), not the raw log:
+    # `raytune logs RUN --raw` has that.
+    told = Story().observe(record, log) if log.strip() else []
+    if tail := [line for line in told if not line.startswith(f"run {record.run_id}: ")][-args.lines :]:
+        out.print("  last lines of its story:")
         for line in tail:
-            out.print(f"    {joblog.clean(line)}", markup=False)
+            out.print(f"  {line}", markup=False)
     return 0
 
 

@@ -19,6 +19,7 @@ from functions.cli import main as cli
 from functions.cli import targets, tokens
 from functions.cli.backends import CloudBackend
 from functions.cli.settings import CliSettings
+from functions.core.allocation import group_name
 from functions.core.policy import Policy, cancel_digest
 from functions.core.runs import State
 from tests.fakes.http_events import post, storage_event
@@ -89,13 +90,13 @@ def test_submit_status_logs_cancel_through_the_deployment(deployed, capsys, buck
     assert run_id in table and uploaded in table and "nodes x GPUs" in table
 
     h.kube.set_status("rayjobs", run_id, {"jobStatus": "RUNNING", "jobDeploymentStatus": "Running"})
-    h.kube.put(
-        "pods",
-        {
-            "metadata": {"name": "gemma3-tuning-head-x", "labels": {"ray.io/cluster": "gemma3-tuning"}},
-            "status": {"phase": "Running"},
-        },
-    )
+    for name, labels in (
+        ("gemma3-tuning-head-x", {"ray.io/node-type": "head"}),
+        ("gemma3-tuning-own-worker", {"ray.io/node-type": "worker", "ray.io/group": group_name(run_id)}),
+        ("gemma3-tuning-other-worker", {"ray.io/node-type": "worker", "ray.io/group": group_name("another-run")}),
+    ):
+        labels = {"ray.io/cluster": "gemma3-tuning", **labels}
+        h.kube.put("pods", {"metadata": {"name": name, "labels": labels}, "status": {"phase": "Running"}})
     submitter = f"{run_id}-abcde"
     h.kube.put("pods", {"metadata": {"name": submitter, "labels": {"batch.kubernetes.io/job-name": run_id}}})
     h.kube.logs[("default", submitter)] = (
@@ -106,7 +107,10 @@ def test_submit_status_logs_cancel_through_the_deployment(deployed, capsys, buck
     assert cli(["status", run_id, "--lines", "3"]) == 0
     status = capsys.readouterr().out
     assert "RayJob     jobStatus            RUNNING" in status and "gemma3-tuning-head-x: Running" in status
-    assert "driver line 29" in status and "driver line 20" not in status
+    # The run's own pods (the head and its group), not another run's; the end of its story, not raw lines.
+    assert "gemma3-tuning-own-worker: Running" in status and "other-worker" not in status, status
+    assert "last lines of its story:\n    step 3/12 · loss 1.5000 · ETA 40s" in status, status
+    assert "driver line" not in status and "RAYTUNE_" not in status
     assert cli(["logs", run_id, "--raw"]) == 0
     assert capsys.readouterr().out.startswith("driver line 0\n")
     # Issue 40: the run's story, as the foreground raytune local tells it (a phase of 0.0 s says nothing)
