@@ -188,7 +188,7 @@ def fit(
         trial=trial,
     )
     result = trainer.fit()
-    before, after = dict(timeline.seconds), progress.Timeline(shown=timeline.shown)
+    before, after = dict(timeline.seconds), progress.Timeline(shown=timeline.shown, trial=timeline.trial)
     if reported_at := result.metrics.get("final", {}).get("reported_at"):
         after.ended("storing the adapter and stopping the workers", time.time() - reported_at)
     with after.phase("pruning the checkpoints"):

@@ -51,15 +51,21 @@ def callback(trial: str | None = None) -> Any:
 
 class Timeline:
     """The phases of a job's start and end: each printed as it begins and as it ends (with its seconds) when
-    `shown` (the driver, rank 0), and kept in `seconds` for result.json."""
+    `shown` (the driver, rank 0), and kept in `seconds` for result.json. A sweep's trial names itself in each
+    (two trials' phases interleave in one log)."""
 
-    def __init__(self, shown: bool = True) -> None:
+    def __init__(self, shown: bool = True, trial: str | None = None) -> None:
         self.shown = shown
+        self.trial = trial
         self.seconds: dict[str, float] = {}
 
     def _print(self, phase: str, seconds: float | None = None) -> None:
         if self.shown:
-            event = {"phase": phase} if seconds is None else {"phase": phase, "seconds": seconds}
+            event: dict[str, Any] = {"phase": phase}
+            if seconds is not None:
+                event["seconds"] = seconds
+            if self.trial:
+                event["trial"] = self.trial
             print(PHASE_MARKER + json.dumps(event), flush=True)
 
     def begun(self, phase: str) -> None:

@@ -123,9 +123,9 @@ def trainable(cfg: RunConfig, run_id: str, champion: dict | None) -> Any:
             print(f"{trial_id}: finished in an earlier attempt, not trained again", flush=True)
             return
         print(f"{trial_id}: {shown_values(drawn(params))}", flush=True)
-        summary = one_fit.fit(
-            trained, trial_id, champion, progress.Timeline(shown=False), [TuneReportCallback()], trial=True
-        )
+        # Its phases are said with its name: "trial-002 · starting 1 workers..." is the console's word that it began.
+        timeline = progress.Timeline(trial=trial_id)
+        summary = one_fit.fit(trained, trial_id, champion, timeline, [TuneReportCallback()], trial=True)
         one_fit.write_result(summary, trained, trial_id)
 
     # The trial's process only drives its Ray Train run, on the head: the workers hold the group's CPUs and GPUs.

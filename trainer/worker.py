@@ -138,7 +138,7 @@ def train_loop(loop_config: dict) -> None:
 
     cfg = RunConfig.model_validate(loop_config["config"])
     context = ray.train.get_context()
-    timeline = progress.Timeline(shown=context.get_world_rank() == 0)
+    timeline = progress.Timeline(shown=context.get_world_rank() == 0, trial=loop_config.get("trial"))
     # The driver began this phase before Ray Train started the workers (one clock on one machine, NTP on GKE).
     timeline.ended(loop_config["starting"], time.time() - loop_config["fit_started"])
     with timeline.phase("importing torch, transformers, trl and peft"):

@@ -80,7 +80,10 @@ def _follow_run(backend: Backend, run_id: str, raw: bool, tail: int | None, inte
                 fresh, shown = text[shown:], len(text)
                 sys.stdout.write(_shown(_tail(fresh, tail) if first else fresh))
             else:
-                told = "".join(f"{line}\n" for line in story.observe(record, text))
+                lines = story.observe(record, text, time.monotonic())
+                # What was told before this look is the run's past, as it is; what comes while following carries
+                # the run's age, as `raytune local`'s foreground carries its own.
+                told = "".join(f"{line}\n" if first else f"{_age(record)} {line}\n" for line in lines)
                 sys.stdout.write(_tail(told, tail) if first else told)
             sys.stdout.flush()
             first = False
@@ -103,6 +106,11 @@ def _follow_run(backend: Backend, run_id: str, raw: bool, tail: int | None, inte
     for line in summary(record):
         print(line)
     return exit_code(record.state)
+
+
+def _age(record: RunRecord) -> str:
+    """The run's age now, as the foreground's stamp: `[  42.1s]`."""
+    return f"[{(dt.datetime.now(dt.UTC) - record.created_at).total_seconds():6.1f}s]"
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:

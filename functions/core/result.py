@@ -157,6 +157,7 @@ PHASE_MARKER = "RAYTUNE_PHASE "
 class Phase(Lenient):
     phase: str
     seconds: float | None = None  # None: it has just begun
+    trial: str | None = None  # a sweep's trial it is of
 
 
 class Progress(Lenient):

@@ -16,6 +16,8 @@ EXIT_CODES = {State.SUCCEEDED: 0, State.SKIPPED: 0, State.FAILED: 1, State.REJEC
 ORPHANED = 4  # a local run whose raytune local is gone: it will not end by itself (`raytune cancel` settles it)
 STOPPED_FOLLOWING = 130  # Ctrl-C while following: the run goes on
 SHOWN_PHASE_S = 0.05  # a phase shorter than this says nothing (it rounds to 0.0 s)
+QUIET_S = 20.0  # while something is starting or waiting, at most this long passes without a line
+WAITING = frozenset({State.RECEIVED, State.QUEUED, State.PROVISIONING, State.SUBMITTED})
 
 
 def exit_code(state: State) -> int:
@@ -43,17 +45,43 @@ class Story:
         self.said: tuple[State, str | None] | None = None
         self.job: str | None = None
         self.moves = 0  # the region moves said
+        self.last_line_at: float | None = None  # the follower's clock (`now`) when it was last told something
+        self.state_since: float | None = None
         self._new_job()
 
     def _new_job(self) -> None:
         self.log_seen = 0
         # (trial, step, an evaluation, a stop) said already: a restarted worker retrains steps after its checkpoint
         self.steps: set[tuple[str | None, int, bool, bool]] = set()
-        self.opened: set[str] = set()
-        self.closed: set[str] = set()
+        # (trial, phase) begun, with the follower's clock when first seen; ended
+        self.opened: dict[tuple[str | None, str], float | None] = {}
+        self.closed: set[tuple[str | None, str]] = set()
         self.failures = 0
 
-    def observe(self, record: RunRecord, log: str = "") -> list[str]:
+    def observe(self, record: RunRecord, log: str = "", now: float | None = None) -> list[str]:
+        """The new lines of what is seen now. `now`, a follower's monotonic clock, lets a quiet stretch be told:
+        after QUIET_S without a line, the phase still under way (or the state still waited in) and how long."""
+        told = self._observe(record, log, now)
+        if now is not None:
+            if told or self.last_line_at is None:
+                self.last_line_at = now
+            elif now - self.last_line_at >= QUIET_S and (still := self._still(record, now)):
+                told, self.last_line_at = [still], now
+        return told
+
+    def _still(self, record: RunRecord, now: float) -> str | None:
+        """What a quiet run is doing: the phase begun last and not ended, else the state it waits in."""
+        under_way = [(key, at) for key, at in self.opened.items() if key not in self.closed and at is not None]
+        if under_way and record.state == State.RUNNING:
+            (trial, phase), at = under_way[-1]
+            return f"  {_named(trial, phase)}... {now - at:.0f}s so far"
+        if record.state in WAITING and self.state_since is not None:
+            return f"  still {record.state.value} after {now - self.state_since:.0f}s"
+        return None
+
+    def _observe(self, record: RunRecord, log: str, now: float | None) -> list[str]:
+        if self.said is None or self.said[0] != record.state:
+            self.state_since = now
         lines: list[str] = []
         new_job = record.job_name != self.job
         if new_job:
@@ -67,7 +95,7 @@ class Story:
             lines.append(f"run {record.run_id}: moved from {left.region} to {to.region} ({left.why})")
             self.moves += 1
         lines += self._state_line(record, new_job or moved)
-        return lines + self._from_job_log(record, log)
+        return lines + self._from_job_log(record, log, now)
 
     def _state_line(self, record: RunRecord, afresh: bool) -> list[str]:
         """A change of state is said with the run's name; a new reason in the same state (a SUBMITTED job that now
@@ -79,7 +107,7 @@ class Story:
             return [f"  {record.reason}"] if record.reason else []
         return [f"run {record.run_id}: {record.state.value}" + (f" ({record.reason})" if record.reason else "")]
 
-    def _from_job_log(self, record: RunRecord, log: str) -> list[str]:
+    def _from_job_log(self, record: RunRecord, log: str, now: float | None) -> list[str]:
         lines: list[str] = []
         if len(log) < self.log_seen:  # cut or replaced (the kept copy for the live one): read again, said once
             self.log_seen = 0
@@ -87,7 +115,7 @@ class Story:
         # is read whole at the next (its marker and JSON are in its first part, its end in the second).
         fresh = log[self.log_seen :]
         fresh = fresh[: fresh.rfind("\n") + 1]
-        lines += self._from_log(fresh)
+        lines += self._from_log(fresh, now)
         self.log_seen += len(fresh)
         failures = list(joblog.failed_attempts(log))  # the whole log: a decision may span two looks
         stopping = record.cancel_requested or record.state == State.CANCELLED  # the stop's own effects on workers
@@ -95,9 +123,9 @@ class Story:
         self.failures = max(self.failures, len(failures))
         return lines
 
-    def _from_log(self, fresh: str) -> list[str]:
+    def _from_log(self, fresh: str, now: float | None) -> list[str]:
         events = list(joblog.progress(fresh))
-        ended_here = {e.phase for e in events if isinstance(e, Phase) and e.seconds is not None}
+        ended_here = {(e.trial, e.phase) for e in events if isinstance(e, Phase) and e.seconds is not None}
         lines = []
         for event in events:
             if isinstance(event, Progress):
@@ -105,14 +133,16 @@ class Story:
                 if key not in self.steps:
                     self.steps.add(key)
                     lines.append("  " + progress_line(event))
-            elif event.seconds is None:
-                if event.phase not in ended_here and event.phase not in self.opened:
-                    self.opened.add(event.phase)
-                    lines.append(f"  {event.phase}...")
-            elif event.phase not in self.closed:
-                self.closed.add(event.phase)
+                continue
+            phase = (event.trial, event.phase)
+            if event.seconds is None:
+                if phase not in ended_here and phase not in self.opened:
+                    self.opened[phase] = now
+                    lines.append(f"  {_named(*phase)}...")
+            elif phase not in self.closed:
+                self.closed.add(phase)
                 if event.seconds >= SHOWN_PHASE_S:
-                    lines.append(f"  {event.phase}: {event.seconds:.1f}s")
+                    lines.append(f"  {_named(*phase)}: {event.seconds:.1f}s")
         return lines
 
 
@@ -173,6 +203,10 @@ def where(record: RunRecord) -> str:
         for p in record.placements
     ]
     return " -> ".join(stays)
+
+
+def _named(trial: str | None, phase: str) -> str:
+    return f"{trial} · {phase}" if trial else phase
 
 
 def _num(value: float | None) -> str:

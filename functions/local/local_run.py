@@ -84,7 +84,7 @@ class LocalRun:
         self.say("launch: validating the config...")  # the platform says when it starts the head and the nodes
         record = launch.handle(event, self.ctx)
         assert record is not None, "a configs/ upload is never ignored"
-        for line in self.story.observe(record):
+        for line in self.story.observe(record, now=time.monotonic()):
             self.say(line)
         if hint := retry_hint(record, asked, self.workdir):
             self.say(hint)
@@ -122,7 +122,7 @@ class LocalRun:
                 log.warning("tick failed, tried again: %s", describe(exc))
             record = self.ctx.store.get(run_id)
             assert record is not None
-            for line in self.story.observe(record, self.platform.job_logs(record.job_name)):
+            for line in self.story.observe(record, self.platform.job_logs(record.job_name), time.monotonic()):
                 self.say(line)
             if record.settled:
                 after = " (scaled down after the run)" if record.reached_cluster else ""

@@ -316,6 +316,8 @@ def test_a_detached_run_outlives_its_terminal_and_is_followed_from_another(tmp_p
     # The story as the foreground run tells it, the outcome said once, and the exit code saying it too.
     assert followed.returncode == 0, followed.stdout[-2000:] + followed.stderr[-2000:]
     assert "  step 14/14 · epoch 2.00" in followed.stdout and "RAYTUNE_PROGRESS" not in followed.stdout
+    # What it saw as it followed carries the run's age, as the foreground's lines carry theirs.
+    assert re.search(r"^\[\s*\d+\.\ds\] ", followed.stdout, re.MULTILINE), followed.stdout[-2000:]
     assert followed.stdout.count("SUCCEEDED") == 1 and f"run {run_id} SUCCEEDED" in followed.stdout
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and not (workdir / "records" / f"{run_id}.json").exists():

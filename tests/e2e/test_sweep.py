@@ -4,6 +4,7 @@ from its checkpoint without training a finished trial again."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 import signal
@@ -11,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from functions.core.story import QUIET_S
 from tests.e2e.test_local import ROOT, finish, start
 from tests.e2e.test_lost_nodes import registered_checkpoints, wait_until, worker_raylet
 from tests.harness import tiny_checkpointed
@@ -64,6 +66,17 @@ def test_a_local_sweep_stops_poor_trials_early_and_keeps_the_best_trials_adapter
     assert all(t["trial_id"] in page.read_text() for t in trials) and f"sweep report     {page}" in err
     # The console's summary has the trials' table; each trial's progress lines name it.
     assert f"best {best['trial_id']} by eval_loss (min)" in err and " *  finished" in err
+    # Each trial's start is told, and each of its phases names it (two trials' phases interleave).
+    for trial in trials:
+        assert f"  {trial['trial_id']} · starting 1 workers..." in err, err[-6000:]
+        assert re.search(rf"  {trial['trial_id']} · importing torch, transformers, trl and peft: \d", err)
+    unnamed = [line for line in err.splitlines() if re.search(r"\]   (starting|importing|loading|preparing)", line)]
+    assert not unnamed, unnamed
+    # Never much more than QUIET_S without a line while the sweep runs (a quiet stretch says what is under way;
+    # a look of the follower's is one tick, which a loaded machine may stretch by some seconds).
+    running = err[err.index(": RUNNING") :]
+    stamps = [float(t) for t in re.findall(r"^\[\s*([0-9.]+)s\]", running, re.MULTILINE)]
+    assert max(b - a for a, b in itertools.pairwise(stamps)) < QUIET_S + 10, running[-6000:]
 
 
 CONFIG = tiny_checkpointed(

@@ -11,7 +11,7 @@ import pytest
 from functions.core.regions import Placement
 from functions.core.result import PHASE_MARKER, PROGRESS_MARKER, RunResult
 from functions.core.runs import Attempt, RunRecord, State, Transition
-from functions.core.story import EXIT_CODES, Story, exit_code, summary
+from functions.core.story import EXIT_CODES, QUIET_S, Story, exit_code, summary
 
 pytestmark = pytest.mark.unit
 T0 = dt.datetime(2026, 12, 5, tzinfo=dt.UTC)
@@ -30,8 +30,9 @@ def record(state: State, reason: str | None = None, run_id: str = "r-1", **chang
     )
 
 
-def phase(name: str, seconds: float | None = None) -> str:
-    return f"(RayTrainWorker pid=1) {PHASE_MARKER}{json.dumps({'phase': name, 'seconds': seconds})}\n"
+def phase(name: str, seconds: float | None = None, trial: str | None = None) -> str:
+    event = {"phase": name, "seconds": seconds} | ({"trial": trial} if trial else {})
+    return f"(RayTrainWorker pid=1) {PHASE_MARKER}{json.dumps(event)}\n"
 
 
 def step(n: int, eval_loss: float | None = None) -> str:
@@ -66,6 +67,44 @@ def test_a_moves_wait_is_the_same_whole_seconds_in_its_line_and_the_summary():
     moved = record(State.SUCCEEDED, placements=[left, Placement(region="europe-west4", attempt=1, since=left.until)])
     assert Story().observe(moved)[0].startswith("run r-1: moved from us-central1 to europe-west4 (waited 21s")
     assert "  regions          us-central1 (waited 21s) -> europe-west4" in summary(moved)
+
+
+def test_each_trials_phases_are_said_with_its_name_and_a_trials_start_is_told():
+    """Two trials start at once in a sweep: each one's phases, begun and ended, are its own lines."""
+    story = Story()
+    story.observe(record(State.RUNNING), phase("sweeping 4 trials, 2 at once"))
+    log = phase("sweeping 4 trials, 2 at once")
+    log += phase("starting 1 workers", trial="trial-000") + phase("starting 1 workers", trial="trial-001")
+    log += phase("starting 1 workers", 9.12, trial="trial-001")
+    assert story.observe(record(State.RUNNING), log) == [
+        "  trial-000 · starting 1 workers...",
+        "  trial-001 · starting 1 workers: 9.1s",
+    ]
+    log += phase("starting 1 workers", trial="trial-002")
+    assert story.observe(record(State.RUNNING), log) == ["  trial-002 · starting 1 workers..."]
+
+
+def test_a_quiet_stretch_says_what_is_under_way_and_for_how_long():
+    """Followed with a clock: after QUIET_S without a line, the phase begun last and still open, or the state
+    still waited in, is said with its time so far; then not again for another QUIET_S."""
+    story = Story()
+    assert story.observe(record(State.SUBMITTED, "RayJob r-1"), now=100.0) == ["run r-1: SUBMITTED (RayJob r-1)"]
+    assert story.observe(record(State.SUBMITTED, "RayJob r-1"), now=100.0 + QUIET_S - 1) == []
+    assert story.observe(record(State.SUBMITTED, "RayJob r-1"), now=100.0 + QUIET_S) == [
+        f"  still SUBMITTED after {QUIET_S:.0f}s"
+    ]
+    assert story.observe(record(State.SUBMITTED, "RayJob r-1"), now=100.0 + QUIET_S + 5) == []
+    log = phase("sweeping 4 trials, 2 at once") + phase("starting 1 workers", trial="trial-002")
+    assert story.observe(record(State.RUNNING), log, now=200.0) == [
+        "run r-1: RUNNING",
+        "  sweeping 4 trials, 2 at once...",
+        "  trial-002 · starting 1 workers...",
+    ]
+    assert story.observe(record(State.RUNNING), log, now=225.0) == ["  trial-002 · starting 1 workers... 25s so far"]
+    log += phase("starting 1 workers", 30.0, trial="trial-002")
+    assert story.observe(record(State.RUNNING), log, now=230.0) == ["  trial-002 · starting 1 workers: 30.0s"]
+    assert story.observe(record(State.RUNNING), log, now=251.0) == ["  sweeping 4 trials, 2 at once... 51s so far"]
+    assert Story().observe(record(State.RUNNING), log) == Story().observe(record(State.RUNNING), log, now=1.0)
 
 
 def test_a_line_still_being_written_is_said_whole_at_the_next_look():
