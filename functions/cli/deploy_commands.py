@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from functions.cli import options
+from functions.cli import narrow, options
 from functions.cli.config_commands import FileError, load
 
 
@@ -32,10 +32,16 @@ def cmd_permissions(args: argparse.Namespace) -> int:
 
     from functions.core import permissions
 
+    uses = permissions.all_uses(options.switches(args))
     if args.json:
-        print(json.dumps([asdict(u) for u in permissions.all_uses(options.switches(args))], indent=2))
+        print(json.dumps([asdict(u) for u in uses], indent=2))
+        return 0
+    wide = permissions.table(options.switches(args))
+    width = narrow.terminal_width()
+    if width is None or max(map(len, wide.splitlines())) <= width:
+        print(wide)  # one row a line: for grep, scripts and wide terminals
     else:
-        print(permissions.table(options.switches(args)))
+        print(narrow.grouped(((u.identity, u.resource, u.permission, u.why) for u in uses), width))
     return 0
 
 

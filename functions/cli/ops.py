@@ -10,7 +10,7 @@ import re
 import sys
 from typing import Any
 
-from functions.cli import options, targets
+from functions.cli import narrow, options, targets
 from functions.cli.backends import LocalBackend, records
 from functions.core import joblog
 from functions.core.runs import RunRecord, State
@@ -153,15 +153,12 @@ DROPPED_FIRST = (
 def fitting(columns: tuple[str, ...], cells: list[list[str]], width: int) -> list[str]:
     """The columns a table of these cells can show whole in `width` characters (rich's borders and padding:
     3 a column and 1), dropping DROPPED_FIRST in its order until it fits; the run id and state always stay."""
-    natural = {
-        column: max([len(column), *(max(map(len, row[i].splitlines() or [""])) for row in cells)])
-        for i, column in enumerate(columns)
-    }
+    natural = dict(zip(columns, narrow.natural_widths([columns, *cells]), strict=True))
     shown = list(columns)
     # A column with nothing in it (cost: always "-" locally) goes before any that says something.
     empty = [c for i, c in enumerate(columns) if cells and all(row[i] in ("-", "") for row in cells)]
     for column in [c for c in empty if c in DROPPED_FIRST] + [c for c in DROPPED_FIRST if c not in empty]:
-        if sum(natural[c] + 3 for c in shown) + 1 <= width:
+        if narrow.table_width(natural[c] for c in shown) <= width:
             break
         if column in shown:
             shown.remove(column)
@@ -273,27 +270,44 @@ def cmd_compare(args: argparse.Namespace) -> int:
         return 0
     from rich.table import Table
 
+    config_rows = [[key, *(json.dumps(c[key]) if key in c else "-" for c in configs)] for key in differing]
+    rows = [*config_rows, *_outcome_rows(runs, metrics)]
+    out = targets.console()
+    headings = [f"{r.run_id}\n{r.state.value}" for r in runs]
+    if narrow.table_width(narrow.natural_widths([["", *headings], *rows])) > out.width:
+        # Run ids are what every other command takes: named whole above the table, never cut inside it.
+        short = narrow.letters(len(runs))
+        for letter, r in zip(short, runs, strict=True):
+            out.print(f"{letter}  {r.run_id}  {r.state.value}", markup=False)
+        headings = [f"{letter}\n{r.state.value}" for letter, r in zip(short, runs, strict=True)]
     table = Table(title="config differences and metrics", title_justify="left")
     table.add_column("")
-    for r in runs:
-        table.add_column(f"{r.run_id}\n{r.state.value}")
-    for key in differing:
-        table.add_row(key, *(json.dumps(c[key]) if key in c else "-" for c in configs))
+    for heading in headings:
+        table.add_column(heading, overflow="fold")
+    for row in config_rows:
+        table.add_row(*row)
     if differing:
         table.add_section()
-    for key in sorted({k for m in metrics for k in m}):
-        table.add_row(
-            key, *(f"{m[key]:.4g}" if isinstance(m.get(key), float) else str(m.get(key, "-")) for m in metrics)
-        )
-    if any(r.result and r.result.sweep for r in runs):  # a sweep's metrics above are its best trial's
-        table.add_row("sweep: best trial", *(_best_trial(r) for r in runs))
-    table.add_row("GPU node-h", *(f"{r.gpu_node_seconds / 3600:.2f}" if r.gpu_node_seconds else "-" for r in runs))
-    table.add_row("estimated cost", *(_money(_estimated_cost(r)) for r in runs))
-    table.add_row("cost", *(_money(r.cost) for r in runs))
-    targets.console().print(table)
+    for row in rows[len(config_rows) :]:
+        table.add_row(*row)
+    out.print(table)
     if not differing:
-        targets.console().print("the configs are the same")
+        out.print("the configs are the same")
     return 0
+
+
+def _outcome_rows(runs: list[RunRecord], metrics: list[dict[str, Any]]) -> list[list[str]]:
+    """compare's rows below the config's: the metrics, a sweep's best trial, GPU time and money."""
+    rows = [
+        [key, *(f"{m[key]:.4g}" if isinstance(m.get(key), float) else str(m.get(key, "-")) for m in metrics)]
+        for key in sorted({k for m in metrics for k in m})
+    ]
+    if any(r.result and r.result.sweep for r in runs):  # a sweep's metrics above are its best trial's
+        rows.append(["sweep: best trial", *(_best_trial(r) for r in runs)])
+    rows.append(["GPU node-h", *(f"{r.gpu_node_seconds / 3600:.2f}" if r.gpu_node_seconds else "-" for r in runs)])
+    rows.append(["estimated cost", *(_money(_estimated_cost(r)) for r in runs)])
+    rows.append(["cost", *(_money(r.cost) for r in runs)])
+    return rows
 
 
 def _best_trial(record: RunRecord) -> str:

@@ -395,6 +395,40 @@ def test_runs_never_cuts_the_run_id_whatever_the_width(tmp_path, columns):
     assert ("not shown; --json has every field" in screen) == (columns < 200), screen
 
 
+@pytest.mark.parametrize("columns", [80, 200])
+def test_compare_never_cuts_a_run_id_whatever_the_width(tmp_path, columns):
+    """Issue 67: at 80 columns compare's headings cut the ids; where they do not fit they are named above."""
+    workdir = tmp_path / "w"
+    runs = workdir / "gcs" / "raytune-local" / "runs"
+    runs.mkdir(parents=True)
+    ids = ["quickstart-3f9c2e71a0b3d58e", "a-longer-config-name-0f1e2d3c4b5a6978", "quickstart-99aa77bb55cc33dd"]
+    for n, run_id in enumerate(ids):
+        config = {"name": run_id.rsplit("-", 1)[0], "lora": {"r": 8 * (n + 1)}}
+        (runs / f"{run_id}.json").write_text(a_record(State.SUCCEEDED, run_id=run_id, config=config).model_dump_json())
+    raytune = str(Path(sys.executable).parent / "raytune")
+    code, screen = on_a_terminal([raytune, "compare", *ids, "--workdir", str(workdir)], columns)
+    assert code == 0, screen
+    assert all(run_id in screen for run_id in ids), screen
+    assert all(len(line) <= columns for line in screen.splitlines()), screen
+    assert ("A  quickstart-3f9c2e71a0b3d58e  SUCCEEDED" in screen) == (columns == 80), screen
+
+
+@pytest.mark.parametrize("columns", [80, 120])
+def test_permissions_fit_the_terminal_and_stay_one_row_a_line_in_a_pipe(columns):
+    """Issue 67: `permissions` printed 190-column rows at any width."""
+    raytune = str(Path(sys.executable).parent / "raytune")
+    code, screen = on_a_terminal([raytune, "permissions"], columns)
+    assert code == 0, screen
+    assert all(len(line) <= columns for line in screen.splitlines()), max(screen.splitlines(), key=len)
+    assert "functions on bucket:runs" in screen and "  storage.objects.get" in screen
+    piped = subprocess.run([raytune, "permissions"], capture_output=True, text=True, check=True).stdout
+    assert piped.splitlines()[0].split()[:3] == ["who", "on", "permission"]
+    every = [line.split()[:3] for line in piped.splitlines()[1:]]
+    # The same permissions, each under its identity and resource.
+    told = [line.split()[0] for line in screen.splitlines() if line.startswith("  ") and line[2] != " "]
+    assert sorted(told) == sorted(row[2] for row in every)
+
+
 def test_the_run_it_here_hint_names_the_file_and_its_overrides(capsys, monkeypatch, tmp_path):
     """Issue 53: with --set, the hint named the temporary copy the overrides were written to, gone at exit."""
     monkeypatch.chdir(tmp_path)
