@@ -172,7 +172,7 @@ def wait_until(backend: Backend, args: argparse.Namespace, done: Callable[[RunRe
 
 def cmd_submit(args: argparse.Namespace) -> int:
     config = Path(args.config)
-    from functions.cli.local_commands import checked
+    from functions.cli.local_commands import checked, print_estimate
 
     if errors := checked(str(config)):  # what can be read from here fails here: nothing is uploaded or started
         for error in errors:
@@ -184,6 +184,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
         if args.name or args.via_topic:
             raise RuntimeError("--name and --via-topic are the deployment's: a local run is named by its config")
         print(f"submit --local: running {config} on the local default (raytune local)", file=sys.stderr)
+        print_estimate(str(config))
         return driver.run(str(config), Path(args.workdir) if args.workdir else None)
     if left := placeholders(str(config)):
         raise RuntimeError("; ".join(left) + ": edit it first (nothing was uploaded)")

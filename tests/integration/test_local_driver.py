@@ -5,6 +5,7 @@ transient ones for STALLED_S, ends it (the driver then cancels the run and print
 from __future__ import annotations
 
 import datetime as dt
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -12,6 +13,8 @@ import pytest
 from functions.core.errors import PermanentError, TransientError
 from functions.core.runs import RunRecord, State, Transition
 from functions.local import local_run as runs_here
+
+ROOT = Path(__file__).resolve().parents[2]
 
 NOW = dt.datetime(2026, 12, 3, tzinfo=dt.UTC)
 
@@ -113,3 +116,17 @@ def test_raytune_local_says_what_the_run_will_take_before_it_starts(capsys):
     said = capsys.readouterr().out
     assert said.startswith("estimate: 2 x CPU on this machine\n") and "  training  48 samples in" in said, said
     assert "start-up" in said and "cost" not in said and "node-hours" not in said
+
+
+def test_submit_local_says_the_estimate_before_it_runs(capsys, monkeypatch):
+    """`submit --local` is `raytune local` by another name: the same estimate first, then the run (here its
+    driver is not started: what is tested is what the command says before it)."""
+    from functions.cli import main as cli
+    from functions.local import driver
+
+    ran = []
+    monkeypatch.setattr(driver, "run", lambda config, workdir: ran.append(config) or 0)
+    quickstart = str(ROOT / "examples" / "quickstart.json")
+    assert cli(["submit", quickstart, "--local"]) == 0
+    said = capsys.readouterr()
+    assert ran == [quickstart] and "estimate: 2 x CPU on this machine" in said.out, said
