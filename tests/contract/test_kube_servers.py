@@ -193,8 +193,9 @@ def write_status(kube, namespace: str, name: str, status: dict, fake) -> None:
 
 def test_a_raycluster_listed_again_is_sent_whole_only_when_its_spec_changed(server, monkeypatch):
     """The tick's RayCluster listing (functions/adapters/cluster_specs.py) keeps a spec it read while the API
-    server shows the same uid and metadata.generation: it relies on the generation moving on every spec change
-    and never on a status write, held here on both servers. A status write moves the resourceVersion alone, and
+    server shows the same uid and metadata.generation (and KubeRay has called it ready: until then its status is
+    read with it): it relies on the generation moving on every spec change and never on a status write, held
+    here on both servers. A status write moves the resourceVersion alone, and
     the listing carries the new one, so a write conditional on it lands; a groups write moves the generation,
     and the next listing reads that RayCluster again; one deleted and made again under its name is read too."""
     kube, namespace, fake = server
@@ -207,10 +208,15 @@ def test_a_raycluster_listed_again_is_sent_whole_only_when_its_spec_changed(serv
     assert kube.create(manifests.ray_cluster(cfg, [], "h" * 64, [a], 1))
     [first] = kube.ray_clusters(namespace, labels)  # never listed: listed whole
     write_status(kube, namespace, name, {"state": "ready", "desiredWorkerReplicas": 1}, fake)
+    [ready] = kube.ray_clusters(namespace, labels)  # not yet seen ready: read again, with its status
+    assert reads == [name] and RayClusterSeen.of(ready).ready
+    reads.clear()
+    write_status(kube, namespace, name, {"desiredWorkerReplicas": 2}, fake)
     [again] = kube.ray_clusters(namespace, labels)
-    assert reads == [] and "status" not in again  # its metadata alone was listed
+    # its metadata alone was listed; of its status, the readiness kept (KubeRay never takes it back)
+    assert reads == [] and again["status"] == {"state": "ready"} and RayClusterSeen.of(again).ready
     assert again["metadata"]["generation"] == first["metadata"]["generation"]
-    assert again["metadata"]["resourceVersion"] != first["metadata"]["resourceVersion"]
+    assert again["metadata"]["resourceVersion"] != ready["metadata"]["resourceVersion"]
     assert again["spec"] == first["spec"]
     seen = RayClusterSeen.of(again)
     b = manifests.worker_group(cfg, "run-2", 2, [], "h" * 64)

@@ -96,6 +96,31 @@ def test_bearer_token_is_asked_for_on_every_request(fake):
     assert fake.authorization == ["Bearer t1", "Bearer t2"]  # t0 seeded the client; each call refreshed
 
 
+def test_a_rayclusters_readiness_outlives_a_metadata_listing_and_a_new_one_is_read_until_ready(fake, kube):
+    """A metadata listing carries no status: a RayCluster KubeRay called ready stays ready in every later listing
+    (the readiness hold must never take a used RayCluster for a new one), and one not yet ready is read by name at
+    each listing until it is."""
+    from functions.adapters.kube import RayClusterSeen
+
+    labels = manifests.ownership(None)
+    assert kube.create(
+        manifests.ray_cluster(CFG, [], "h" * 64, [manifests.worker_group(CFG, "run-1", 1, [], "h" * 64)])
+    )
+    name = CFG.cluster.ray_cluster
+
+    def listed() -> tuple[bool, int]:
+        before = sum(1 for m, p, _ in fake.requests if m == "GET" and p.endswith(f"/rayclusters/{name}"))
+        [found] = kube.ray_clusters("default", labels)
+        reads = sum(1 for m, p, _ in fake.requests if m == "GET" and p.endswith(f"/rayclusters/{name}")) - before
+        return RayClusterSeen.of(found).ready, reads
+
+    assert listed() == (False, 0)  # a fresh client lists the namespace whole
+    assert listed() == (False, 1)  # not ready yet: its status is read with it
+    fake.set_status("rayclusters", name, {"state": "ready"})
+    assert listed() == (True, 1)
+    assert listed() == (True, 0) and listed() == (True, 0)  # from the metadata listing, still ready
+
+
 def test_many_changed_rayclusters_are_listed_again_whole_not_read_one_by_one(fake, kube):
     """Past CHANGED_READS_MAX changed RayClusters in a namespace, one whole listing costs less than a read each;
     one deleted since is gone from the answer and from what the client remembers."""
@@ -108,6 +133,7 @@ def test_many_changed_rayclusters_are_listed_again_whole_not_read_one_by_one(fak
         assert kube.create(
             manifests.ray_cluster(cfg, [], "h" * 64, [manifests.worker_group(cfg, "run-1", 1, [], "h" * 64)])
         )
+        fake.set_status("rayclusters", name, {"state": "ready"})  # KubeRay's, once its pods ran
     assert sorted(c["metadata"]["name"] for c in kube.ray_clusters("default", labels)) == names
 
     def calls() -> tuple[int, int, int]:

@@ -42,7 +42,10 @@ def reads(monkeypatch):
 
 
 def running(h, runs):
-    """The runs' jobs RUNNING, each worker pod on a node of its own (as the kubelet reports them)."""
+    """The runs' jobs RUNNING, each worker pod on a node of its own (as the kubelet reports them), and their
+    RayClusters called ready (KubeRay's status once their pods ran; never taken back)."""
+    for name in h.kube.names("rayclusters"):
+        h.kube.set_status("rayclusters", name, {"state": "ready"})
     for run in runs:
         h.kube.set_status("rayjobs", run.run_id, RUNNING)
         node = f"node-{run.run_id}"
@@ -82,6 +85,8 @@ def test_a_quiet_tick_reads_no_record_and_its_calls_do_not_grow_with_the_runs(co
     assert many[1][("GET", "rayjobs")] == 1 and many[1][("GET metadata", "rayclusters")] == 1
     # each RayCluster judged from that listing (its stamp is its allocation's version), not read again by name
     assert many[1][("GET", "rayclusters by name")] == many[1][("GET", "rayclusters")] == 0, many[1]
+    # a RayCluster KubeRay called ready is taken as ready from that listing: none of its pods is read
+    assert many[1][("GET", "pods")] == 0, many[1]
     assert few[1] == many[1], f"the Kubernetes calls grew with the runs: {few[1]} -> {many[1]}"
     assert all(h.ctx.store.get(r.run_id).state == State.RUNNING for r in runs)
 
