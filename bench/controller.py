@@ -209,6 +209,10 @@ def serve(root: Path) -> None:
             kube.put("nodes", {"metadata": {"name": node, "labels": {"cloud.google.com/gke-spot": "true"}}}, "")
             pod = {"metadata": {"name": f"{name}-w"[:60], "labels": {"raytune.dev/run-id": run_id}}}
             kube.put("pods", {**pod, "spec": {"nodeName": node}, "status": {"phase": "Running"}})
+        for name in kube.names("rayclusters"):
+            # KubeRay calls a RayCluster ready once its pods run (and never takes it back): a cluster whose jobs
+            # run has been ready.
+            kube.set_status("rayclusters", name, {"state": "ready"})
         watch(tick, ctx)  # records move to RUNNING and learn their nodes once
         watch(tick, ctx)
 
