@@ -7,12 +7,14 @@ counts neighbours too: the table says which), and the moments a person waits for
 every process the run starts (/proc, every 0.3 s) and reports their CPU by kind: Ray's own processes by their
 title, the training workers, the job's driver, the controller (`raytune local` itself).
 
-    .venv/bin/python bench/local_e2e.py --against /tmp/before --runs 5 [--processes] [--warm]
+    .venv/bin/python bench/local_e2e.py --against /tmp/before --runs 5 [--processes] [--warm] [--after 120]
 
 Every version's run is a cold one (RAYTUNE_LOCAL_KEEP_WARM_S=0: the cluster started and stopped with the run, as
 before warm clusters). `--warm` adds "this, warm": the same quickstart in a workdir whose head an earlier run left
 warm (started once, before the first round, outside the measure), its head's processes joined to the run's cgroup
-for the run, so what the head does for it is counted.
+for the run, so what the head does for it is counted. `--after SECONDS` instead leaves each version to its own
+default (how long it keeps a head warm after a first run) and measures, besides the run, the CPU of what the run
+left running over SECONDS from its end (its warm head and keeper; then `raytune local --stop` ends what is left).
 """
 
 from __future__ import annotations
@@ -63,9 +65,10 @@ def machine_busy_s() -> float:
 
 
 @contextlib.contextmanager
-def cpu_meter() -> Iterator[tuple[dict, callable]]:
-    """(result, join): `join(pid)` puts a process (and so all it starts) in a cgroup of its own; result["cpu_s"] is
-    that cgroup's CPU time once the block ends, or the machine's busy time where no cgroup can be made."""
+def cpu_meter() -> Iterator[tuple[dict, callable, callable]]:
+    """(result, join, used): `join(pid)` puts a process (and so all it starts) in a cgroup of its own; `used()` is
+    that cgroup's CPU time so far; result["cpu_s"] is its CPU time once the block ends. Where no cgroup can be
+    made, the machine's busy time stands for it."""
     result: dict = {}
     group = CPUACCT / f"raytune-bench-{uuid.uuid4().hex[:8]}"
     try:
@@ -78,11 +81,14 @@ def cpu_meter() -> Iterator[tuple[dict, callable]]:
         if group is not None:
             (group / "cgroup.procs").write_text(str(pid))
 
+    def used() -> float:
+        return int((group / "cpuacct.usage").read_text()) / 1e9 if group is not None else machine_busy_s() - busy
+
     try:
-        yield result, join
+        yield result, join, used
     finally:
         if group is not None:
-            result["cpu_s"] = int((group / "cpuacct.usage").read_text()) / 1e9
+            result.setdefault("cpu_s", used())  # the caller's reading at the run's end, where it took one
             result["cpu_of"] = "cgroup"
             # What outlives the run (a head left warm) goes back to the parent group, or the group could not be
             # removed: cgroup v1 keeps an empty group until someone removes it.
@@ -91,7 +97,7 @@ def cpu_meter() -> Iterator[tuple[dict, callable]]:
                     (CPUACCT / "cgroup.procs").write_text(pid)
             group.rmdir()
         else:
-            result["cpu_s"] = machine_busy_s() - busy
+            result.setdefault("cpu_s", machine_busy_s() - busy)
             result["cpu_of"] = "machine"
 
 
@@ -166,15 +172,22 @@ def raytune_local(args: list[str], env: dict[str, str], home: str, stderr: int) 
     )
 
 
-def one_run(root: Path, processes: bool = False, warm: Path | None = None) -> dict:
+def one_run(root: Path, processes: bool = False, warm: Path | None = None, after_s: float = 0) -> dict:
     """The quickstart with `root`'s code (first on the path, its nodes and jobs given the same), cold in a new
-    workdir, or in `warm`, a workdir whose head is warm."""
+    workdir, or in `warm`, a workdir whose head is warm; `after_s`: with the version's own keep-warm default, and
+    the CPU of what it left running over that long after its end."""
     with contextlib.ExitStack() as stack:
         workdir = str(warm) if warm else stack.enter_context(tempfile.TemporaryDirectory())
         home = stack.enter_context(tempfile.TemporaryDirectory())
-        cpu, join = stack.enter_context(cpu_meter())
-        keep = "3600" if warm else "0"
-        env = {**os.environ, "HOME": home, "PYTHONPATH": str(root), "RAYTUNE_LOCAL_KEEP_WARM_S": keep}
+        cpu, join, used = stack.enter_context(cpu_meter())
+        env = {
+            **os.environ,
+            "HOME": home,
+            "PYTHONPATH": str(root),
+            "RAYTUNE_LOCAL_KEEP_WARM_S": "3600" if warm else "0",
+        }
+        if after_s:
+            del env["RAYTUNE_LOCAL_KEEP_WARM_S"]
         head = warm_head(warm) if warm else []
         for pid in head:
             with contextlib.suppress(OSError):  # gone meanwhile
@@ -193,6 +206,12 @@ def one_run(root: Path, processes: bool = False, warm: Path | None = None) -> di
             sampler.join()
         if proc.returncode != 0:
             raise SystemExit(f"run of {root} failed:\n{console[-4000:]}")
+        if after_s:
+            cpu["cpu_s"] = used()  # the run's; what it leaves running is counted apart
+            time.sleep(after_s)
+            cpu["after_cpu_s"] = used() - cpu["cpu_s"]
+            stop = [sys.executable, "-c", CLI, "local", "--stop", "--workdir", workdir]
+            subprocess.run(stop, env=env, cwd=home, capture_output=True, check=False)
         if warm and "reusing the warm local Ray cluster" not in console:
             raise SystemExit(f"the run in {warm} did not find its head warm:\n{console[-4000:]}")
         newest = max((Path(workdir) / "records").glob("*.json"), key=lambda path: path.stat().st_mtime)
@@ -261,6 +280,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--against", type=Path, help="a checkout of the version to compare with")
     parser.add_argument("--processes", action="store_true", help="also the CPU of each kind of process it starts")
     parser.add_argument("--warm", action="store_true", help="also this version's run on a warm local cluster")
+    parser.add_argument(
+        "--after",
+        type=float,
+        default=0,
+        help="with each version's keep-warm default: the CPU of "
+        "what a run leaves running over this many seconds after its end",
+    )
     args = parser.parse_args(argv)
     versions = {"this": ROOT} | ({"against": args.against.resolve()} if args.against else {})
     warm = warmed(ROOT) if args.warm else None
@@ -272,13 +298,14 @@ def main(argv: list[str] | None = None) -> int:
             order = order[round_ % len(order) :] + order[: round_ % len(order)]
             for name in order:
                 root, workdir = runs[name]
-                samples[name].append(one_run(root, args.processes, workdir))
+                samples[name].append(one_run(root, args.processes, workdir, args.after))
                 said = ", ".join(f"{k} {v}" for k, v in samples[name][-1].items())
                 print(f"round {round_ + 1} {name}: {said}", flush=True)
     finally:
         if warm is not None:
             subprocess.run([sys.executable, "-c", CLI, "local", "--stop", "--workdir", str(warm)], check=False)
-    print(f"\nraytune local end to end, {args.runs} runs of each version interleaved, seconds from start")
+    after = f"; after_cpu_s: what the run left running, over {args.after:.0f} s from its end" if args.after else ""
+    print(f"\nraytune local end to end, {args.runs} runs of each version interleaved, seconds from start{after}")
     print("\n".join(table(samples)))
     if args.processes:
         print(f"\nthe CPU of each kind of process a quickstart starts, {args.runs} runs of each version interleaved")

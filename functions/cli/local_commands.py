@@ -12,7 +12,7 @@ from typing import Any
 
 from functions.cli import options
 from functions.cli.config_commands import FileError, load
-from functions.local.session import KEEP_WARM_ENV, KEEP_WARM_S, keep_warm_default
+from functions.local.session import FIRST_KEEP_WARM_S, ITERATING_S, KEEP_WARM_ENV, KEEP_WARM_S, keep_warm_default
 
 
 def seconds(text: str) -> float:
@@ -76,7 +76,7 @@ def local_args(args: argparse.Namespace) -> list[str]:
         found.append("--json")
     if args.timings:
         found.append("--timings")
-    return [*found, "--keep-warm", str(args.keep_warm)]
+    return [*found, *(["--keep-warm", str(args.keep_warm)] if args.keep_warm is not None else [])]
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
@@ -132,7 +132,8 @@ def add_parsers(sub: Any) -> None:
         default=keep_warm_default(),
         metavar="SECONDS",
         help=f"after a run that ended on its own, keep the local Ray head up this long for the workdir's next run "
-        f"(default {KEEP_WARM_S:.0f}, or {KEEP_WARM_ENV}; 0: stop everything at the end)",
+        f"(default: {KEEP_WARM_S:.0f} when runs follow each other within {ITERATING_S:.0f}s, else "
+        f"{FIRST_KEEP_WARM_S:.0f}; or {KEEP_WARM_ENV}; 0: stop everything at the end)",
     )
     run_local.add_argument(
         "--stop", action="store_true", help="stop the workdir's warm local cluster now (never one a run is using)"

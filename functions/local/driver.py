@@ -132,7 +132,8 @@ def run(
     of the workdir (`raytune retry RUN --local`), followed the same way. `settle_only`: only what a raytune local
     that died left (its processes stopped, its runs cancelled: `raytune cancel` of an orphaned run)."""
     config = Path(config_path) if config_path else QUICKSTART
-    # One rule for `raytune local` and `retry`: a run that ended on its own, whatever its outcome, leaves its head warm.
+    # One rule for `raytune local` and `retry`: a run that ended on its own, whatever its outcome, leaves its head warm
+    # (for how long: as given, else session.keep_warm_for's rule).
     keep_warm_s = session.keep_warm_default() if keep_warm_s is None else keep_warm_s
     if retry is None and not settle_only:
         cfg = parse_config(config.read_bytes(), config_format(config.name))
@@ -167,7 +168,7 @@ def _run(
     retry: str | None,
     settle_only: bool = False,
     timings: bool = False,
-    keep_warm_s: float = 0,
+    keep_warm_s: float | None = 0,
 ) -> int:
     with RunSession(workdir, say, keep_warm_s) as ran:
 

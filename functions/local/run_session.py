@@ -38,9 +38,11 @@ class RunSession:
     """Owns what the run starts: `start` brings it up, leaving the context manager stops it all (the job's driver
     log kept, the cluster shut down, fake-gcs-server stopped, any process of the session swept)."""
 
-    def __init__(self, workdir: Path, say: Callable[[str], None], keep_warm_s: float = 0) -> None:
+    def __init__(self, workdir: Path, say: Callable[[str], None], keep_warm_s: float | None = 0) -> None:
         self.workdir, self.say = workdir, say
-        self.keep_warm_s = keep_warm_s  # after a clean end, the head stays up this long for the workdir's next run
+        # after a clean end, the head stays up this long for the workdir's next run (None: session.keep_warm_for)
+        self.keep_warm_s = keep_warm_s
+        self.iterating = False  # this run follows the workdir's last one closely (session.iterating)
         self.clean = False  # the run ended on its own (no failure, no signal): its head may stay warm
         self.tag = uuid.uuid4().hex
         self.started = time.monotonic()
@@ -56,6 +58,7 @@ class RunSession:
         """What a run needs, brought up: what a killed raytune local of this workdir left stopped first, then the
         bucket and the cluster, and the earlier runs it left live settled."""
         warm = session.warm(self.workdir)
+        self.iterating = session.iterating(self.workdir, warm is not None, time.time())
         if warm is not None:
             self.tag = warm.tag  # what this run starts belongs to the warm session, and is stopped with it
             self.say(f"reusing the warm local Ray cluster an earlier run left (head pid {warm.head_pid})")
@@ -137,10 +140,12 @@ class RunSession:
         self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
     ) -> None:
         warm = None
+        keep_warm_s = session.keep_warm_for(self.keep_warm_s, self.iterating)
         if self.platform is not None:
+            session.run_ended(self.workdir)
             if self.record is not None:
                 self.platform.save_job_log(self.record.job_name)
-            if self.clean and error is None and self.keep_warm_s > 0:
+            if self.clean and error is None and keep_warm_s > 0:
                 with self.platform.timed("stopping the worker nodes"):
                     warm = self.platform.left_warm()
             if warm is None:
@@ -149,9 +154,10 @@ class RunSession:
         if self.gcs is not None:
             self.gcs.stop()
         if warm is not None:
-            session.keep_warm(self.workdir, warm, self.keep_warm_s)
+            session.keep_warm(self.workdir, warm, keep_warm_s)
+            why = "" if self.keep_warm_s is not None else (" (you are iterating)" if self.iterating else " (a rerun's)")
             self.say(
-                f"the local Ray cluster stays up {self.keep_warm_s:.0f}s for the next run of {self.workdir} "
+                f"the local Ray cluster stays up {keep_warm_s:.0f}s{why} for the next run of {self.workdir} "
                 f"(`raytune local --stop --workdir {self.workdir}` stops it now)"
             )
             return

@@ -25,7 +25,14 @@ from functions.local import emulators
 from trainer.codehash import ROOT
 
 FILE = "session.json"
-KEEP_WARM_S = 600.0  # a person iterating on a config runs again within minutes
+# An idle warm head is not free: its 19 processes (GCS, raylet, the dashboard and its modules, the agents, the log
+# monitor) use about 0.05 CPU-seconds a second here (docs/local.md). So a head stays warm long only for a person
+# who is iterating: a run that follows the workdir's last one within ITERATING_S (or attached to its warm head);
+# after a first run, or one after a pause, only long enough for an immediate rerun.
+KEEP_WARM_S = 600.0  # iterating: the next run comes within minutes
+FIRST_KEEP_WARM_S = 30.0  # otherwise: an immediate rerun's, about 1.5 CPU-seconds of idling
+ITERATING_S = 600.0
+ENDED_FILE = "last-run-ended"  # its mtime: when the workdir's last run ended
 KEEP_WARM_ENV = "RAYTUNE_LOCAL_KEEP_WARM_S"
 KEEPER = "RAYTUNE_LOCAL_KEEPER"  # the keeper's environment names the session it keeps
 RAY_TMP_PREFIX = "rt-"  # Ray's socket paths are length-limited: its temp dir is short, directly under /tmp
@@ -41,14 +48,40 @@ class Session:
     warm_until: float | None = None  # left warm by a clean run until then (seconds since the epoch); None: in use
 
 
-def keep_warm_default() -> float:
-    """How long a local cluster stays up after a run that ended on its own (`raytune local`'s and `retry`'s alike):
-    RAYTUNE_LOCAL_KEEP_WARM_S, else KEEP_WARM_S."""
+def keep_warm_default() -> float | None:
+    """How long a local cluster stays up after a run that ended on its own (`raytune local`'s and `retry`'s alike)
+    when the command does not say: RAYTUNE_LOCAL_KEEP_WARM_S, else None (the iteration rule: `keep_warm_for`)."""
     given = os.environ.get(KEEP_WARM_ENV, "")
     try:
-        return max(0.0, float(given)) if given else KEEP_WARM_S
+        return max(0.0, float(given)) if given else None
     except ValueError:
-        return KEEP_WARM_S
+        return None
+
+
+def iterating(workdir: Path, reused: bool, now: float) -> bool:
+    """Whether a run starting `now` shows a person iterating: it attached to a warm head, or the workdir's last run
+    ended within ITERATING_S."""
+    if reused:
+        return True
+    try:
+        ended = (workdir / "logs" / ENDED_FILE).stat().st_mtime
+    except OSError:
+        return False
+    return now - ended <= ITERATING_S
+
+
+def keep_warm_for(given: float | None, iterated: bool) -> float:
+    """The seconds a clean run's head stays warm: as given, else by the iteration rule."""
+    if given is not None:
+        return given
+    return KEEP_WARM_S if iterated else FIRST_KEEP_WARM_S
+
+
+def run_ended(workdir: Path) -> None:
+    """Note that a run of the workdir ended now (the next run's `iterating` reads it)."""
+    path = workdir / "logs" / ENDED_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.touch()
 
 
 def _path(workdir: Path) -> Path:

@@ -70,10 +70,11 @@ def reaped():
         )
 
 
-def start(workdir: Path, *args: str, home: Path) -> tuple[subprocess.Popen, str]:
+def start(workdir: Path, *args: str, home: Path, without: tuple[str, ...] = ()) -> tuple[subprocess.Popen, str]:
+    """`raytune local` in `workdir` with these arguments (`without`: environment variables left out)."""
     mark = uuid.uuid4().hex
     STARTED.append((mark, workdir))
-    env = {**os.environ, "HOME": str(home), MARK: mark}
+    env = {**{k: v for k, v in os.environ.items() if k not in without}, "HOME": str(home), MARK: mark}
     proc = subprocess.Popen(
         [RAYTUNE, "local", "--workdir", str(workdir), *args],
         cwd=home,

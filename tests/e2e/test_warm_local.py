@@ -12,6 +12,7 @@ import time
 
 import pytest
 
+from functions.local.session import KEEP_WARM_ENV, KEEP_WARM_S
 from tests.e2e.test_local import RAYTUNE, finish, interrupt_after, marked_processes, processes_text, reaped, start
 
 pytestmark = pytest.mark.slow
@@ -36,11 +37,13 @@ def test_the_next_run_reuses_the_warm_head_and_stop_or_idle_stops_it(tmp_path):
     assert "local: starting the Ray head" in err and "stays up 120s" in err
     head = json.loads((workdir / "logs" / "session.json").read_text())
     assert head["head_pid"] in marked_processes(mark) and head["warm_until"] > time.time() + 60
-    # The next run attaches: no head started, its own run on the same head.
-    second, _ = start(workdir, "--keep-warm", "120", "--timings", "--json", home=home)
+    # The next run attaches: no head started, its own run on the same head. Told nothing of how long to keep it,
+    # it keeps it long: a run on a warm head shows a person iterating (session.keep_warm_for).
+    second, _ = start(workdir, "--timings", "--json", home=home, without=(KEEP_WARM_ENV,))
     out, err = finish(second)
     assert second.returncode == 0 and json.loads(out)["state"] == "SUCCEEDED", err[-3000:]
     assert f"reusing the warm local Ray cluster an earlier run left (head pid {head['head_pid']})" in err
+    assert f"stays up {KEEP_WARM_S:.0f}s (you are iterating)" in err, err[-3000:]
     assert "local: starting the Ray head" not in err and "local: starting worker nodes" in err
     # `--stop` stops it now: the head, the workers' leftovers and the keeper (which sees its session gone).
     stopped = subprocess.run(
