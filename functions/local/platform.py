@@ -17,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import json
-import logging
 import os
 import re
 import secrets
@@ -28,12 +27,11 @@ import threading
 import time
 from collections.abc import Collection, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import requests
-import tenacity
 
 from functions.core import joblog, manifests
 from functions.core.allocation import group_name, key_path
@@ -41,7 +39,8 @@ from functions.core.config import ClusterSpec, RunConfig
 from functions.core.errors import NotFound, PermanentError, TransientError, from_status
 from functions.core.platform import ClusterReadiness, NodeSeen, RayObject, Waiting, Workers
 from functions.core.result import TRIAL_DRIVER_RESOURCE, TRIAL_DRIVERS, WORKER_RESOURCE_ENV
-from functions.local import emulators, session
+from functions.local import emulators, nodes, session
+from functions.local.nodes import GroupNode, NodeShape
 from trainer.codehash import ROOT, code_files, code_sha256
 
 JOB_DEPLOYMENT = {
@@ -51,44 +50,16 @@ JOB_DEPLOYMENT = {
     "STOPPED": "Complete",
     "FAILED": "Failed",
 }
-WORKER_PORTS = 100  # ports for a node's worker processes (a 1-CPU node runs a handful)
-START_TIMEOUT_S = 180
-# `ray start` gives a node 30 s to register with the GCS (ray/_private/node.py, raylet_start_wait_time_s, not
-# configurable); a machine busy enough can miss that once, and the node is then started again.
-START_ATTEMPTS = 3
-# A node's raylet and GCS drain for up to 10 s on SIGTERM; nothing in a local node outlives the run (its logs
-# are copied before), so it gets a second, then SIGKILL. Within that second its raylet tells the GCS it leaves,
-# so Ray stops counting its resources at once (as when KubeRay deletes a worker pod).
-STOP_GRACE_S = 1.0
 # Ray Train's controller looks at its workers every 2 s by default, and the end of a run waits for several of
 # those looks (the last report to fit() returning: 6.8 s). Four times a second costs a local run nothing it notices.
 TRAIN_HEALTH_CHECK_INTERVAL_S = "0.25"
 # Regions, comma-separated, where the local platform never gets GPUs: runs there wait, and move on where their
 # config lists fallback regions (docs/regions.md).
 NO_CAPACITY_ENV = "RAYTUNE_LOCAL_NO_CAPACITY"
-logger = logging.getLogger(__name__)
-
-
-class NodeDidNotStart(TransientError):
-    """A `ray start` exited or timed out before it said it was up, START_ATTEMPTS times: transient (a machine
-    that busy may not be a minute later), so the submission is tried again on the next tick instead of failing
-    the run."""
-
-
-def _last_line(log: Path, since: int) -> str:
-    lines = log.read_bytes()[since:].decode(errors="replace").strip().splitlines() if log.exists() else []
-    return lines[-1].strip() if lines else "no output"
 
 
 def _iso(ms: int | None) -> str | None:
     return dt.datetime.fromtimestamp(ms / 1000, dt.UTC).isoformat() if ms else None
-
-
-def stop_together(nodes: list[emulators.Service]) -> None:
-    """Stop nodes at once, as KubeRay deletes pods: each `ray start --block` stops its raylet and workers on
-    SIGTERM (about a second); nothing on a node outlives it (the job's logs are read on the head)."""
-    with ThreadPoolExecutor(max_workers=max(len(nodes), 1), thread_name_prefix="ray-stop") as pool:
-        list(pool.map(lambda node: node.stop(grace_s=STOP_GRACE_S), nodes))
 
 
 def machine_gpus() -> int:
@@ -144,28 +115,6 @@ def auth_token(workdir: Path) -> Path:
     elif path.stat().st_mode & 0o077:
         path.chmod(0o600)
     return path
-
-
-@dataclass(frozen=True)
-class NodeShape:
-    """One GKE worker pod's resources; a group's local node has `replicas` times them."""
-
-    cpus: int
-    gpus: int
-    accelerator: str | None  # advertised, not enforced: a local GPU stands in for the config's type
-
-
-@dataclass(frozen=True)
-class GroupNode:
-    """A worker group's local Ray node: it stands for `replicas` of the group's nodes."""
-
-    service: emulators.Service
-    replicas: int
-    slots: tuple[int, ...]  # the GPU slices it holds, one a replica
-
-    @property
-    def alive(self) -> bool:
-        return self.service.proc.poll() is None
 
 
 def live_driver_log(workdir: Path, run_id: str) -> Path | None:
@@ -249,49 +198,8 @@ class LocalRay:
     def _ray_start(
         self, args: list[str], env: dict[str, str], port: int, name: str, taken: tuple[int, ...] = ()
     ) -> emulators.Service:
-        """One `ray start --block` (a pod, on GKE), every port its own (none of `taken`, the ports `args`
-        already name), ready once it says so in its log."""
-        log = self.logs / f"{name}.log"
-        log.parent.mkdir(parents=True, exist_ok=True)
-        log.unlink(missing_ok=True)
-        retrying = tenacity.Retrying(
-            retry=tenacity.retry_if_exception_type(NodeDidNotStart),
-            stop=tenacity.stop_after_attempt(START_ATTEMPTS),
-            before_sleep=lambda state: logger.warning("%s; starting it again", state.outcome.exception()),
-            reraise=True,
-        )
-        return retrying(self._ray_start_once, args, env, port, log, taken)
-
-    def _ray_start_once(
-        self, args: list[str], env: dict[str, str], port: int, log: Path, taken: tuple[int, ...]
-    ) -> emulators.Service:
-        since = log.stat().st_size if log.exists() else 0  # a retry appends to the log of the attempt before
-        low, high = emulators.free_port_range(WORKER_PORTS, taken=(port, *taken))
-        components = (
-            "node-manager",
-            "object-manager",
-            "dashboard-agent-listen",
-            "dashboard-agent-grpc",
-            "runtime-env-agent",
-            "metrics-export",
-        )
-        chosen = emulators.free_ports(len(components), taken=(port, *taken, *range(low, high + 1)))
-        ports = [f"--{component}-port={number}" for component, number in zip(components, chosen, strict=True)]
-        ports += [f"--min-worker-port={low}", f"--max-worker-port={high}"]
-        command = [self.ray, "start", "--block", "--disable-usage-stats", "--node-ip-address=127.0.0.1", *ports, *args]
-        try:
-            node = emulators.start(
-                command,
-                port,
-                log,
-                env={**self.env, **env},
-                timeout_s=START_TIMEOUT_S,
-                ready=lambda: "Ray runtime started" in log.read_bytes()[since:].decode(errors="replace"),
-            )
-        except (RuntimeError, TimeoutError):  # it exited, or never said it was up: say why, from its own log
-            raise NodeDidNotStart(f"{log.stem} did not start ({_last_line(log, since)}; see {log})") from None
-        node.name = log.stem
-        return node
+        """One node of this cluster (nodes.start), its log logs/<name>.log."""
+        return nodes.start(self.ray, args, {**self.env, **env}, port, self.logs / f"{name}.log", taken)
 
     def ensure_cluster(self, cfg: RunConfig) -> ClusterReadiness:
         with self.lock:
@@ -401,7 +309,7 @@ class LocalRay:
                 self.departed.append((group, dt.datetime.now(dt.UTC), self._death(node.service)))
             leaving.append(node.service)  # a dead node's process group may have left something: stop() takes it
             self.groups[group] = None
-        stop_together(leaving)
+        nodes.stop_together(leaving)
         for group in [g for g in mine if g not in groups]:
             del self.groups[group]
             self.owner.pop(group, None)

@@ -21,7 +21,8 @@ from functions.core.config import RunConfig
 from functions.core.errors import NotFound, PermanentError, TransientError
 from functions.local import emulators, session
 from functions.local.emulators import Service
-from functions.local.platform import LocalRay, NodeShape, auth_token, check_fits, jobs_api, live_driver_log
+from functions.local.nodes import NodeShape
+from functions.local.platform import LocalRay, auth_token, check_fits, jobs_api, live_driver_log
 
 
 def gpu_config(nodes: int, gpus: int) -> RunConfig:
@@ -249,9 +250,9 @@ exec sleep 300
 
 
 def test_a_node_start_that_times_out_is_started_again_not_a_permanent_failure(tmp_path, monkeypatch, caplog):
-    from functions.local import platform as local_platform
+    from functions.local import nodes
 
-    monkeypatch.setattr(local_platform, "START_TIMEOUT_S", 1.0)
+    monkeypatch.setattr(nodes, "START_TIMEOUT_S", 1.0)
     ray = tmp_path / "ray"
     ray.write_text(HANGING_RAY)
     ray.chmod(0o755)
