@@ -36,7 +36,7 @@ def cmd_permissions(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps([asdict(u) for u in uses], indent=2))
         return 0
-    wide = permissions.table(options.switches(args))
+    wide = permissions.table(uses)
     width = narrow.terminal_width()
     if width is None or max(map(len, wide.splitlines())) <= width:
         print(wide)  # one row a line: for grep, scripts and wide terminals

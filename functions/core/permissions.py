@@ -23,7 +23,7 @@ background bucket-metadata reads are switched off (functions/adapters/gcs.py), s
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 
 FUNCTIONS = "functions"  # the launch and watch functions' runtime service account
@@ -723,10 +723,10 @@ def all_uses(switches: Collection[str] = ()) -> list[Use]:
     return [u for i in IDENTITIES for u in uses_of(i, switches)]
 
 
-def table(switches: Collection[str] = ()) -> str:
-    """The table as text: identity, resource, permission, and what needs it."""
+def table(uses: Iterable[Use]) -> str:
+    """The uses (all_uses) as a table of text: identity, resource, permission, and what needs it."""
     rows = [("who", "on", "permission", "for")]
-    rows += [(u.identity, u.resource, u.permission, u.why) for u in all_uses(switches)]
+    rows += [(u.identity, u.resource, u.permission, u.why) for u in uses]
     widths = [max(len(row[c]) for row in rows) for c in range(3)]
     return "\n".join(
         "  ".join(cell.ljust(w) for cell, w in zip(row[:3], widths, strict=True)) + "  " + row[3] for row in rows
