@@ -26,7 +26,7 @@ from functions.core.config import DeadlineSpec, RunConfig
 from functions.core.fingerprint import Inputs
 from functions.core.platform import ClusterReadiness, NodeSeen
 from functions.core.regions import Placement
-from functions.core.runs import Attempt, RunRecord, State
+from functions.core.runs import RESUMES, Attempt, RunRecord, State
 
 # A RECEIVED run belongs to the handler that created it for this long; after that, it died mid-way
 # and a redelivery or the watcher takes the run over.
@@ -445,7 +445,7 @@ def _again(
     ]
     return move(
         State.QUEUED,
-        f"{why}; attempt {number + 1} in {backoff}s, from the run's last checkpoint if it saved one",
+        f"{why}; attempt {number + 1} in {backoff}s, {RESUMES}",
         job=summary,
         attempts=attempts,
         nodes={},

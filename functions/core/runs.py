@@ -78,6 +78,8 @@ ALLOWED: dict[State, frozenset[State]] = {
     State.CANCELLED: frozenset({State.QUEUED}),
 }
 RETRYABLE = frozenset({State.FAILED, State.CANCELLED})  # `raytune retry`: ended runs that did not finish
+# Where a next attempt starts, as its reason says it: never a checkpoint the run did not save (the trainer says which).
+RESUMES = "from the run's last checkpoint if it saved one"
 MAX_ATTEMPTS = 20  # attempts a record may hold, retries by hand included (scaling.max_attempts bounds the automatic)
 # Failures no retry changes, as the driver log names them (joblog.clean: the exception type, no module path):
 # the preflight's (a dataset, model or GPU driver that cannot work) and the data's own.
@@ -412,7 +414,7 @@ class RunRecord(Stamped, BaseModel):
         ).moved(
             State.QUEUED,
             now,
-            f"attempt {attempt.number} asked for by {by}: from the run's last checkpoint if it saved one",
+            f"attempt {attempt.number} asked for by {by}: {RESUMES}",
         )
 
     @property

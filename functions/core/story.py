@@ -17,7 +17,6 @@ ORPHANED = 4  # a local run whose raytune local is gone: it will not end by itse
 STOPPED_FOLLOWING = 130  # Ctrl-C while following: the run goes on
 SHOWN_PHASE_S = 0.05  # a phase shorter than this says nothing (it rounds to 0.0 s)
 QUIET_S = 20.0  # while something is starting or waiting, at most this long passes without a line
-WAITING = frozenset({State.RECEIVED, State.QUEUED, State.PROVISIONING, State.SUBMITTED})
 
 
 def exit_code(state: State) -> int:
@@ -72,12 +71,14 @@ class Story:
     def _still(self, record: RunRecord, now: float) -> str | None:
         """What a quiet run is doing: the phase begun last and not ended, else the state it waits in."""
         under_way = [(key, at) for key, at in self.opened.items() if key not in self.closed and at is not None]
-        if under_way and record.state == State.RUNNING:
+        if record.state == State.RUNNING:
+            if not under_way:
+                return None
             (trial, phase), at = under_way[-1]
             return f"  {_named(trial, phase)}... {now - at:.0f}s so far"
-        if record.state in WAITING and self.state_since is not None:
-            return f"  still {record.state.value} after {now - self.state_since:.0f}s"
-        return None
+        if record.state.terminal or self.state_since is None:
+            return None
+        return f"  still {record.state.value} after {now - self.state_since:.0f}s"  # before it runs
 
     def _observe(self, record: RunRecord, log: str, now: float | None) -> list[str]:
         if self.said is None or self.said[0] != record.state:
