@@ -12,7 +12,7 @@ from typing import Any
 
 from functions.cli import options
 from functions.cli.config_commands import FileError, load
-from functions.local.session import FIRST_KEEP_WARM_S, ITERATING_S, KEEP_WARM_ENV, KEEP_WARM_S, keep_warm_default
+from functions.local.session import FIRST_KEEP_WARM_S, ITERATING_S, KEEP_WARM_ENV, KEEP_WARM_S
 
 
 def seconds(text: str) -> float:
@@ -129,7 +129,7 @@ def add_parsers(sub: Any) -> None:
     run_local.add_argument(
         "--keep-warm",
         type=seconds,
-        default=keep_warm_default(),
+        default=None,  # driver.run resolves it (the environment, else the iteration rule), as for retry
         metavar="SECONDS",
         help=f"after a run that ended on its own, keep the local Ray head up this long for the workdir's next run "
         f"(default: {KEEP_WARM_S:.0f} when runs follow each other within {ITERATING_S:.0f}s, else "
