@@ -34,6 +34,9 @@ locals {
     RAYTUNE_POLICY_REGION_SECONDS_CEILING = tostring(var.policy_region_seconds_ceiling)
     RAYTUNE_POLICY_GKE_CLUSTERS           = join(",", concat([var.gke_cluster_name], var.policy_gke_clusters))
     RAYTUNE_POLICY_MAX_WORKER_NODES       = tostring(var.policy_max_worker_nodes)
+    RAYTUNE_POLICY_TRACKING               = var.policy_tracking == null ? "" : jsonencode(var.policy_tracking)
+    RAYTUNE_POLICY_TRACKING_DESTINATIONS  = join(",", var.policy_tracking_destinations)
+    RAYTUNE_POLICY_TRACKING_URIS          = join(",", var.policy_tracking_uris)
     RAYTUNE_NIGHTLY_KEY                   = random_password.nightly_key.result
     RAYTUNE_OPERATOR_KEY                  = random_password.operator_key.result
   }
@@ -81,6 +84,15 @@ resource "google_cloudfunctions2_function" "fn" {
       project_id = var.project_id
       secret     = google_secret_manager_secret.hf_token.secret_id
       version    = "latest"
+    }
+    dynamic "secret_environment_variables" {
+      for_each = google_secret_manager_secret.tracking
+      content {
+        key        = secret_environment_variables.key
+        project_id = var.project_id
+        secret     = secret_environment_variables.value.secret_id
+        version    = "latest"
+      }
     }
   }
   dynamic "event_trigger" {

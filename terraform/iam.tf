@@ -56,6 +56,13 @@ resource "google_secret_manager_secret_iam_member" "functions_hf_token" {
   member    = google_service_account.functions.member
 }
 
+resource "google_secret_manager_secret_iam_member" "functions_tracking" {
+  for_each  = google_secret_manager_secret.tracking
+  secret_id = each.value.id
+  role      = "roles/secretmanager.secretAccessor"
+  member    = google_service_account.functions.member
+}
+
 # Kubernetes objects in the cluster (Secret, ConfigMap, RayCluster, RayJob, reading pods and Events):
 # roles/container.developer. Creating a cluster or enabling the Ray operator add-on on one needs
 # roles/container.admin: only with functions_create_clusters (otherwise the run fails naming the command).

@@ -121,3 +121,38 @@ resource "random_password" "operator_key" {
   length  = 40
   special = false
 }
+
+# Experiment tracking (docs/tracking.md): the section a config without one gets, the destinations a config may
+# name, and the MLflow servers a run may send to (a run's tracking credentials go where its URI points).
+variable "policy_tracking" {
+  description = "The tracking section a run config without one gets (e.g. { mlflow = { uri = \"https://mlflow.example.com\" } }); its MLflow uri is also the server of a config that tracks in MLflow and names none. null: none."
+  type        = any
+  default     = null
+}
+
+variable "policy_tracking_destinations" {
+  description = "The tracking destinations a config may name (mlflow, wandb); empty: any."
+  type        = list(string)
+  default     = []
+  validation {
+    condition     = alltrue([for d in var.policy_tracking_destinations : contains(["mlflow", "wandb"], d)])
+    error_message = "policy_tracking_destinations: each must be mlflow or wandb."
+  }
+}
+
+variable "policy_tracking_uris" {
+  description = "The MLflow tracking servers a config's tracking.mlflow.uri may name (fnmatch patterns); empty: any. Set it whenever tracking credentials are given: they go to whatever server a config names."
+  type        = list(string)
+  default     = []
+}
+
+variable "tracking_credentials" {
+  description = "The tracking credentials the deployment holds, by their variables' names (MLFLOW_TRACKING_TOKEN, MLFLOW_TRACKING_USERNAME, MLFLOW_TRACKING_PASSWORD, WANDB_API_KEY): a Secret Manager secret is made for each (raytune-<name>), its value added out of band, as the HF token's."
+  type        = list(string)
+  default     = []
+  validation {
+    condition = alltrue([for name in var.tracking_credentials : contains(
+    ["MLFLOW_TRACKING_TOKEN", "MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD", "WANDB_API_KEY"], name)])
+    error_message = "tracking_credentials: each must be one of MLFLOW_TRACKING_TOKEN, MLFLOW_TRACKING_USERNAME, MLFLOW_TRACKING_PASSWORD, WANDB_API_KEY."
+  }
+}

@@ -16,3 +16,20 @@ resource "google_secret_manager_secret" "hf_token" {
   }
   depends_on = [google_project_service.apis]
 }
+
+# The tracking destinations' credentials (var.tracking_credentials), each made and read as the HF token is:
+#   printf %s "$WANDB_API_KEY" | gcloud secrets versions add raytune-wandb-api-key --data-file=-
+# The functions write them into the same Kubernetes Secret, each under its variable's name.
+resource "google_secret_manager_secret" "tracking" {
+  for_each  = toset(var.tracking_credentials)
+  secret_id = "raytune-${lower(replace(each.key, "_", "-"))}"
+  labels    = local.labels
+  replication {
+    user_managed {
+      replicas {
+        location = var.region
+      }
+    }
+  }
+  depends_on = [google_project_service.apis]
+}

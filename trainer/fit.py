@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import tempfile
@@ -14,7 +15,7 @@ from typing import Any
 from functions.core import release
 from functions.core import result as layout
 from functions.core.config import RunConfig
-from functions.core.result import ATTEMPT_ENV, WORKER_RESOURCE_ENV, Evaluation, RunMetrics, RunResult
+from functions.core.result import ATTEMPT_ENV, WORKER_RESOURCE_ENV, Evaluation, RunMetrics, RunResult, TrackedRun
 from trainer.export import MERGED_DIR
 from trainer.report import REPORT_FILE
 from trainer.worker import train_loop
@@ -126,6 +127,7 @@ def summarize(result, cfg: RunConfig, run_id: str, wall_seconds: float, checkpoi
         ),
         wall_seconds=wall_seconds,
         timings=metrics.get("timings") or {},
+        tracking={name: TrackedRun.model_validate(run) for name, run in (metrics.get("tracking") or {}).items()},
     )
 
 
@@ -154,10 +156,29 @@ def fit(
     champion: dict | None,
     timeline: Any,
     callbacks: list | None = None,
-    trial: bool = False,
+    trial: Any = None,
 ) -> RunResult:
     """One Ray Train run of `cfg` as `run_id` under its storage_path, to its summary (result.json's contents):
-    a run's, or a sweep's `trial` (`callbacks` then hand its reports to Ray Tune; its progress lines name it)."""
+    a run's, or a sweep's `trial` (its tracking identity: `callbacks` then hand its reports to Ray Tune; its
+    progress lines name it). A tracked run is ended in its destinations here, whether it succeeds or fails."""
+    from trainer import trackers, tracking
+
+    attempt = int(os.environ.get(ATTEMPT_ENV) or 1)  # the controller's; 1 for a job started by hand
+    who = trial or tracking.identity(cfg, run_id, attempt)
+    try:
+        summary = _fit(cfg, run_id, champion, timeline, callbacks, who)
+    except BaseException:
+        if cfg.tracking is not None:
+            trackers.ended(cfg, who, None, "FAILED", {})
+        raise
+    if cfg.tracking is not None:
+        summary.tracking = trackers.ended(cfg, who, summary, "FINISHED", summary.tracking)
+    return summary
+
+
+def _fit(
+    cfg: RunConfig, run_id: str, champion: dict | None, timeline: Any, callbacks: list | None, who: Any
+) -> RunResult:
     from trainer import progress
     from trainer.ray_trainer import DataParallelTrainerWithoutHelpers
     from trainer.torch_backend import TorchBackendConfig
@@ -170,12 +191,13 @@ def fit(
         "config": cfg.model_dump(mode="json"),
         "run_id": run_id,
         "champion": champion,
-        "trial": run_id if trial else None,
+        "trial": run_id if who.kind == "trial" else None,
         # Where each node's workers build tiny://gemma3 (a hub model loads from its id).
         "tiny_folder": os.path.join(tempfile.gettempdir(), f"tiny-gemma3-{run_id}-{uuid.uuid4().hex[:8]}"),
         "starting": starting,  # rank 0 ends this phase: its loop has begun
         "fit_started": time.time(),
-        "attempt": int(os.environ.get(ATTEMPT_ENV) or 1),  # the controller's; 1 for a job started by hand
+        "attempt": who.attempt,
+        "tracking": dataclasses.asdict(who) if cfg.tracking is not None else None,
     }
     # TorchTrainer with its torch backend configured here without torch (trainer/torch_backend.py), and without
     # the helper actors it would start for nothing here (trainer/ray_trainer.py)
@@ -185,7 +207,7 @@ def fit(
         backend_config=TorchBackendConfig.for_workers(cfg.scaling.use_gpu),
         scaling_config=scaling_config,
         run_config=run_config,
-        trial=trial,
+        trial=who.kind == "trial",
     )
     result = trainer.fit()
     before, after = dict(timeline.seconds), progress.Timeline(shown=timeline.shown, trial=timeline.trial)

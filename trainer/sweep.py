@@ -22,11 +22,13 @@ from typing import Any
 
 from functions.core.config import RunConfig
 from functions.core.result import (
+    ATTEMPT_ENV,
     PROGRESS_MARKER,
     RESULT_FILE,
     TRIAL_DRIVER_RESOURCE,
     RunResult,
     SweepResult,
+    TrackedRun,
     TrialResult,
 )
 from functions.core.sweep import Choice, LogUniform, RandInt, SweepSpec, Uniform, shown_values, trial_config
@@ -109,11 +111,11 @@ def trials_config(cfg: RunConfig, run_id: str, params: dict[str, Any]) -> RunCon
     return trial_config(cfg, params).model_copy(update={"storage_path": storage})
 
 
-def trainable(cfg: RunConfig, run_id: str, champion: dict | None) -> Any:
+def trainable(cfg: RunConfig, run_id: str, champion: dict | None, sweep_run: Any) -> Any:
     def trial(params: dict[str, Any]) -> None:
         from ray.tune.integration.ray_train import TuneReportCallback
 
-        from trainer import progress
+        from trainer import progress, tracking
 
         # Ray Train takes it from the process that starts the run: here the trial's, not the job's driver.
         os.environ.setdefault(one_fit.PRINT_PATCH_ENV, "0")
@@ -125,7 +127,8 @@ def trainable(cfg: RunConfig, run_id: str, champion: dict | None) -> Any:
         print(f"{trial_id}: {shown_values(drawn(params))}", flush=True)
         # Its phases are said with its name: "trial-002 · starting 1 workers..." is the console's word that it began.
         timeline = progress.Timeline(trial=trial_id)
-        summary = one_fit.fit(trained, trial_id, champion, timeline, [TuneReportCallback()], trial=True)
+        who = tracking.of_trial(sweep_run, trial_id)
+        summary = one_fit.fit(trained, trial_id, champion, timeline, [TuneReportCallback()], trial=who)
         one_fit.write_result(summary, trained, trial_id)
 
     # The trial's process only drives its Ray Train run, on the head: the workers hold the group's CPUs and GPUs.
@@ -161,6 +164,7 @@ def run(cfg: RunConfig, run_id: str, champion: dict | None, timeline: Any) -> Ru
     from ray import tune
     from ray.tune.schedulers import FIFOScheduler
 
+    from trainer import trackers
     from trainer.storage import filesystem
 
     sweep = cfg.sweep
@@ -171,7 +175,8 @@ def run(cfg: RunConfig, run_id: str, champion: dict | None, timeline: Any) -> Ru
     fs, path = filesystem(one_fit.storage_of(cfg))
     experiment = f"{path.rstrip('/')}/{run_id}"
     stops_on = sweep.stops_on(cfg.evaluation) if sweep.scheduler == "asha" else None
-    work = trainable(cfg, run_id, champion)
+    sweep_run = trackers.open_parent(cfg, run_id, int(os.environ.get(ATTEMPT_ENV) or 1))
+    work = trainable(cfg, run_id, champion, sweep_run)
     if tune.Tuner.can_restore(experiment, storage_filesystem=fs):
         print(f"resuming the sweep from {experiment}", flush=True)
         # A failed trial starts again under a new Tune id; its number names the Ray Train run, which restores
@@ -219,7 +224,21 @@ def run(cfg: RunConfig, run_id: str, champion: dict | None, timeline: Any) -> Ru
     summary = best_of(trials, cfg, run_id, stops_on)
     assert summary.sweep is not None
     summary.sweep.report_path = write_report(cfg, run_id, summary)
+    if cfg.tracking is not None:
+        trackers.mark_best(cfg, summary.tracking)
+        summary.tracking = trackers.ended(cfg, sweep_run, summary, "FINISHED", trials_tracking(cfg, run_id, trials))
     return summary
+
+
+def trials_tracking(cfg: RunConfig, run_id: str, trials: list[TrialResult]) -> dict[str, TrackedRun]:
+    """What the finished trials' own tracked runs missed, summed: the sweep's story says it once."""
+    summed: dict[str, TrackedRun] = {}
+    for trial in trials:
+        ran = finished(trials_config(cfg, run_id, trial.params), trial.trial_id) if trial.state == "finished" else None
+        for name, run in (ran.tracking if ran else {}).items():
+            counted = TrackedRun(points=run.points, undelivered=run.undelivered, error=run.error)
+            summed[name] = summed[name].merged(counted) if name in summed else counted
+    return summed
 
 
 def write_report(cfg: RunConfig, run_id: str, summary: RunResult) -> str:

@@ -172,11 +172,42 @@ def hide_unused_bitsandbytes(cfg: RunConfig) -> None:
 
 
 def _train(loop_config: dict, cfg: RunConfig, context: Any, timeline: Any, source: str, output_dir: str) -> None:
+    """torchtune's recipe phases (recipes/lora_finetune_distributed.py): set up, build the trainer, train, and
+    the final report; rank 0 tracks the run where the config says (trainer/tracking.py)."""
     import ray.train
-    from ray.train.huggingface.transformers import prepare_trainer
-    from trl import SFTTrainer
 
-    from trainer import data, progress
+    from trainer import trackers, tracking
+
+    rank0 = context.get_world_rank() == 0
+    who = tracking.Identity(**loop_config["tracking"]) if loop_config.get("tracking") else None
+    loggers = trackers.open_loggers(cfg, who) if rank0 and who is not None else []
+    parts = _set_up(cfg, timeline, source, loop_config["champion"])
+    trainer = _trainer(cfg, parts, output_dir, timeline, loop_config.get("trial"), loggers)
+    final = _trained(trainer, parts, loop_config.get("attempt", 1), rank0, timeline)
+    final.update(world_size=context.get_world_size(), init_adapter=parts.init)
+    if not rank0:
+        ray.train.report(metrics={"final": final}, checkpoint=None)
+        return
+    final_adapter = FinalAdapter(trainer, parts.processor, parts.collator, parts.eval_set, parts.champion, cfg, source)
+    final_adapter.report(loop_config["run_id"], final, os.environ["TENSORBOARD_LOGGING_DIR"], timeline, loggers)
+
+
+@dataclasses.dataclass
+class Parts:
+    """What the set-up phase makes: the processor and collator, the samples, the model and the adapter it
+    starts from."""
+
+    processor: Any
+    collator: Any
+    train_set: Any
+    eval_set: Any
+    model: Any
+    champion: dict | None
+    init: str | None
+
+
+def _set_up(cfg: RunConfig, timeline: Any, source: str, champion: dict | None) -> Parts:
+    from trainer import data
     from trainer import model as models
     from trainer.collator import VisionSFTCollator
 
@@ -187,46 +218,66 @@ def _train(loop_config: dict, cfg: RunConfig, context: Any, timeline: Any, sourc
     )
     with timeline.phase("preparing the samples"):
         train_set, eval_set = data.split(data.load(cfg.dataset, seed=cfg.training.seed), cfg.dataset)
-    champion = loop_config["champion"]
     with timeline.phase("loading the model"):
         model = models.load_model(cfg.model, source, device=gpu_device(cfg))
     init = models.init_adapter(cfg.training, champion)
-    timeline.begun("preparing the trainer")
-    prepared = time.monotonic()
-    trainer = SFTTrainer(
-        model=models.warm_start(model, init) if init else model,
-        args=sft_config(cfg, output_dir, evaluate=eval_set is not None),
-        train_dataset=train_set,
-        eval_dataset=eval_set,
-        data_collator=collator,
-        processing_class=processor,
-        peft_config=None if init else models.lora_config(cfg.lora),
-    )
-    trainer.add_callback(_report_callback())
-    trainer.add_callback(progress.callback(loop_config.get("trial")))
-    if (checkpoints := _preemption_checkpoints(cfg, model)) is not None:
-        trainer.add_callback(checkpoints)
-    trainer = prepare_trainer(trainer)
+    return Parts(processor, collator, train_set, eval_set, model, champion, init)
+
+
+def _trainer(
+    cfg: RunConfig, parts: Parts, output_dir: str, timeline: Any, trial: str | None, loggers: list[Any]
+) -> Any:
+    """TRL's SFTTrainer with the callbacks: Ray Train's reports, progress lines, tracking, Spot checkpoints."""
+    from ray.train.huggingface.transformers import prepare_trainer
+    from trl import SFTTrainer
+
+    from trainer import model as models
+    from trainer import progress, tracking
+
+    with timeline.phase("preparing the trainer"):
+        trainer = SFTTrainer(
+            model=models.warm_start(parts.model, parts.init) if parts.init else parts.model,
+            args=sft_config(cfg, output_dir, evaluate=parts.eval_set is not None),
+            train_dataset=parts.train_set,
+            eval_dataset=parts.eval_set,
+            data_collator=parts.collator,
+            processing_class=parts.processor,
+            peft_config=None if parts.init else models.lora_config(cfg.lora),
+        )
+        trainer.add_callback(_report_callback())
+        trainer.add_callback(progress.callback(trial))
+        if loggers:
+            trainer.add_callback(tracking.callback(loggers))
+        if (checkpoints := _preemption_checkpoints(cfg, parts.model)) is not None:
+            trainer.add_callback(checkpoints)
+        return prepare_trainer(trainer)
+
+
+def _trained(trainer: Any, parts: Parts, attempt: int, rank0: bool, timeline: Any) -> dict[str, Any]:
+    """Training, from the latest checkpoint Ray Train restored where there is one; its final metrics."""
+    import ray.train
+
     checkpoint = ray.train.get_checkpoint()
-    timeline.ended("preparing the trainer", time.monotonic() - prepared)
-    timeline.begun(f"training on {len(train_set)} samples")
+    training = f"training on {len(parts.train_set)} samples"
+    timeline.begun(training)
     started = time.monotonic()
     resumed_from = None
     if checkpoint:
         with checkpoint.as_directory() as restored:
             state = Path(restored, "checkpoint", "trainer_state.json")
             resumed_from = json.loads(state.read_text()).get("global_step") if state.exists() else None
-            if context.get_world_rank() == 0:
+            if rank0:
                 print(f"resuming from {checkpoint.path} at step {resumed_from}", flush=True)
             trainer.train(resume_from_checkpoint=os.path.join(restored, "checkpoint"))
     else:
-        if loop_config.get("attempt", 1) > 1 and context.get_world_rank() == 0:
+        if attempt > 1 and rank0:
             # Said, not assumed: "resumes from the last checkpoint" is only true where one was saved.
-            print(f"attempt {loop_config['attempt']}: no checkpoint of this run was saved; training from step 0")
+            print(f"attempt {attempt}: no checkpoint of this run was saved; training from step 0")
         trainer.train()
-    timeline.ended(f"training on {len(train_set)} samples", time.monotonic() - started)
-    final: dict[str, Any] = {k: v for k, v in trainer.state.log_history[-1].items() if isinstance(v, (int, float))}
-    logged = [entry for entry in trainer.state.log_history if "num_tokens" in entry]
+    timeline.ended(training, time.monotonic() - started)
+    history = trainer.state.log_history
+    final: dict[str, Any] = {k: v for k, v in history[-1].items() if isinstance(v, (int, float))}
+    logged = [entry for entry in history if "num_tokens" in entry]
     final.update(
         num_tokens=logged[-1]["num_tokens"] if logged else None,
         mean_token_accuracy=next(
@@ -237,14 +288,8 @@ def _train(loop_config: dict, cfg: RunConfig, context: Any, timeline: Any, sourc
         resumed=checkpoint is not None,
         resumed_from_step=resumed_from,
         loop_seconds=time.monotonic() - started,
-        world_size=context.get_world_size(),
-        init_adapter=init,
     )
-    if context.get_world_rank() != 0:
-        ray.train.report(metrics={"final": final}, checkpoint=None)
-    else:
-        final_adapter = FinalAdapter(trainer, processor, collator, eval_set, champion, cfg, source)
-        final_adapter.report(loop_config["run_id"], final, os.environ["TENSORBOARD_LOGGING_DIR"], timeline)
+    return final
 
 
 @dataclasses.dataclass
@@ -262,10 +307,10 @@ class FinalAdapter:
     cfg: RunConfig
     source: str
 
-    def report(self, run_id: str, final: dict, tensorboard_dir: str, timeline: Any) -> None:
+    def report(self, run_id: str, final: dict, tensorboard_dir: str, timeline: Any, loggers: list[Any]) -> None:
         import ray.train
 
-        from trainer import export
+        from trainer import export, tracking
         from trainer import report as html_report
         from trainer.evaluate import evaluate
 
@@ -299,5 +344,6 @@ class FinalAdapter:
             if os.path.isdir(tensorboard_dir):
                 shutil.copytree(tensorboard_dir, Path(staging, TENSORBOARD_DIR))
             final["timings"] = timeline.seconds
+            final["tracking"] = tracking.closed(loggers)  # the run's end is logged by the driver, which knows it all
             final["reported_at"] = time.time()  # the driver times the checkpoint's upload and Ray Train's end
             ray.train.report(metrics={"final": final}, checkpoint=ray.train.Checkpoint.from_directory(staging))

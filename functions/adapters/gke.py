@@ -63,12 +63,14 @@ class GkePlatform:
         clusters: GkeClusters | None = None,
         kube_factory=None,
         owner: str | None = None,
+        credentials: dict[str, str] | None = None,
     ):
         """`owner`: the deployment's label value (manifests.owner_id of its runs bucket); only objects carrying
         it are swept. None (the CLI): reads only."""
         self.owner = owner
         self.clusters = clusters or GkeClusters(project)
         self.hf_token = hf_token
+        self.credentials = credentials or {}  # the tracking destinations' (never logged or stored)
         self._kube_factory = kube_factory or self._kube_for
         self._kubes: dict[str, Kube] = {}
         self._lock = threading.Lock()
@@ -196,6 +198,7 @@ class GkePlatform:
             stamp=stamp,
             owner=self.owner,
             hf_token=self.hf_token,
+            credentials=self.credentials,
         )
         for part in objects.before_cluster():
             kube.apply(part)

@@ -45,9 +45,18 @@ class Promotion(BaseModel):
     challenger: float | None = None
     baseline: float | None = None
     champion_run_id: str | None = None  # the champion after this decision
+    # A promotion in a tracked line: the registered model's version the `champion` alias now points at, or why
+    # it could not be moved (the pointer in the bucket moved either way: it is the source of truth).
+    registered: str | None = None
+    registry_error: str | None = None
 
     def describe(self) -> str:
-        return f"{'promoted to champion' if self.promoted else 'not promoted'}: {self.reason}"
+        said = f"{'promoted to champion' if self.promoted else 'not promoted'}: {self.reason}"
+        if self.registered:
+            said += f"; champion alias -> {self.registered}"
+        if self.registry_error:
+            said += f"; champion alias not moved: {self.registry_error}"
+        return said
 
 
 def path(line: str) -> str:

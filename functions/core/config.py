@@ -25,6 +25,7 @@ from pydantic import (
 
 from functions.core.gpu_shapes import shape_problem
 from functions.core.sweep import SweepSpec, problems
+from functions.core.tracking import DESTINATIONS, TrackingSpec
 
 DNS_LABEL = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
 BUCKET = r"[a-z0-9][a-z0-9._-]{1,61}[a-z0-9]"  # a GCS bucket name
@@ -171,6 +172,8 @@ TRAINER_PIP = (
     "torchmetrics==1.9.0",
     "nltk==3.10.4",
     "sacrebleu==2.6.0",
+    # The tracking destinations' own clients (a row each), imported only by a tracked run
+    *(pin for destination in DESTINATIONS.values() for pin in destination.pip),
 )
 RAY_VERSION = "2.60.0"
 
@@ -662,6 +665,9 @@ class RunConfig(Strict):
     sweep: SweepSpec | None = Field(None, exclude_if=lambda sweep: sweep is None)
     """A hyperparameter search: trials of this config over the fields it names, run by Ray Tune on the run's
     worker group; the best trial's adapter is the run's (functions/core/sweep.py)."""
+    tracking: TrackingSpec | None = Field(None, exclude_if=lambda tracking: tracking is None)
+    """Experiment tracking: the run in MLflow and/or Weights & Biases (docs/tracking.md); None: the operator's
+    default (none in the embedded local default)."""
     storage_path: Annotated[str, StringConstraints(pattern=STORAGE, max_length=256)] | None = None
     """Where checkpoints, the adapter and the result go (gs:// or a path); None: the controller's bucket
     (gs://<bucket>/checkpoints).

@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from functions.core import computeclass, image_cache
+from functions.core import computeclass, image_cache, tracking
 from functions.core.allocation import group_name
 from functions.core.config import RunConfig
 from functions.core.result import NODE_NAME_ENV, TRIAL_DRIVER_RESOURCE, TRIAL_DRIVERS, WORKER_RESOURCE_ENV
@@ -59,13 +59,16 @@ def ownership(owner: str | None) -> dict[str, str]:
     return {**MANAGED_BY, OWNER_LABEL: owner} if owner else dict(MANAGED_BY)
 
 
-def secret(cfg: RunConfig, hf_token: str) -> dict[str, Any]:
+def secret(cfg: RunConfig, hf_token: str | None, credentials: dict[str, str] | None = None) -> dict[str, Any]:
+    """The Secret the pods read their credentials from: the HF token, and the tracking destinations' (each under
+    its variable's name, functions/core/tracking.py CREDENTIALS)."""
+    data = {HF_SECRET_KEY: hf_token} if hf_token else {}
     return {
         "apiVersion": "v1",
         "kind": "Secret",
         "metadata": {"name": HF_SECRET, "namespace": cfg.cluster.namespace, "labels": dict(MANAGED_BY)},
         "type": "Opaque",
-        "stringData": {HF_SECRET_KEY: hf_token},
+        "stringData": {**data, **(credentials or {})},
     }
 
 
@@ -108,6 +111,11 @@ def _container(
                 "name": "HF_TOKEN",
                 "valueFrom": {"secretKeyRef": {"name": HF_SECRET, "key": HF_SECRET_KEY, "optional": True}},
             },
+            # The tracking destinations' credentials, each optional: a run tracks where the deployment holds them.
+            *(
+                {"name": name, "valueFrom": {"secretKeyRef": {"name": HF_SECRET, "key": name, "optional": True}}}
+                for name in tracking.CREDENTIALS
+            ),
             # The node the pod runs on (the downward API): what the trainer's GPU driver reading names.
             {"name": NODE_NAME_ENV, "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
             *({"name": k, "value": v} for k, v in CACHE_ENV.items()),
@@ -365,11 +373,13 @@ def assemble(
     owner: str | None = None,
     env: dict[str, str] | None = None,
     hf_token: str | None = None,
+    credentials: dict[str, str] | None = None,
     job: str | None = None,
 ) -> RunObjects:
     """Every object of a run's launch: `groups` the RayCluster's groups and sizes (default: the run's own alone,
     at group_nodes), the others as `seen` on the cluster; `owner` the deployment (None: rendered for none);
-    `hf_token` None leaves the Secret out (`raytune render` never prints it); `job` the attempt's RayJob name."""
+    `hf_token` and `credentials` (the tracking destinations') both empty leave the Secret out (`raytune render`
+    never prints it); `job` the attempt's RayJob name."""
     own_name = group_name(run_id)
     groups = {own_name: cfg.group_nodes} if groups is None else groups
     own = worker_group(cfg, run_id, groups.get(own_name, 0), list(files), code_hash)
@@ -377,7 +387,7 @@ def assemble(
         code=code_configmap(cfg, files, code_hash),
         cluster=ray_cluster(cfg, list(files), code_hash, worker_groups(groups, seen, own), stamp, owner),
         job=ray_job(cfg, run_id, code_hash, env or {}, owner=owner, job=job),
-        secret=secret(cfg, hf_token) if hf_token else None,
+        secret=secret(cfg, hf_token, credentials) if hf_token or credentials else None,
         capacity=computeclass.compute_class(cfg.scaling, ownership(owner)),
         image_cache=image_cache.allowlist(cfg.cluster.image_cache, ownership(owner))
         if cfg.cluster.image_cache

@@ -19,7 +19,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from functions.core import image_cache, images
+from functions.core import image_cache, images, tracking
 from functions.core.config import (
     ACCELERATOR_LABEL,
     CAPACITY_LABELS,
@@ -33,6 +33,7 @@ from functions.core.config import (
     reservation_selector,
 )
 from functions.core.regions import DEFAULT_REGION_SECONDS
+from functions.core.tracking import TrackingSpec
 
 NIGHTLY_KEY_ATTRIBUTE = "raytune-nightly-key"
 OPERATOR_KEY_ATTRIBUTE = "raytune-operator-key"
@@ -100,6 +101,12 @@ class Policy(BaseModel):
     # GPU worker nodes one RayCluster may hold at once: a config's cluster.max_worker_nodes may ask for less.
     max_worker_nodes: int = 64
     local_storage: bool = False  # storage_path may be a local path (one machine; never in the cloud)
+    # Tracking (functions/core/tracking.py): the section a config without one gets, and whose MLflow server a
+    # config naming none uses; the destinations a config may name (None: any); the MLflow servers it may send to
+    # (fnmatch patterns; None: any), as the tracking credentials go wherever it points.
+    tracking: TrackingSpec | None = None
+    tracking_destinations: tuple[str, ...] | None = None
+    tracking_uris: tuple[str, ...] | None = None
     nightly_key: str | None = None  # nightly launches must carry it (the scheduler's attribute)
     operator_key: str | None = None  # cancels of other sources' runs must carry it
 
@@ -177,6 +184,13 @@ class Policy(BaseModel):
             )
         found += [f"policy capacity: {problem}" for problem in cfg.region_problems()]
         found += self._storage_violations(cfg, buckets, confined)
+        found += tracking.problems(cfg.tracking, self.tracking_destinations, self.tracking_uris)
+        mlflow = cfg.tracking.mlflow if cfg.tracking else None
+        if mlflow is not None and not mlflow.uri and not self.local_storage:
+            found.append(
+                "policy tracking: tracking.mlflow names no uri and the operator names no MLflow server "
+                "(Terraform's policy_tracking): give tracking.mlflow.uri"
+            )
         return found
 
     def _capacity_violations(self, cfg: RunConfig) -> list[str]:
@@ -325,12 +339,29 @@ class Policy(BaseModel):
         if self.node_selector is not None:
             updates["node_selector"] = {**self.node_selector, **cfg.scaling.node_selector}
         where = self._default_regions(cfg)
-        if not updates and where is None:
+        tracked = self._default_tracking(cfg)
+        if not updates and where is None and tracked is None:
             return cfg
         # Copied, not validated: a config that clashes with the operator is reported by violations(), by rule.
         return cfg.model_copy(
-            update={"scaling": scaling.model_copy(update=updates), **({"cluster": where} if where else {})}
+            update={
+                "scaling": scaling.model_copy(update=updates),
+                **({"cluster": where} if where else {}),
+                **({"tracking": tracked} if tracked else {}),
+            }
         )
+
+    def _default_tracking(self, cfg: RunConfig) -> TrackingSpec | None:
+        """The operator's tracking section for a config without one, and its MLflow server for a config that
+        tracks in MLflow without naming one (None: nothing to fill in)."""
+        if self.tracking is None:
+            return None
+        if cfg.tracking is None:
+            return self.tracking
+        own, default = cfg.tracking.mlflow, self.tracking.mlflow
+        if own is not None and not own.uri and default is not None and default.uri:
+            return cfg.tracking.model_copy(update={"mlflow": own.model_copy(update={"uri": default.uri})})
+        return None
 
     def _default_regions(self, cfg: RunConfig) -> ClusterSpec | None:
         """The operator's default region order, for a config that names no region."""

@@ -21,7 +21,7 @@ from typing import Any
 
 from pydantic import BaseModel, field_serializer
 
-VERSION = "0.3.0"  # CHANGELOG.md's newest release; pyproject.toml reads it from here
+VERSION = "0.4.0"  # CHANGELOG.md's newest release; pyproject.toml reads it from here
 OLDEST_READER = "0.1.0"  # the oldest release a deployment may roll back to (CHANGELOG.md names its commit)
 
 # The config fields the releases from OLDEST_READER on cannot read, with the release that first reads each (a list
@@ -32,6 +32,7 @@ NEWER_FIELDS: dict[str, str] = {
     "cluster.image_cache": "0.2.0",
     "deadlines.region_seconds": "0.2.0",
     "scaling.capacity[].region": "0.2.0",
+    "tracking": "0.4.0",
 }
 
 

@@ -27,6 +27,7 @@ def run_folder(storage_path: str, run_id: str) -> str:
 # The champion at submission, given to the trainer (JSON {"run_id", "adapter_path"}): the baseline it
 # evaluates against and, with training.init_adapter "champion", its warm start.
 CHAMPION_ENV = "RAYTUNE_CHAMPION"
+INPUTS_ENV = "RAYTUNE_INPUTS_FINGERPRINT"  # a nightly's fingerprint of its inputs, a tag of its tracked run
 ATTEMPT_ENV = "RAYTUNE_ATTEMPT"  # the run's attempt, for the trainer to say whether it had a checkpoint to resume
 WORKER_RESOURCE_ENV = "RAYTUNE_WORKER_RESOURCE"  # the run's own Ray resource (its worker group's): workers ask for 1
 # The Ray head's resource for a sweep's trial drivers (Ray Tune's trial processes, each driving one Ray Train
@@ -122,6 +123,30 @@ class SweepResult(Lenient):
     report_path: str | None = None  # report.html in the run's folder: the trials as a table and plots
 
 
+class TrackedRun(Lenient):
+    """The run in one tracking destination (functions/core/tracking.py): where it is, and what did not reach it."""
+
+    run_id: str | None = None  # the destination's own run id (None: it could not be opened)
+    experiment_id: str | None = None
+    url: str | None = None  # its page, where the destination has one
+    uri: str | None = None  # the tracking server or store it went to
+    points: int = 0  # metric values logged
+    undelivered: int = 0  # of those, not delivered (the destination down or slow)
+    error: str | None = None  # the last failure, redacted
+
+    def merged(self, later: TrackedRun) -> TrackedRun:
+        """The worker's part and the driver's end of one tracked run, as one."""
+        return TrackedRun(
+            run_id=later.run_id or self.run_id,
+            experiment_id=later.experiment_id or self.experiment_id,
+            url=later.url or self.url,
+            uri=later.uri or self.uri,
+            points=self.points + later.points,
+            undelivered=self.undelivered + later.undelivered,
+            error=self.error or later.error,
+        )
+
+
 class RunResult(Lenient):
     run_id: str | None = None
     written_by: str | None = None  # the trainer's release (functions/core/release.py); None: one before versions
@@ -145,6 +170,7 @@ class RunResult(Lenient):
     # workers) and rank 0's (loading the model, preparing the samples, training, the final report).
     timings: dict[str, float] = {}
     sweep: SweepResult | None = None  # a sweep's trials; the fields above are then its best trial's
+    tracking: dict[str, TrackedRun] = {}  # destination -> the run there (tracking:), for a sweep its parent
 
 
 # Progress lines: rank 0 of the trainer prints `RAYTUNE_PROGRESS {...}` at every log and evaluation.

@@ -85,6 +85,14 @@ CREDENTIAL_PATTERN = re.compile(
 )
 
 
+# The tracking destinations' credentials where a log or an error quotes them by their variables' names (a W&B key
+# is 40 or more characters of letters and digits, an MLflow token any text): whatever the value, it goes. Within
+# one line, as redact_log's pieces need.
+TRACKING_CREDENTIAL_PATTERN = re.compile(
+    r"(?i)(\b(?:MLFLOW_TRACKING_(?:TOKEN|PASSWORD)|WANDB_API_KEY)['\"]?[ \t]*[:=][ \t]*['\"]?)[^\s'\",}]+"
+)
+
+
 def redact(text: str) -> str:
     text = visible(text)
     with _lock:
@@ -92,6 +100,7 @@ def redact(text: str) -> str:
     for secret in secrets:
         text = _pattern(secret).sub(REDACTED, text)
     text = CREDENTIAL_PATTERN.sub(lambda m: (m.group(1) or "") + REDACTED, text)  # an Authorization's separator kept
+    text = TRACKING_CREDENTIAL_PATTERN.sub(lambda m: m.group(1) + REDACTED, text)
     return HF_TOKEN_PATTERN.sub(REDACTED, text)
 
 

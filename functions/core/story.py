@@ -7,7 +7,7 @@ once, by `summary`; the exit code says it too (EXIT_CODES)."""
 from __future__ import annotations
 
 from functions.core import joblog
-from functions.core.result import Phase, Progress
+from functions.core.result import Phase, Progress, TrackedRun
 from functions.core.runs import RunRecord, State
 from functions.core.sweep import trial_lines
 
@@ -188,11 +188,32 @@ def summary(record: RunRecord, wall_s: float | None = None, record_path: str | N
             )
     if record.promotion:
         lines.append(f"  champion         {record.promotion.describe()}")
+    if result is not None:
+        lines += tracking_lines(result.tracking)
     if record.gpu_node_seconds:
         cost = f" (cost {record.cost:.2f})" if record.cost else ""
         lines.append(f"  GPU node-hours   {record.gpu_node_seconds / 3600:.2f}{cost}")
     if record_path:
         lines.append(f"  record           {record_path}")
+    return lines
+
+
+def tracking_lines(runs: dict[str, TrackedRun]) -> list[str]:
+    """Where the run is tracked (its page, or the command that opens a local store), and, once, what a
+    destination did not get."""
+    lines = []
+    for name, run in runs.items():
+        if run.run_id is None:
+            lines.append(f"  {name:<16} not tracked: {run.error}")
+            continue
+        if run.url:
+            lines.append(f"  {name:<16} {run.url}")
+        elif run.uri and run.uri.startswith("sqlite:"):
+            lines.append(f"  {name:<16} run {run.run_id}; to see it: mlflow ui --backend-store-uri {run.uri}")
+        else:
+            lines.append(f"  {name:<16} run {run.run_id}")
+        if run.undelivered:
+            lines.append(f"  {name}: {run.undelivered} of {run.points} metric points were not delivered: {run.error}")
     return lines
 
 

@@ -88,7 +88,12 @@ def from_env() -> Context:
     from functions.core.manifests import owner_id
 
     settings = Settings.from_env()
-    for secret in (settings.hf_token, settings.policy.nightly_key, settings.policy.operator_key):
+    for secret in (
+        settings.hf_token,
+        settings.policy.nightly_key,
+        settings.policy.operator_key,
+        *settings.tracking_credentials.values(),
+    ):
         add_secret(secret)
     return Context(
         settings=settings,
@@ -98,6 +103,7 @@ def from_env() -> Context:
             settings.hf_token,
             clusters=GkeClusters(settings.project, create=settings.create_clusters, network=settings.network),
             owner=owner_id(settings.bucket),
+            credentials=settings.tracking_credentials,
         ),
         publisher=PubSubPublisher(),
     )

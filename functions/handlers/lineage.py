@@ -8,14 +8,15 @@ from __future__ import annotations
 import json
 import logging
 
-from functions.adapters import datasets
-from functions.core import champion, fingerprint
+from functions.adapters import datasets, registry
+from functions.core import champion, fingerprint, tracking
 from functions.core.champion import Champion, Promotion
 from functions.core.config import RunConfig
-from functions.core.errors import Unreadable
+from functions.core.errors import Unreadable, describe
 from functions.core.fingerprint import Inputs, LastTrained
 from functions.core.result import CHAMPION_ENV
 from functions.core.runs import RunRecord
+from functions.core.secrets import redact
 from functions.handlers.context import Context
 
 log = logging.getLogger(__name__)
@@ -59,14 +60,37 @@ def conclude(ctx: Context, record: RunRecord, cfg: RunConfig) -> Promotion:
         ctx.champions.swap(champion.line(cfg), change)
     else:
         verdict.append(champion.judge(record.run_id, record.result, cfg.evaluation, None))
-    log.info(
-        "%s: %s (%s)",
-        record.run_id,
-        "promoted to champion" if verdict[0].promoted else "not promoted",
-        verdict[0].reason,
-        extra={"run_id": record.run_id},
-    )
-    return verdict[0]
+    promotion = _aliased(ctx, record, cfg, verdict[0]) if cfg.evaluation.samples else verdict[0]
+    log.info("%s: %s", record.run_id, promotion.describe(), extra={"run_id": record.run_id})
+    return promotion
+
+
+def _aliased(ctx: Context, record: RunRecord, cfg: RunConfig, promotion: Promotion) -> Promotion:
+    """A tracked line's `champion` alias follows the pointer in the bucket, whichever run that names: this run's
+    adapter registered as a version of the line's model when it won, or the champion's again when an earlier
+    move was lost. A registry that is down never fails the run; the pointer stays the source of truth."""
+    spec = cfg.tracking.mlflow if cfg.tracking else None
+    result = record.result
+    tracked = result.tracking.get("mlflow") if result else None
+    uri = (spec.uri if spec else None) or (tracked.uri if tracked else None)
+    champion_run = promotion.champion_run_id
+    if spec is None or uri is None or champion_run is None:
+        return promotion
+    if champion_run == record.run_id:
+        adapter = result.adapter_path if result else None
+    else:
+        current = ctx.champions.get(champion.line(cfg))
+        adapter = current.adapter_path if current is not None and current.run_id == champion_run else None
+    if not adapter:
+        return promotion
+    model = tracking.registered_model(spec, cfg.name)
+    experiment = tracking.experiment_name(cfg.tracking, cfg.name) if cfg.tracking else cfg.name
+    try:
+        version = registry.move_champion(uri, model, experiment, champion_run, adapter)
+    except Exception as exc:
+        log.warning("%s: the champion alias of %s not moved: %s", record.run_id, model, describe(exc))
+        return promotion.model_copy(update={"registry_error": redact(describe(exc, 300))})
+    return promotion.model_copy(update={"registered": f"mlflow model {model} version {version}"})
 
 
 def _remember(ctx: Context, record: RunRecord, name: str, print_: str) -> None:

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from functions.adapters.store import LOGS, QUARANTINE_ROOT, RECORDS
+from functions.core import tracking
 from functions.core.allocation import ALLOCATIONS
 from functions.core.champion import CHAMPIONS_PREFIX
 from functions.core.config import RunConfig
@@ -36,6 +37,9 @@ class Settings:
     network: str = "default"  # the VPC network of clusters the functions create
     sweep_grace_s: int = 600  # the leak sweep leaves RayJobs and RayClusters younger than this alone
     retry_backoff_s: int = RETRY_BACKOFF_SECONDS[0]  # before a run's second attempt (doubling after)
+    # The tracking destinations' credentials (MLFLOW_TRACKING_TOKEN, WANDB_API_KEY, ...), bound from Secret Manager
+    # as the HF token is: into the pods' Secret, and the champion alias's registry client; never logged or stored.
+    tracking_credentials: dict[str, str] = field(default_factory=dict)
 
     @property
     def default_storage(self) -> str:
@@ -110,6 +114,7 @@ class Settings:
             network=env.get("RAYTUNE_NETWORK") or "default",
             sweep_grace_s=int(env.get("RAYTUNE_SWEEP_GRACE_S") or 600),
             retry_backoff_s=int(env.get("RAYTUNE_RETRY_BACKOFF_S") or RETRY_BACKOFF_SECONDS[0]),
+            tracking_credentials={name: env[name] for name in tracking.CREDENTIALS if env.get(name)},
         )
 
 
@@ -148,6 +153,9 @@ def policy_from_env(env: Mapping[str, str]) -> Policy:
         "image_cache_projects": _list(env.get("RAYTUNE_POLICY_IMAGE_CACHE_PROJECTS"))
         or ((project,) if project else None),
         "max_worker_nodes": env.get("RAYTUNE_POLICY_MAX_WORKER_NODES") or None,
+        "tracking": json.loads(env["RAYTUNE_POLICY_TRACKING"]) if env.get("RAYTUNE_POLICY_TRACKING") else None,
+        "tracking_destinations": _list(env.get("RAYTUNE_POLICY_TRACKING_DESTINATIONS")),
+        "tracking_uris": _list(env.get("RAYTUNE_POLICY_TRACKING_URIS")),
         "nightly_key": env.get("RAYTUNE_NIGHTLY_KEY") or None,
         "operator_key": env.get("RAYTUNE_OPERATOR_KEY") or None,
     }

@@ -13,7 +13,7 @@ from functions.core.config import RunConfig
 from functions.core.decide import Action, Facts, JobSeen, Move
 from functions.core.errors import ClusterGone, NotFound, PermanentError, TransientError, describe, is_transient
 from functions.core.platform import NodeSeen, Waiting
-from functions.core.result import ATTEMPT_ENV, RESULT_FILE, RunResult, SweepResult, run_folder
+from functions.core.result import ATTEMPT_ENV, INPUTS_ENV, RESULT_FILE, RunResult, SweepResult, run_folder
 from functions.core.runs import Attempt, RunRecord, State
 from functions.core.secrets import redact, redact_json, redact_log
 from functions.handlers import lineage, sizing
@@ -187,7 +187,9 @@ def best_effort(run_id: str, what: str, read: Callable[[], T], default: T) -> T:
 
 def trainer_env(ctx: Context, record: RunRecord) -> dict[str, str]:
     topic = {"RAYTUNE_WATCH_TOPIC": ctx.settings.watch_topic} if ctx.settings.watch_topic else {}
-    return {**topic, ATTEMPT_ENV: str(record.attempt)}
+    # A nightly's fingerprint of its inputs, a tag of its tracked run (the dataset versions it trained on).
+    inputs = {INPUTS_ENV: record.inputs.fingerprint} if record.inputs and record.inputs.fingerprint else {}
+    return {**topic, **inputs, ATTEMPT_ENV: str(record.attempt)}
 
 
 def move(ctx: Context, record: RunRecord, transition: Move) -> RunRecord:

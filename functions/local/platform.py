@@ -41,6 +41,7 @@ from functions.core.platform import ClusterReadiness, NodeSeen, RayObject, Waiti
 from functions.core.result import TRIAL_DRIVER_RESOURCE, TRIAL_DRIVERS, WORKER_RESOURCE_ENV
 from functions.local import emulators, nodes, session
 from functions.local.nodes import GroupNode, NodeShape
+from functions.local.workdirs import mlflow_store
 from trainer.codehash import ROOT, code_files, code_sha256
 
 JOB_DEPLOYMENT = {
@@ -379,6 +380,7 @@ class LocalRay:
             "RAY_ADDRESS": f"127.0.0.1:{self.head.port}" if self.head else "",
             "RAYTUNE_CODE_SHA256": self.code_sha256(),
             WORKER_RESOURCE_ENV: group_name(run_id),
+            **self.tracking_env(cfg),
             **env,
         }
         with jobs_api(f"submit {job}"):
@@ -386,6 +388,14 @@ class LocalRay:
                 entrypoint=manifests.entrypoint(cfg, run_id, python=sys.executable, env=variables),
                 submission_id=job,
             )
+
+    def tracking_env(self, cfg: RunConfig) -> dict[str, str]:
+        """The embedded default's MLflow store: a run tracked in MLflow with no server named (neither in its
+        config nor in MLFLOW_TRACKING_URI) goes to an SQLite store in the workdir (`mlflow ui` opens it)."""
+        wanted = cfg.tracking is not None and cfg.tracking.mlflow is not None and not cfg.tracking.mlflow.uri
+        if not wanted or os.environ.get("MLFLOW_TRACKING_URI"):
+            return {}
+        return {"MLFLOW_TRACKING_URI": mlflow_store(self.workdir)}
 
     def job_status(self, cfg: RunConfig | None, job: str) -> dict[str, Any] | None:
         if self.head is None:

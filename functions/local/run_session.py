@@ -16,9 +16,11 @@ from pathlib import Path
 from types import TracebackType
 
 from functions.adapters.store import RunStore
+from functions.core import tracking
 from functions.core.errors import describe
 from functions.core.policy import Policy
 from functions.core.runs import RunRecord, State
+from functions.core.secrets import add_secret
 from functions.core.story import exit_code, summary
 from functions.handlers.context import Context
 from functions.handlers.settings import Settings
@@ -90,7 +92,10 @@ class RunSession:
             checkpoints=str(checkpoints),
             policy=Policy.unrestricted(),
             retry_backoff_s=LOCAL_RETRY_BACKOFF_S,
+            tracking_credentials={name: os.environ[name] for name in tracking.CREDENTIALS if os.environ.get(name)},
         )
+        for secret in (settings.hf_token, *settings.tracking_credentials.values()):
+            add_secret(secret)  # the run's processes have them from this shell; what it says never does
         publisher = ConsolePublisher(self.say)
         ctx = Context(settings=settings, store=RunStore(Bucket(BUCKET)), platform=self.platform, publisher=publisher)
         self.local = LocalRun(ctx, self.platform, self.workdir, self.say)

@@ -16,7 +16,13 @@ from pathlib import Path
 from functions.core.runs import RunRecord
 
 DEFAULT_WORKDIR = Path(".raytune/local")
+MLFLOW_STORE = "mlflow.db"  # the embedded default's MLflow store, an SQLite file in the workdir
 CANCEL_NOTE = "cancel-request.json"  # in the workdir: who asked the raytune local holding it to cancel its run
+
+
+def mlflow_store(workdir: Path) -> str:
+    """The workdir's MLflow store as MLflow names it (`mlflow ui --backend-store-uri URI` opens it)."""
+    return f"sqlite:///{(workdir / MLFLOW_STORE).resolve()}"
 
 
 @contextlib.contextmanager

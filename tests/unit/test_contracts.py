@@ -57,4 +57,7 @@ def test_the_trainer_ships_only_the_shared_contracts_and_what_they_import():
         "functions/core/fields.py",  # sweep.py: a trial's fields set by their dotted names
         "functions/core/gpu_driver.py",  # the preflight: the oldest driver that runs the image's CUDA
         "functions/core/gpu_support.py",  # the preflight: the CUDA a torch build needs, from its packages
+        "functions/core/tracking.py",  # config.py's tracking section; the trainer's loggers are its rows
+        "functions/core/errors.py",  # the trainer's tracking: a failed send described as the controller does
+        "functions/core/secrets.py",  # the trainer's tracking: a tracker's error redacted before it is stored
     }

@@ -60,6 +60,11 @@ def test_reference_cluster_follows_the_recipe():
             "name": "HF_TOKEN",
             "valueFrom": {"secretKeyRef": {"name": "hf-secret", "key": "hf_api_token", "optional": True}},
         },
+        # The tracking destinations' credentials, from the same Secret, each optional (docs/tracking.md).
+        *(
+            {"name": name, "valueFrom": {"secretKeyRef": {"name": "hf-secret", "key": name, "optional": True}}}
+            for name in ("MLFLOW_TRACKING_TOKEN", "MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD", "WANDB_API_KEY")
+        ),
         {"name": "RAYTUNE_NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
         # Caches on the local SSD: one model download per node, shared by its 8 workers.
         {"name": "HF_HOME", "value": "/mnt/local-ssd/hf"},

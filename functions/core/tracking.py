@@ -1,0 +1,150 @@
+"""Experiment tracking: the run config's `tracking:` section and the table of destinations.
+
+A run is one tracked run in each destination it names, whatever its attempts (the trainer finds it again by the
+`raytune.run_id` tag and goes on at its step); a sweep is a parent with a child per trial; a nightly line's
+promotions move the `champion` alias of a registered model named after the line. The record stays the source of
+truth: a destination that is down never fails a run, and what it did not get is said once in the run's story.
+
+Adding a destination: a row in DESTINATIONS, a section class below, a logger in trainer/trackers.py (the same
+name), and the checklist in docs/architecture.md.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, StringConstraints, field_validator
+
+# The tags every destination's run carries: how the trainer finds a run's tracked run again on its next attempt
+# (a tracker's run id is its own), and how a sweep's trials and a nightly's versions are told apart.
+RUN_ID_TAG = "raytune.run_id"
+TRIAL_TAG = "raytune.trial"
+ATTEMPT_TAG = "raytune.attempt"
+REGION_TAG = "raytune.region"
+CONFIG_NAME_TAG = "raytune.config_name"
+CODE_TAG = "raytune.code_sha256"
+DATASET_TAG = "raytune.dataset_fingerprint"
+BEST_TAG = "raytune.best_trial"
+ADAPTER_TAG = "raytune.adapter"
+CHAMPION_ALIAS = "champion"
+
+# The environment the trainer reads each destination's credentials from (the pods get them from the Secret the
+# Hugging Face token is in; locally, from the shell). Never in a config, record or log.
+MLFLOW_CREDENTIALS = ("MLFLOW_TRACKING_TOKEN", "MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD")
+WANDB_CREDENTIALS = ("WANDB_API_KEY",)
+
+_Name = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")]
+# An MLflow tracking server (http, https) or Databricks; a local path or sqlite store only for `raytune local`.
+_MLFLOW_URI = re.compile(
+    r"^(https?://[A-Za-z0-9.-]+(:[0-9]{1,5})?(/[A-Za-z0-9._~/-]*)?|databricks(://[A-Za-z0-9_-]+)?)$"
+)
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_default=True)
+
+
+class MlflowSpec(_Section):
+    uri: str | None = None
+    """The MLflow tracking server (http:// or https://, or databricks); None: the deployment's
+    (the operator's policy), and under `raytune local` an MLflow store in the workdir."""
+    experiment: _Name | None = None
+    """The experiment the run goes to; None: the config's name."""
+    registered_model: _Name | None = None
+    """The registered model a nightly line's champions are versions of (its `champion` alias follows them);
+    None: the line's name (the config's name)."""
+    copy_adapter: bool = False
+    """Upload the adapter to the run's artifacts too (by default the run gets its gs:// location)."""
+
+    @field_validator("uri")
+    @classmethod
+    def a_tracking_server(cls, uri: str | None) -> str | None:
+        if uri is not None and not _MLFLOW_URI.match(uri):
+            raise ValueError(f"{uri!r} is not an MLflow tracking server: http(s)://host[:port][/path] or databricks")
+        return uri
+
+
+class WandbSpec(_Section):
+    project: _Name | None = None
+    """The W&B project; None: the config's name."""
+    entity: _Name | None = None
+    """The W&B entity (team or user); None: the API key's default entity."""
+    mode: Literal["online", "offline"] = "online"
+    """offline: the run's files are written beside the adapter for `wandb sync` (nothing is sent)."""
+
+
+class TrackingSpec(_Section):
+    mlflow: MlflowSpec | None = None
+    """Track the run in MLflow (and a nightly line's champions in its Model Registry)."""
+    wandb: WandbSpec | None = None
+    """Track the run in Weights & Biases."""
+
+    @property
+    def destinations(self) -> tuple[str, ...]:
+        return tuple(name for name in DESTINATIONS if getattr(self, name) is not None)
+
+
+@dataclass(frozen=True)
+class Destination:
+    """One tracking destination: the client the trainer logs with, the credentials it reads, whether it has a
+    registry the champion alias moves in, and the packages the trainer needs for it."""
+
+    client: str  # the Python package whose own client logs
+    credentials: tuple[str, ...]
+    registry: bool
+    pip: tuple[str, ...]
+
+
+DESTINATIONS: dict[str, Destination] = {
+    "mlflow": Destination("mlflow", MLFLOW_CREDENTIALS, registry=True, pip=("mlflow-skinny==3.17.2",)),
+    "wandb": Destination("wandb", WANDB_CREDENTIALS, registry=False, pip=("wandb==0.31.0",)),
+}
+CREDENTIALS = tuple(name for row in DESTINATIONS.values() for name in row.credentials)
+
+
+def experiment_name(spec: TrackingSpec, config_name: str) -> str:
+    return (spec.mlflow.experiment if spec.mlflow else None) or config_name
+
+
+def registered_model(spec: MlflowSpec, line_name: str) -> str:
+    return spec.registered_model or line_name
+
+
+def problems(spec: TrackingSpec | None, allowed: tuple[str, ...] | None, uris: tuple[str, ...] | None) -> list[str]:
+    """The operator's rules on a config's tracking: the destinations it allows (None: any) and the MLflow servers
+    a run may send to (fnmatch patterns; None: any). The credentials go wherever the URI points, so a config may
+    not name a server of its own choosing where the operator names theirs."""
+    if spec is None:
+        return []
+    found = []
+    if allowed is not None:
+        for name in spec.destinations:
+            if name not in allowed:
+                found.append(f"policy tracking_destinations: tracking.{name} is not allowed (allowed: {list(allowed)})")
+    uri = spec.mlflow.uri if spec.mlflow else None
+    if uri and uris is not None and not any(fnmatch.fnmatchcase(uri, pattern) for pattern in uris):
+        found.append(
+            f"policy tracking_uris: tracking.mlflow.uri {uri!r} is not one of the operator's tracking servers "
+            f"{list(uris)} (a run's tracking credentials go where it points)"
+        )
+    return found
+
+
+def flat_params(config: dict[str, Any], prefix: str = "") -> dict[str, str]:
+    """The config as flat parameters (`training.learning_rate`: "0.0002"), each value as text, lists as JSON:
+    what every destination's params/config take."""
+    import json
+
+    flat: dict[str, str] = {}
+    for key, value in config.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict) and value:
+            flat.update(flat_params(value, f"{name}."))
+        elif isinstance(value, (list, dict)):
+            flat[name] = json.dumps(value, sort_keys=True)
+        else:
+            flat[name] = str(value)
+    return flat
