@@ -160,28 +160,22 @@ def announced_asha(**asha: Any) -> Any:
     return Announced(**asha)
 
 
-def run(cfg: RunConfig, run_id: str, champion: dict | None, timeline: Any) -> RunResult:
+def tuner_of(cfg: RunConfig, run_id: str, work: Any, stops_on: str | None) -> Any:
+    """Ray Tune's Tuner of the sweep: restored from the run's experiment where an earlier attempt left one."""
     from ray import tune
     from ray.tune.schedulers import FIFOScheduler
 
-    from trainer import trackers
     from trainer.storage import filesystem
 
     sweep = cfg.sweep
     assert sweep is not None
-    check_head()
-    os.environ[STRICT_METRICS_ENV] = "1"
-    os.environ.setdefault(STATE_PERIOD_ENV, STATE_PERIOD_S)
     fs, path = filesystem(one_fit.storage_of(cfg))
     experiment = f"{path.rstrip('/')}/{run_id}"
-    stops_on = sweep.stops_on(cfg.evaluation) if sweep.scheduler == "asha" else None
-    sweep_run = trackers.open_parent(cfg, run_id, int(os.environ.get(ATTEMPT_ENV) or 1))
-    work = trainable(cfg, run_id, champion, sweep_run)
     if tune.Tuner.can_restore(experiment, storage_filesystem=fs):
         print(f"resuming the sweep from {experiment}", flush=True)
         # A failed trial starts again under a new Tune id; its number names the Ray Train run, which restores
         # its last checkpoint. (Tune's own resume of an errored function trial ends it at once.)
-        tuner = tune.Tuner.restore(experiment, work, restart_errored=True, storage_filesystem=fs)
+        return tune.Tuner.restore(experiment, work, restart_errored=True, storage_filesystem=fs)
     else:
         scheduler = (
             announced_asha(
@@ -195,7 +189,7 @@ def run(cfg: RunConfig, run_id: str, champion: dict | None, timeline: Any) -> Ru
             if stops_on
             else FIFOScheduler()
         )
-        tuner = tune.Tuner(
+        return tune.Tuner(
             work,
             param_space=search_space(sweep),
             tune_config=tune.TuneConfig(
@@ -216,12 +210,32 @@ def run(cfg: RunConfig, run_id: str, champion: dict | None, timeline: Any) -> Ru
                 failure_config=tune.FailureConfig(max_failures=cfg.scaling.max_attempts - 1),
             ),
         )
-    with timeline.phase(f"sweeping {sweep.trials} trials, {sweep.concurrent} at once"):
-        grid = tuner.fit()
-    trials = [trial_of(result, cfg, run_id, sweep.ranked_by(cfg.evaluation)) for result in grid]
-    if failed := [t for t in trials if t.state == "failed"]:
-        raise TrialFailed(f"trial {failed[0].trial_id} failed: {failed[0].error}")
-    summary = best_of(trials, cfg, run_id, stops_on)
+
+
+def run(cfg: RunConfig, run_id: str, champion: dict | None, timeline: Any) -> RunResult:
+    from trainer import trackers
+
+    sweep = cfg.sweep
+    assert sweep is not None
+    check_head()
+    os.environ[STRICT_METRICS_ENV] = "1"
+    os.environ.setdefault(STATE_PERIOD_ENV, STATE_PERIOD_S)
+    stops_on = sweep.stops_on(cfg.evaluation) if sweep.scheduler == "asha" else None
+    sweep_run = trackers.open_parent(cfg, run_id, int(os.environ.get(ATTEMPT_ENV) or 1))
+    tuner = tuner_of(cfg, run_id, trainable(cfg, run_id, champion, sweep_run), stops_on)
+    try:
+        with timeline.phase(f"sweeping {sweep.trials} trials, {sweep.concurrent} at once"):
+            grid = tuner.fit()
+        trials = [trial_of(result, cfg, run_id, sweep.ranked_by(cfg.evaluation)) for result in grid]
+        if cfg.tracking is not None:
+            trackers.trials_ended(cfg, sweep_run, trials)
+        if failed := [t for t in trials if t.state == "failed"]:
+            raise TrialFailed(f"trial {failed[0].trial_id} failed: {failed[0].error}")
+        summary = best_of(trials, cfg, run_id, stops_on)
+    except BaseException:
+        if cfg.tracking is not None:
+            trackers.ended(cfg, sweep_run, None, "FAILED", {})
+        raise
     assert summary.sweep is not None
     summary.sweep.report_path = write_report(cfg, run_id, summary)
     if cfg.tracking is not None:

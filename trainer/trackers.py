@@ -14,7 +14,7 @@ from functions.core.config import RunConfig
 from functions.core.errors import describe
 from functions.core.result import RunResult, TrackedRun
 from functions.core.secrets import redact
-from trainer.tracking import MLFLOW_CLIENT_ENV, RUN_KIND_TAG, Delivery, Identity, Logger, identity
+from trainer.tracking import MLFLOW_CLIENT_ENV, RUN_KIND_TAG, Delivery, Identity, Logger, identity, of_trial
 
 log = logging.getLogger("raytune.tracking")
 MAX_PARAMS = 100  # MLflow's log_batch takes at most 100 params a call
@@ -296,3 +296,25 @@ def _copies(cfg: RunConfig, logger: Logger, result: RunResult | None) -> None:
         from trainer.storage import local_folder
 
         logger.copy_artifacts(local_folder(result.adapter_path), "adapter")
+
+
+TRIAL_STATES = {"stopped": "KILLED", "failed": "FAILED", "unfinished": "KILLED"}
+
+
+def trials_ended(cfg: RunConfig, sweep: Identity, trials: list[Any]) -> None:
+    """A trial's own run ends with its driver, except where Tune stopped it first (ASHA: its process is killed
+    before it can say): each such child run is closed here as the sweep saw it end (KILLED, FAILED), with
+    `raytune.trial_state` saying which (stopped, failed, unfinished)."""
+    if cfg.tracking is None or cfg.tracking.mlflow is None:
+        return
+    for trial in trials:
+        if trial.state not in TRIAL_STATES:
+            continue
+        child = opened("mlflow", cfg, of_trial(sweep, trial.trial_id), with_params=False)
+        if not isinstance(child, MlflowRun):
+            continue
+        try:
+            child.finish({}, {"raytune.trial_state": trial.state}, TRIAL_STATES[trial.state])
+        except Exception as exc:
+            log.warning("mlflow: %s's run not closed: %s", trial.trial_id, redact(describe(exc, 300)))
+        child.close()

@@ -63,7 +63,12 @@ def test_reference_cluster_follows_the_recipe():
         # The tracking destinations' credentials, from the same Secret, each optional (docs/tracking.md).
         *(
             {"name": name, "valueFrom": {"secretKeyRef": {"name": "hf-secret", "key": name, "optional": True}}}
-            for name in ("MLFLOW_TRACKING_TOKEN", "MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD", "WANDB_API_KEY")
+            for name in (
+                "MLFLOW_TRACKING_TOKEN",
+                "MLFLOW_TRACKING_USERNAME",
+                "MLFLOW_TRACKING_PASSWORD",
+                "WANDB_API_KEY",
+            )
         ),
         {"name": "RAYTUNE_NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
         # Caches on the local SSD: one model download per node, shared by its 8 workers.
