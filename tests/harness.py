@@ -15,6 +15,11 @@ from tests.fakes.pubsub import PROJECT
 ROOT = Path(__file__).resolve().parents[1]
 CLUSTER_PATH = f"projects/{PROJECT}/locations/us-central1/clusters/raytune"
 HF_TOKEN = "hf_TestTokenDoNotLeak0123456789abcdef"
+# The tracking destinations' credentials a deployment holds (a W&B key's shape: 40 hex characters).
+TRACKING_CREDENTIALS = {
+    "WANDB_API_KEY": "0f1e2d3c4b5a69788796a5b4c3d2e1f00f1e2d3c",
+    "MLFLOW_TRACKING_TOKEN": "mlflow-token-DoNotLeak-4242",
+}
 REGIONS = ("us-central1", "europe-west4")  # a deployment of two regions (the `regional` fixture)
 
 
@@ -63,8 +68,10 @@ def build_controller(bucket: str, pubsub, kube_for, kube=None, project: str = PR
         events_topic=events_topic,
         max_event_age_s=3600,
         hf_token=HF_TOKEN,
+        tracking_credentials=TRACKING_CREDENTIALS,
     )
-    add_secret(HF_TOKEN)
+    for secret in (HF_TOKEN, *TRACKING_CREDENTIALS.values()):
+        add_secret(secret)
     manager = FakeClusterManager()
     manager.add_running(CLUSTER_PATH.replace(PROJECT, project, 1))
     platform = GkePlatform(
@@ -73,6 +80,7 @@ def build_controller(bucket: str, pubsub, kube_for, kube=None, project: str = PR
         clusters=GkeClusters(project, client=manager, create=True),
         kube_factory=kube_for,
         owner=owner_id(bucket),
+        credentials=TRACKING_CREDENTIALS,
     )
     clock = FakeClock()
     ctx = Context(

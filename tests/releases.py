@@ -40,14 +40,15 @@ def changelog(text: str | None = None) -> list[tuple[str, str | None]]:
 def previous() -> list[tuple[str, str]]:
     """The releases before this one that a deployment may roll back to (release.OLDEST_READER on), newest first."""
 
-    def key(version: str) -> tuple[int, ...]:
-        return tuple(int(part) for part in version.split("."))
-
     return [
         (version, commit)
         for version, commit in changelog()
         if commit and key(release.OLDEST_READER) <= key(version) < key(release.VERSION)
     ]
+
+
+def key(version: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in version.split("."))
 
 
 def tree(commit: str, into: Path) -> Path | None:

@@ -16,15 +16,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from functions.core import image_cache
-from functions.core.config import RAY_VERSION, TRAINER_PIP
+from functions.core.config import RAY_VERSION, TRACKING_PIP, TRAINER_PIP
 from trainer.codehash import ROOT
 
 REQUIREMENTS = ROOT / "image" / "requirements.txt"
-HEADER = "# TRAINER_PIP (functions/core/config.py): raytune image --write-requirements\n"
+HEADER = "# TRAINER_PIP and TRACKING_PIP (functions/core/config.py): raytune image --write-requirements\n"
 
 
 def requirements_text() -> str:
-    return HEADER + "\n".join(TRAINER_PIP) + "\n"
+    return HEADER + "\n".join((*TRAINER_PIP, *TRACKING_PIP)) + "\n"
 
 
 def write_requirements(path: Path = REQUIREMENTS) -> Path:
@@ -126,9 +126,11 @@ def build_command(target: Target) -> list[str]:
 
 
 def build(target: Target, dry_run: bool) -> tuple[str, str]:
-    """Build and push; returns (the image, the command). The requirements file must match TRAINER_PIP."""
+    """Build and push; returns (the image, the command). The requirements file must match TRAINER_PIP and TRACKING_PIP."""
     if REQUIREMENTS.read_text() != requirements_text():
-        raise RuntimeError(f"{REQUIREMENTS} is not TRAINER_PIP: run `raytune image --write-requirements`")
+        raise RuntimeError(
+            f"{REQUIREMENTS} is not TRAINER_PIP and TRACKING_PIP: run `raytune image --write-requirements`"
+        )
     image = target.image
     command = build_command(target)
     if not dry_run:

@@ -172,9 +172,10 @@ TRAINER_PIP = (
     "torchmetrics==1.9.0",
     "nltk==3.10.4",
     "sacrebleu==2.6.0",
-    # The tracking destinations' own clients (a row each), imported only by a tracked run
-    *(pin for destination in DESTINATIONS.values() for pin in destination.pip),
 )
+# The tracking destinations' own clients (a row each): in the trainer image, and added to a tracked run's runtime
+# env (manifests.runtime_env), never to cluster.pip's default, which every release's policy holds to TRAINER_PIP.
+TRACKING_PIP = tuple(pin for destination in DESTINATIONS.values() for pin in destination.pip)
 RAY_VERSION = "2.60.0"
 
 

@@ -11,6 +11,10 @@ rewrite the record. So an older release acts on the run as far as it can (it fol
 the newer features: it never moves it, its nodes pull the image) and a run it rewrote is, from then on, the run it
 can carry out: nothing is quarantined, lost or launched twice.
 
+The same rule holds for `accepted_config`, which releases from ACCEPTED_READER on read in place of `config`: it
+never holds a field they do not know either. A field newer than ACCEPTED_READER goes in `config_extensions` (its
+dotted path and value), a key only the releases that know such fields read, and merge back.
+
 Raising OLDEST_READER (a release whose predecessors no deployment runs) moves its fields out of NEWER_FIELDS and
 into `config`, as a feature gate turns on once no older reader serves.
 """
@@ -23,6 +27,7 @@ from pydantic import BaseModel, field_serializer
 
 VERSION = "0.4.0"  # CHANGELOG.md's newest release; pyproject.toml reads it from here
 OLDEST_READER = "0.1.0"  # the oldest release a deployment may roll back to (CHANGELOG.md names its commit)
+ACCEPTED_READER = "0.3.0"  # the first release that reads a record's accepted_config over its config
 
 # The config fields the releases from OLDEST_READER on cannot read, with the release that first reads each (a list
 # element's field is `section.list[].field`). tests/integration/test_version_skew.py holds this table against the
@@ -36,11 +41,45 @@ NEWER_FIELDS: dict[str, str] = {
 }
 
 
-def readable(config: dict[str, Any]) -> dict[str, Any]:
-    """`config` (a placed config, as stored) without the fields older readers do not know."""
+def _key(version: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in version.split("."))
+
+
+def newer_than(reader: str) -> list[str]:
+    """The fields release `reader` does not read."""
+    return [field for field, since in NEWER_FIELDS.items() if _key(since) > _key(reader)]
+
+
+def readable(config: dict[str, Any], reader: str = OLDEST_READER) -> dict[str, Any]:
+    """`config` (a placed config, as stored) without the fields release `reader` does not know."""
     out = dict(config)
-    for field in NEWER_FIELDS:
+    for field in newer_than(reader):
         out = _without(out, field.split("."))
+    return out
+
+
+def extensions(config: dict[str, Any]) -> dict[str, Any]:
+    """The fields of `config` that ACCEPTED_READER does not read, by dotted path (none is a list element's)."""
+    found = {}
+    for field in newer_than(ACCEPTED_READER):
+        value: Any = config
+        for key in field.split("."):
+            value = value.get(key) if isinstance(value, dict) else None
+        if value is not None:
+            found[field] = value
+    return found
+
+
+def extended(config: dict[str, Any], fields: dict[str, Any]) -> dict[str, Any]:
+    """`config` with the extensions' fields set back at their paths."""
+    out = dict(config)
+    for field, value in fields.items():
+        *parents, leaf = field.split(".")
+        node = out
+        for key in parents:
+            node[key] = dict(node.get(key) or {})
+            node = node[key]
+        node[leaf] = value
     return out
 
 

@@ -36,7 +36,7 @@ from functions.core.estimate import Estimate
 from functions.core.fingerprint import Inputs
 from functions.core.platform import NodeSeen
 from functions.core.regions import Placement, placed
-from functions.core.release import Stamped, readable
+from functions.core.release import ACCEPTED_READER, Stamped, extended, extensions, readable
 from functions.core.result import RunResult
 
 
@@ -199,6 +199,8 @@ class RunRecord(Stamped, BaseModel):
             data = {**data, "format": 1}
         if data.get("accepted_config") is not None:
             data = {**data, "config": data["accepted_config"]}
+        if isinstance(data.get("config_extensions"), dict) and isinstance(data.get("config"), dict):
+            data = {**data, "config": extended(data["config"], data["config_extensions"])}
         return data
 
     @model_serializer(mode="wrap")
@@ -211,7 +213,10 @@ class RunRecord(Stamped, BaseModel):
             config = self.readable_config()
             data["config"] = config
             if config != self.config:
-                data["accepted_config"] = self.config
+                # What ACCEPTED_READER and later read in place of `config`: no field they do not know either.
+                data["accepted_config"] = readable(self.config, ACCEPTED_READER)
+                if newer := extensions(self.config):
+                    data["config_extensions"] = newer
         data["format"] = format_of(data.get("config"))
         return data
 

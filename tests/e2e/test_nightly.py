@@ -81,6 +81,9 @@ def test_three_nights(tmp_path):
                 "scaling": {"nodes": 2, "gpus_per_node": 0, "max_failures": 1},
                 "cluster": {"dependencies": "image"},
                 "evaluation": {"samples": 3, "max_new_tokens": 16},
+                # The embedded default's MLflow store (the workdir's SQLite file): each night a tracked run, and
+                # the line's `champion` alias follows its champions in MLflow's Model Registry.
+                "tracking": {"mlflow": {}},
             }
         )
     )
@@ -107,6 +110,10 @@ def three_nights(workdir: Path, config: Path, home: Path, shards: Path, tmp_path
     assert promotion["champion_run_id"] == "nightly-20261201" and "of the base model" in promotion["reason"]
     assert "champion: promoted" in err
     check_report(Path(evaluation["report_path"]), 3, tmp_path)
+    store = f"sqlite:///{(workdir / 'mlflow.db').resolve()}"
+    assert f"mlflow ui --backend-store-uri {store}" in err, "the one command that opens the store's UI"
+    assert champion_alias(store) == ("nightly-20261201", first["result"]["tracking"]["mlflow"]["run_id"])
+    assert "champion alias -> mlflow model nightly-products version 1" in err
 
     logged = len((workdir / "logs" / "controller.log").read_text())
     second, err = night(workdir, config, "2026-12-02", home)
@@ -136,3 +143,23 @@ def three_nights(workdir: Path, config: Path, home: Path, shards: Path, tmp_path
     assert verdict["champion_run_id"] == ("nightly-20261203" if won else "nightly-20261201")
     assert ("champion: promoted" if won else "champion: not promoted") in err
     check_report(Path(evaluation["report_path"]), 3, tmp_path)
+    # The alias follows the champion pointer whichever way the night went; every night a run of its own.
+    crowned = third if won else first
+    assert champion_alias(store) == (crowned["run_id"], crowned["result"]["tracking"]["mlflow"]["run_id"])
+    assert len(tracked_nights(store)) == 2, "the skipped night trained nothing and tracks nothing"
+
+
+def champion_alias(store: str) -> tuple[str, str]:
+    """The raytune run and the tracked run the line's champion alias points at, as MLflow's client reads them."""
+    from mlflow.tracking import MlflowClient
+
+    version = MlflowClient(store, registry_uri=store).get_model_version_by_alias("nightly-products", "champion")
+    return version.tags["raytune.run_id"], version.run_id
+
+
+def tracked_nights(store: str) -> list[str]:
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(store)
+    experiment = client.get_experiment_by_name("nightly-products")
+    return [run.data.tags["raytune.run_id"] for run in client.search_runs([experiment.experiment_id])]

@@ -16,6 +16,7 @@ from functions.core.story import QUIET_S
 from tests.e2e.test_local import ROOT, finish, start
 from tests.e2e.test_lost_nodes import registered_checkpoints, wait_until, worker_raylet
 from tests.harness import tiny_checkpointed
+from tests.mlflow_server import start as start_mlflow
 
 pytestmark = pytest.mark.slow
 
@@ -23,9 +24,18 @@ pytestmark = pytest.mark.slow
 def test_a_local_sweep_stops_poor_trials_early_and_keeps_the_best_trials_adapter(tmp_path):
     home, workdir = tmp_path / "home", tmp_path / "w"
     home.mkdir()
-    proc, _ = start(workdir, str(ROOT / "examples" / "quickstart-sweep.json"), "--json", home=home)
-    out, err = finish(proc)
-    record = json.loads(out)
+    # Tracked in a real MLflow server: a parent run with a child per trial (tracked_sweep below).
+    service, uri = start_mlflow(tmp_path / "mlflow")
+    try:
+        config = json.loads((ROOT / "examples" / "quickstart-sweep.json").read_text())
+        (tmp_path / "sweep.json").write_text(json.dumps({**config, "tracking": {"mlflow": {"uri": uri}}}))
+        proc, _ = start(workdir, str(tmp_path / "sweep.json"), "--json", home=home)
+        out, err = finish(proc)
+        record = json.loads(out)
+        assert proc.returncode == 0 and record["state"] == "SUCCEEDED", err[-6000:]
+        tracked_sweep(uri, record)
+    finally:
+        service.stop()
     assert proc.returncode == 0 and record["state"] == "SUCCEEDED", err[-6000:]
     # The run holds a node for each trial at once (scaling.nodes 1 x sweep.concurrent 2), and releases them.
     assert "worker group: 2 nodes" in err and "worker group: 0 nodes" in err
@@ -77,6 +87,35 @@ def test_a_local_sweep_stops_poor_trials_early_and_keeps_the_best_trials_adapter
     running = err[err.index(": RUNNING") :]
     stamps = [float(t) for t in re.findall(r"^\[\s*([0-9.]+)s\]", running, re.MULTILINE)]
     assert max(b - a for a, b in itertools.pairwise(stamps)) < QUIET_S + 10, running[-6000:]
+
+
+def tracked_sweep(uri: str, record: dict) -> None:
+    """The sweep as MLflow's client reads it: one parent naming the best trial, one child per trial with its
+    drawn values, its curve and how it ended (a trial ASHA stopped: KILLED, said so)."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(uri)
+    experiment = client.get_experiment_by_name("quickstart-sweep")
+    runs = client.search_runs([experiment.experiment_id])
+    [parent] = [r for r in runs if r.data.tags["raytune.kind"] == "sweep"]
+    children = {r.data.tags["raytune.trial"]: r for r in runs if r.data.tags["raytune.kind"] == "trial"}
+    sweep = record["result"]["sweep"]
+    assert parent.info.run_id == record["result"]["tracking"]["mlflow"]["run_id"]
+    assert parent.info.status == "FINISHED" and parent.data.tags["raytune.best_trial"] == sweep["best_trial"]
+    assert set(children) == {t["trial_id"] for t in sweep["trials"]}
+    for trial in sweep["trials"]:
+        child = children[trial["trial_id"]]
+        assert child.data.tags["mlflow.parentRunId"] == parent.info.run_id
+        assert float(child.data.params["training.learning_rate"]) == pytest.approx(
+            trial["params"]["training.learning_rate"]
+        )
+        evaluated = [m.step for m in client.get_metric_history(child.info.run_id, "eval_loss")]
+        assert evaluated == [int(h["step"]) for h in trial["history"]], (evaluated, trial["history"])
+        if trial["state"] == "stopped":
+            assert child.info.status == "KILLED" and child.data.tags["raytune.trial_state"] == "stopped"
+        else:
+            assert child.info.status == "FINISHED"
+    assert children[sweep["best_trial"]].data.tags["raytune.best"] == "true"
 
 
 CONFIG = tiny_checkpointed(

@@ -15,7 +15,7 @@ from functions.adapters.gcs import storage_client
 from functions.core.result import RunResult
 from functions.core.runs import State
 from tests.fakes.http_events import post, pubsub_event, storage_event
-from tests.harness import CLUSTER_PATH, HF_TOKEN
+from tests.harness import CLUSTER_PATH, HF_TOKEN, TRACKING_CREDENTIALS
 
 QUICK = {"name": "shop-descriptions", "scaling": {"nodes": 2}, "deadlines": {"pending_seconds": 600}}
 
@@ -443,28 +443,38 @@ def test_pubsub_push_delivers_launch_messages(controller, functions_server, pubs
     assert run_id.startswith("pushed-") and controller.ctx.store.get(run_id).state == State.SUBMITTED
 
 
-def test_hf_token_never_leaves_the_secret(controller, functions_server, bucket, capfd):
+@pytest.mark.parametrize("secret", [HF_TOKEN, *TRACKING_CREDENTIALS.values()], ids=["hf", "wandb", "mlflow"])
+def test_credentials_never_leave_the_secret(controller, functions_server, bucket, capfd, secret):
+    """The HF token and the tracking destinations' credentials: in the pods' Secret, each under its name, and
+    nowhere else (a config that names one as its run name is rejected without repeating it)."""
     from functions.handlers import logs
 
     logs.setup()
     h = controller
-    launch_upload(functions_server, bucket, "configs/secret.json", QUICK)
+    launch_upload(
+        functions_server,
+        bucket,
+        "configs/secret.json",
+        {**QUICK, "tracking": {"mlflow": {"uri": "https://mlflow.example.com"}}},
+    )
     run_id = only_record(h).run_id
     write_result(h, run_id)
     h.kube.set_status("rayjobs", run_id, {"jobStatus": "SUCCEEDED", "jobDeploymentStatus": "Complete"})
     watch(functions_server)
-    launch_upload(functions_server, bucket, "configs/leaky.json", {"name": HF_TOKEN})
+    launch_upload(functions_server, bucket, "configs/leaky.json", {"name": secret})
     client = storage_client()
     for blob in client.list_blobs(bucket):
         if blob.name.startswith("configs/"):
             continue  # what the user uploaded is theirs; everything we wrote is checked
-        assert HF_TOKEN.encode() not in blob.download_as_bytes(), blob.name
+        assert secret.encode() not in blob.download_as_bytes(), blob.name
     for plural in ("configmaps", "rayclusters", "rayjobs"):
         for name in h.kube.names(plural):
-            assert HF_TOKEN not in json.dumps(h.kube.get(plural, name)), (plural, name)
-    assert all(HF_TOKEN not in json.dumps(e) for e in h.finished_events())
+            assert secret not in json.dumps(h.kube.get(plural, name)), (plural, name)
+    assert all(secret not in json.dumps(e) for e in h.finished_events())
     out, err = capfd.readouterr()
-    assert "SUBMITTED" in out and HF_TOKEN not in out + err
+    assert "SUBMITTED" in out and secret not in out + err
+    held = h.kube.get("secrets", "hf-secret")["stringData"]
+    assert held == {"hf_api_token": HF_TOKEN, **TRACKING_CREDENTIALS}
 
 
 def test_permanent_kube_error_fails_the_run_instead_of_retrying(controller, functions_server, bucket):

@@ -43,6 +43,7 @@ SWEPT = {
     "sweep": {"space": {"lora.r": {"kind": "choice", "values": [8, 16]}}, "trials": 2, "concurrent": 1},
 }
 QUEUED = {**QUICK, "scaling": {"nodes": 5}}
+TRACKED = {**QUICK, "scaling": {"nodes": 1}, "tracking": {"mlflow": {"uri": "https://mlflow.example.com"}}}
 RUNNING = {"jobStatus": "RUNNING", "jobDeploymentStatus": "Running"}
 SUCCEEDED = {"jobStatus": "SUCCEEDED", "jobDeploymentStatus": "Complete"}
 
@@ -50,8 +51,8 @@ SUCCEEDED = {"jobStatus": "SUCCEEDED", "jobDeploymentStatus": "Complete"}
 def test_the_changelog_names_this_release_and_the_ones_a_deployment_may_roll_back_to():
     found = releases.changelog()
     assert found[0] == (release.VERSION, None), "the newest section is this release (its commit is the one landing it)"
-    assert ("0.1.0", "2c03a0d") in found and ("0.2.0", "cbac668") in found
-    assert [v for v, _ in PREVIOUS] == ["0.2.0", "0.1.0"]
+    assert ("0.1.0", "2c03a0d") in found and ("0.2.0", "cbac668") in found and ("0.3.0", "4e02b90") in found
+    assert [v for v, _ in PREVIOUS] == ["0.3.0", "0.2.0", "0.1.0"]
 
 
 @pytest.fixture(scope="module", params=[v for v, _ in PREVIOUS])
@@ -140,9 +141,11 @@ def assert_no_gpus_held(h):
         assert '"holders": {}' in held or '"holders":{}' in held, (name, held)
 
 
-def test_the_previous_release_follows_what_this_release_wrote_to_the_end(regional, both, bucket):
+def test_the_previous_release_follows_what_this_release_wrote_to_the_end(regional, both, bucket, previous):
     h, (ours, theirs) = regional, both
-    # Every kind this release writes: moved and running, waiting to move, an image cache, a sweep, queued, a nightly.
+    version, _ = previous
+    # Every kind this release writes: moved and running, waiting to move, an image cache, a sweep, queued, a nightly,
+    # a tracked run.
     launch(ours, bucket, "moved", {**MOVABLE, "name": "moved"})
     h.clock.advance(400)
     tick(h, ours)  # its bound passed while its job waited: stopped in us-central1, submitted in europe-west4
@@ -153,23 +156,31 @@ def test_the_previous_release_follows_what_this_release_wrote_to_the_end(regiona
     launch(ours, bucket, "cached", {**CACHED, "name": "cached"})
     launch(ours, bucket, "swept", {**SWEPT, "name": "swept"})
     launch(ours, bucket, "queued", {**QUEUED, "name": "queued"})
+    launch(ours, bucket, "tracked", {**TRACKED, "name": "tracked"})
     upload(bucket, "library/nightly.json", {**QUICK, "name": "nightly", "scaling": {"nodes": 1}})
     post(ours["launch"], pubsub_event({"config_uri": f"gs://{bucket}/library/nightly.json", "nightly": True}))
     tick(h, ours)
-    kinds = {"moved", "waiting", "cached", "swept", "queued", "nightly"}
+    kinds = {"moved", "waiting", "cached", "swept", "queued", "nightly", "tracked"}
     found = assert_nothing_lost(h, kinds)
     assert found["moved"].state == State.RUNNING and found["queued"].state == State.QUEUED
     written = {n: h.ctx.store.blobs.read(f"runs/{r.run_id}.json")[0] for n, r in found.items()}
-    assert all(b'"written_by": "0.3.0"' in text for text in written.values())
+    assert all(f'"written_by": "{release.VERSION}"'.encode() in text for text in written.values())
+    tracked = json.loads(written["tracked"])
+    # Neither where 0.1.0 and 0.2.0 look (config) nor where 0.3.0 does (accepted_config): in config_extensions.
+    assert "tracking" not in tracked["config"] and "tracking" not in tracked.get("accepted_config", {})
+    assert tracked["config_extensions"]["tracking"]["mlflow"]["uri"] == "https://mlflow.example.com"
+    assert found["tracked"].run_config().tracking is not None, "this release reads it back"
 
     # The previous release serves alone (a rollback; or its instances finishing while traffic moves): its ticks
-    # quarantine nothing and stop no job; the run waiting to move waits in its region past its bound.
+    # quarantine nothing and stop no job; the run waiting to move waits in its region past its bound, or, for a
+    # release that reads the accepted config (release.ACCEPTED_READER on), moves as this release would.
     for _ in range(2):
         tick(h, theirs.urls, theirs)
     h.clock.advance(400)
     tick(h, theirs.urls, theirs)
     found = assert_nothing_lost(h, kinds)
-    assert found["waiting"].state == State.SUBMITTED and found["waiting"].region == REGIONS[0]
+    moves = releases.key(version) >= releases.key(release.ACCEPTED_READER)
+    assert found["waiting"].state == State.SUBMITTED and found["waiting"].region == REGIONS[1 if moves else 0]
     assert found["moved"].state == State.RUNNING and found["moved"].region == REGIONS[1]
 
     # It follows every run to its end where it runs, and releases what each held.
@@ -269,4 +280,6 @@ def test_every_config_field_the_oldest_reader_lacks_is_kept_out_of_what_it_reads
     )
     assert theirs.returncode == 0, theirs.stderr[-2000:]
     newer = field_paths(RunConfig.model_json_schema()) - field_paths(json.loads(theirs.stdout))
+    # A newer section's own fields go with it (leaving out `tracking` leaves out `tracking.mlflow.uri`).
+    newer = {path for path in newer if not any(path.startswith(f"{other}.") for other in newer)}
     assert newer == set(release.NEWER_FIELDS)

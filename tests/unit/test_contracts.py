@@ -6,7 +6,7 @@ from __future__ import annotations
 import tomllib
 from pathlib import Path
 
-from functions.core.config import RAY_VERSION, TRAINER_PIP, RunConfig
+from functions.core.config import RAY_VERSION, TRACKING_PIP, TRAINER_PIP, RunConfig
 from functions.core.result import RunResult
 from trainer.codehash import code_files
 
@@ -24,7 +24,7 @@ def _pins(requirements: list[str]) -> dict[str, str]:
 
 def test_trainer_pins_agree_with_the_rayjob_runtime_env():
     extra = _pins(tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["trainer"])
-    runtime = _pins(list(TRAINER_PIP))
+    runtime = _pins([*TRAINER_PIP, *TRACKING_PIP])  # a tracked run's runtime env adds its clients
     assert extra.pop("ray") == RAY_VERSION  # the image brings Ray; the runtime env does not reinstall it
     assert extra == runtime
     assert RunConfig().cluster.pip == list(TRAINER_PIP)
