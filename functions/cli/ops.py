@@ -14,7 +14,7 @@ from functions.cli import narrow, options, targets
 from functions.cli.backends import LocalBackend, records
 from functions.core import joblog
 from functions.core.runs import RunRecord, State
-from functions.core.story import Story, where
+from functions.core.story import Story, tracking_lines, where
 from functions.core.sweep import shown_values, trial_lines
 
 DURATION = re.compile(r"^(\d+)([smhd])$")
@@ -198,6 +198,8 @@ def cmd_status(args: argparse.Namespace) -> int:
             metrics.add_row(f"  {key}", f"{value:.4g}" if isinstance(value, float) else str(value))
         out.print(metrics)
         out.print(f"  adapter    {record.result.adapter_path}")
+        for line in tracking_lines(record.result.tracking):  # its page in each tracker, and what it missed
+            out.print(line, markup=False)
         if record.result.sweep:  # the same trials table as the run's story (logs, local, submit --wait)
             for line in trial_lines(record.result.sweep):
                 out.print(line, markup=False)
@@ -263,6 +265,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
                 "gpu_node_hours": r.gpu_node_seconds / 3600 if r.gpu_node_seconds else None,
                 "estimated_cost": _estimated_cost(r),
                 "cost": r.cost,
+                "tracking": {name: t.url or t.run_id for name, t in (r.result.tracking if r.result else {}).items()},
             }
             for r, c, m in zip(runs, configs, metrics, strict=True)
         }
@@ -293,6 +296,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
     out.print(table)
     if not differing:
         out.print("the configs are the same")
+    for r in runs:  # each run's page in its trackers, whole (a link is never folded into a cell)
+        for name, tracked in (r.result.tracking if r.result else {}).items():
+            out.print(f"{r.run_id}  {name}  {tracked.url or tracked.run_id}", markup=False)
     return 0
 
 
