@@ -67,9 +67,10 @@ class MlflowRun(Logger):
     def __init__(self, cfg: RunConfig, who: Identity, with_params: bool) -> None:
         for key, value in MLFLOW_CLIENT_ENV.items():
             os.environ.setdefault(key, value)
-        from mlflow.entities import Param, RunTag
+        from mlflow.entities import Metric, Param, RunTag
         from mlflow.tracking import MlflowClient
 
+        self.metric = Metric  # imported here, not at a step's first log
         assert cfg.tracking is not None and cfg.tracking.mlflow is not None
         self.uri = who.uris.get("mlflow")
         if not self.uri:
@@ -117,10 +118,8 @@ class MlflowRun(Logger):
         self.client.log_batch(self.run_id, metrics=points)
 
     def log(self, step: int, metrics: dict[str, float]) -> None:
-        from mlflow.entities import Metric
-
         stamp = int(time.time() * 1000)
-        self.delivery.put([Metric(key, value, stamp, step) for key, value in metrics.items()])
+        self.delivery.put([self.metric(key, value, stamp, step) for key, value in metrics.items()])
 
     def finish(self, summary: dict[str, float], tags: dict[str, str], state: str) -> None:
         from mlflow.entities import RunTag

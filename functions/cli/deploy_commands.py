@@ -135,7 +135,10 @@ def add_parsers(sub: Any) -> None:
     options.add_switches(doc)
     options.add_json(doc, "the findings as JSON")
     doc.set_defaults(func=cmd_doctor)
+    _add_image_parser(sub)
 
+
+def _add_image_parser(sub: Any) -> None:
     img = sub.add_parser("image", help="build the trainer image with Cloud Build into Artifact Registry")
     img.add_argument(
         "--project", default=os.environ.get("GOOGLE_CLOUD_PROJECT"), help="GCP project (default: GOOGLE_CLOUD_PROJECT)"
@@ -168,7 +171,9 @@ def add_parsers(sub: Any) -> None:
     )
     img.add_argument("--dry-run", action="store_true", help="print the gcloud command instead of running it")
     img.add_argument(
-        "--write-requirements", action="store_true", help="rewrite image/requirements.txt from TRAINER_PIP"
+        "--write-requirements",
+        action="store_true",
+        help="rewrite image/requirements.txt from TRAINER_PIP and TRACKING_PIP",
     )
     img.add_argument(
         "--write-resolved",

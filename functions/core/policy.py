@@ -184,7 +184,12 @@ class Policy(BaseModel):
             )
         found += [f"policy capacity: {problem}" for problem in cfg.region_problems()]
         found += self._storage_violations(cfg, buckets, confined)
-        found += tracking.problems(cfg.tracking, self.tracking_destinations, self.tracking_uris)
+        return found + self._tracking_violations(cfg)
+
+    def _tracking_violations(self, cfg: RunConfig) -> list[str]:
+        """The destinations and servers the operator allows; in the cloud an MLflow run needs a server (the
+        operator's default fills one in where it names one: fixed())."""
+        found = tracking.problems(cfg.tracking, self.tracking_destinations, self.tracking_uris)
         mlflow = cfg.tracking.mlflow if cfg.tracking else None
         if mlflow is not None and not mlflow.uri and not self.local_storage:
             found.append(

@@ -34,7 +34,6 @@ def tidy(
     of runs that ended in this tick, which that listing may show still running; `synced`: the RayClusters (their
     allocation's key_path) this tick sized already, as their runs ended; `passing`: the live runs the tick passed by
     on their markers' notes (functions/core/quiet.py), unread."""
-    troubles: list[Exception] = []
     allocs = ctx.allocations.all()
     # Where each live run of the tick stands now (its RayCluster's key_path). A place held or queued for by a run that
     # is not live there (it moved to another region, ended in this tick or before, or the tick does not know it) is
@@ -47,26 +46,50 @@ def tidy(
         for o in found
         if o.kind == "RayCluster"
     }
-    for alloc in allocs:
-        try:
-            here = allocation.key_path(alloc.cluster)
-            if allocation.idle_expired(alloc, ctx.clock()):
-                teardown(ctx, alloc)
-            elif not alloc.deleted and any(
-                placed.get(run_id) != here for run_id in [*alloc.holders, *(w.run_id for w in alloc.queue)]
-            ):
-                # its group goes, exactly: the runs seen live here keep their places without a read
-                sizing.release(ctx, alloc.cluster, live={run_id for run_id, key in placed.items() if key == here})
-            elif not alloc.deleted and here not in synced:
-                # Groups of ended runs leave the spec once drained; a size a lost write left behind is repaired.
-                spec = alloc.cluster
-                handle = listed.get((spec.region, spec.gke_cluster, spec.namespace, spec.ray_cluster))
-                sizing.sync_workers(ctx, spec, read=alloc, listed=handle)
-        except ClusterGone as gone:
-            settle_gone(ctx, alloc, gone)
-        except Exception as exc:
-            log.warning("RayCluster %s: idle teardown or sizing failed: %s", alloc.cluster.ray_cluster, describe(exc))
-            troubles.append(exc)
+    troubles = [trouble for alloc in allocs if (trouble := _kept(ctx, alloc, placed, listed, synced))]
+    return troubles + _swept(ctx, allocs, live, surveyed, ended, passing)
+
+
+def _kept(
+    ctx: Context,
+    alloc: Allocation,
+    placed: dict[str, str],
+    listed: dict[tuple[str, str, str, str], object],
+    synced: set[str] | frozenset[str],
+) -> Exception | None:
+    """One RayCluster's idle teardown, or its groups released or sized to its runs; its trouble, if any."""
+    try:
+        here = allocation.key_path(alloc.cluster)
+        if allocation.idle_expired(alloc, ctx.clock()):
+            teardown(ctx, alloc)
+        elif not alloc.deleted and any(
+            placed.get(run_id) != here for run_id in [*alloc.holders, *(w.run_id for w in alloc.queue)]
+        ):
+            # its group goes, exactly: the runs seen live here keep their places without a read
+            sizing.release(ctx, alloc.cluster, live={run_id for run_id, key in placed.items() if key == here})
+        elif not alloc.deleted and here not in synced:
+            # Groups of ended runs leave the spec once drained; a size a lost write left behind is repaired.
+            spec = alloc.cluster
+            handle = listed.get((spec.region, spec.gke_cluster, spec.namespace, spec.ray_cluster))
+            sizing.sync_workers(ctx, spec, read=alloc, listed=handle)
+    except ClusterGone as gone:
+        settle_gone(ctx, alloc, gone)
+    except Exception as exc:
+        log.warning("RayCluster %s: idle teardown or sizing failed: %s", alloc.cluster.ray_cluster, describe(exc))
+        return exc
+    return None
+
+
+def _swept(
+    ctx: Context,
+    allocs: list[Allocation],
+    live: list[RunRecord],
+    surveyed: dict[tuple[str, str, str], list[RayObject]] | None,
+    ended: set[str] | frozenset[str],
+    passing: Sequence[quiet.Quiet],
+) -> list[Exception]:
+    """The leak sweep of every namespace a RayCluster or a live run is in; each namespace's trouble."""
+    troubles: list[Exception] = []
     specs = [a.cluster for a in allocs] + [r.run_config().cluster for r in live if r.config]
     namespaces = quiet.namespaces(specs, passing)
     # A RayCluster is ours to keep when it has an allocation or a live run names it (runs of an older

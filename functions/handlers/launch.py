@@ -15,6 +15,7 @@ on the same record.
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import hashlib
 import json
 import logging
@@ -142,41 +143,10 @@ def receive(ctx: Context, request: events.LaunchRequest) -> tuple[RunRecord, boo
     if existing is not None:
         return existing, False
     now = ctx.clock()
-    errors = list(request.errors)
-    if request.event_time and (age := (now - request.event_time).total_seconds()) > ctx.settings.max_event_age_s:
-        errors.append(f"event is {int(age)}s old; older than RAYTUNE_MAX_EVENT_AGE_S={ctx.settings.max_event_age_s}")
-    if nightly_refused:
-        errors.append(nightly_refused)
-    # Uploads come from the bucket the trigger watches; messages may name any URI: checked before it is read.
-    from_message = request.source["kind"] != "upload" and request.config_uri
-    if from_message and (
-        why := policy.bucket_violation(request.config_uri or "", "config_uri", ctx.settings.own_buckets)
-        or ctx.settings.config_uri_violation(request.config_uri or "")
-    ):
-        errors.append(why)
-    raw: bytes | dict[str, Any] | None = None
-    cfg: RunConfig | None = None
-    expected = None
+    errors = _request_problems(ctx, request, now, nightly_refused)
+    raw, cfg, expected = None, None, None
     if not errors:
-        try:
-            if request.config is not None:
-                raw = request.config
-            else:
-                assert request.config_uri is not None
-                raw = ctx.read_uri(request.config_uri, limit=MAX_CONFIG_BYTES)
-            cfg = policy.fixed(parse_config(raw, request.config_format).with_storage(ctx.settings.default_storage))
-            errors.extend(ctx.settings.violations(cfg))
-            expected = estimate(cfg, ctx.settings.prices)
-            if why := over_budget(cfg, expected):
-                errors.append(why)
-        except NotFound:
-            errors.append(f"{request.config_uri} does not exist")
-        except TooLarge:
-            errors.append(f"{request.config_uri} is larger than {MAX_CONFIG_BYTES} bytes, the limit for a config")
-        except PermanentError as err:  # a bucket we may not read, a name GCS refuses
-            errors.append(f"cannot read {request.config_uri}: {describe(err)}")
-        except ConfigError as err:
-            errors.extend(err.errors)
+        raw, cfg, expected = _read_and_checked(ctx, request, errors)
     state = State.REJECTED if errors else State.RECEIVED
     reason = "; ".join(errors)[:2000] or None
     record = RunRecord(
@@ -197,6 +167,58 @@ def receive(ctx: Context, request: events.LaunchRequest) -> tuple[RunRecord, boo
     # made here notes no generation, so every watcher reads the new record: noting it would be a write for nothing.
     fresh = ctx.store.mark_active(request.run_id)
     return ctx.store.create(record, noted=not fresh)
+
+
+def _request_problems(
+    ctx: Context, request: events.LaunchRequest, now: dt.datetime, nightly_refused: str | None
+) -> list[str]:
+    """What refuses a request before its config is read: its own errors, its age, the nightly key, the bucket its
+    config_uri names."""
+    errors = list(request.errors)
+    if request.event_time and (age := (now - request.event_time).total_seconds()) > ctx.settings.max_event_age_s:
+        errors.append(f"event is {int(age)}s old; older than RAYTUNE_MAX_EVENT_AGE_S={ctx.settings.max_event_age_s}")
+    if nightly_refused:
+        errors.append(nightly_refused)
+    # Uploads come from the bucket the trigger watches; messages may name any URI: checked before it is read.
+    from_message = request.source["kind"] != "upload" and request.config_uri
+    if from_message and (
+        why := ctx.settings.policy.bucket_violation(request.config_uri or "", "config_uri", ctx.settings.own_buckets)
+        or ctx.settings.config_uri_violation(request.config_uri or "")
+    ):
+        errors.append(why)
+    return errors
+
+
+def _read_and_checked(
+    ctx: Context, request: events.LaunchRequest, errors: list[str]
+) -> tuple[bytes | dict[str, Any] | None, RunConfig | None, Any]:
+    """The request's config read and validated, the operator's policy applied and its estimate: (what was read,
+    the config, the estimate); each problem added to `errors`."""
+    raw: bytes | dict[str, Any] | None = None
+    cfg: RunConfig | None = None
+    expected = None
+    try:
+        if request.config is not None:
+            raw = request.config
+        else:
+            assert request.config_uri is not None
+            raw = ctx.read_uri(request.config_uri, limit=MAX_CONFIG_BYTES)
+        cfg = ctx.settings.policy.fixed(
+            parse_config(raw, request.config_format).with_storage(ctx.settings.default_storage)
+        )
+        errors.extend(ctx.settings.violations(cfg))
+        expected = estimate(cfg, ctx.settings.prices)
+        if why := over_budget(cfg, expected):
+            errors.append(why)
+    except NotFound:
+        errors.append(f"{request.config_uri} does not exist")
+    except TooLarge:
+        errors.append(f"{request.config_uri} is larger than {MAX_CONFIG_BYTES} bytes, the limit for a config")
+    except PermanentError as err:  # a bucket we may not read, a name GCS refuses
+        errors.append(f"cannot read {request.config_uri}: {describe(err)}")
+    except ConfigError as err:
+        errors.extend(err.errors)
+    return raw, cfg, expected
 
 
 def _kept(raw: bytes | dict[str, Any] | None) -> str | None:

@@ -82,26 +82,7 @@ def observe(
             log.exception("%s: cannot submit", record.run_id)
             return {"submit_error": redact(describe(exc))}  # API errors can quote what was sent
     if action is Action.OBSERVE_JOB:
-        try:
-            job = listed.pop(record.job_name, None) if listed is not None else None
-            if job is None:  # not listed (gone, or submitted since): read by name
-                job = ctx.platform.job_status(cfg, record.job_name)
-        except ClusterGone as gone:
-            return {"cluster_gone": describe(gone)}
-        except Exception as exc:
-            # One failed status read never decides a run: looked at again on the next tick.
-            raise TransientError(f"cannot read RayJob {record.job_name}: {describe(exc)}") from exc
-        waits = waiting(ctx, cfg, record.run_id, job)
-        return {
-            "job": JobSeen(
-                job,
-                stuck=waits.reason,
-                bound=waits.bound,
-                lag=lag(ctx, cfg, record.run_id, job),
-                lost=lost(ctx, cfg, record, job),
-                nodes=nodes(ctx, cfg, record, job),
-            )
-        }
+        return _job_facts(ctx, cfg, record, listed)
     if action is Action.ASK_STATUS:
         try:
             ctx.platform.ask_status(cfg.cluster, ctx.clock())
@@ -122,6 +103,31 @@ def observe(
         sizing.release(ctx, cfg.cluster)
         return {"scaled": True}
     raise AssertionError(f"not an observation: {action}")
+
+
+def _job_facts(
+    ctx: Context, cfg: RunConfig, record: RunRecord, listed: dict[str, dict[str, Any]] | None
+) -> dict[str, Any]:
+    """The run's RayJob as the tick listed it (else read by name) and what is seen around it, as Facts fields."""
+    try:
+        job = listed.pop(record.job_name, None) if listed is not None else None
+        if job is None:  # not listed (gone, or submitted since): read by name
+            job = ctx.platform.job_status(cfg, record.job_name)
+    except ClusterGone as gone:
+        return {"cluster_gone": describe(gone)}
+    except Exception as exc:
+        # One failed status read never decides a run: looked at again on the next tick.
+        raise TransientError(f"cannot read RayJob {record.job_name}: {describe(exc)}") from exc
+    waits = waiting(ctx, cfg, record.run_id, job)
+    seen = JobSeen(
+        job,
+        stuck=waits.reason,
+        bound=waits.bound,
+        lag=lag(ctx, cfg, record.run_id, job),
+        lost=lost(ctx, cfg, record, job),
+        nodes=nodes(ctx, cfg, record, job),
+    )
+    return {"job": seen}
 
 
 def submit(ctx: Context, cfg: RunConfig, record: RunRecord) -> str:
@@ -196,29 +202,7 @@ def move(ctx: Context, record: RunRecord, transition: Move) -> RunRecord:
     """Write the transition with a CAS update. A run another handler moved on meanwhile is left as
     stored (the next decision sees it); an illegal transition raises InvalidTransition."""
     target = transition.state
-    changes: dict[str, Any] = {}
-    if transition.job is not None:
-        changes["job"] = transition.job
-    if transition.inputs is not None:
-        changes["inputs"] = transition.inputs
-    if transition.promotion is not None:
-        changes["promotion"] = transition.promotion
-    attempts = record.attempts
-    if transition.attempts is not None:
-        attempts = changes["attempts"] = [
-            a.model_copy(update={"cost": priced(ctx, a.gpu_node_seconds or 0.0, a.nodes)})
-            if a.ended_at is not None and a.cost is None
-            else a
-            for a in transition.attempts
-        ]
-    if transition.placements is not None:
-        changes["placements"] = transition.placements
-    if transition.nodes is not None:
-        changes["nodes"] = {name: seen.capacity for name, seen in transition.nodes.items()}
-        changes["node_ids"] = {name: seen.identity for name, seen in transition.nodes.items() if seen.identity}
-    if transition.gpu_node_seconds is not None:
-        changes["gpu_node_seconds"] = transition.gpu_node_seconds
-        changes["cost"] = cost(ctx, transition.gpu_node_seconds, attempts, changes.get("nodes", record.nodes))
+    changes = _changes(ctx, record, transition)
     # Where a run stood in line stays on it when it ends there (cancelled, queue deadline).
     changes["queue_position"] = transition.queue_position if target == State.QUEUED else None
     if transition.collect_result:
@@ -258,6 +242,30 @@ def move(ctx: Context, record: RunRecord, transition: Move) -> RunRecord:
     if updated.state == State.QUEUED and updated.reason != record.reason:
         publish_state(ctx, updated)
     return updated
+
+
+def _changes(ctx: Context, record: RunRecord, transition: Move) -> dict[str, Any]:
+    """The record fields a transition writes besides its state: what it carries, each ended attempt priced, the
+    run's GPU time and cost."""
+    changes: dict[str, Any] = {}
+    for field in ("job", "inputs", "promotion", "placements"):
+        if (value := getattr(transition, field)) is not None:
+            changes[field] = value
+    attempts = record.attempts
+    if transition.attempts is not None:
+        attempts = changes["attempts"] = [
+            a.model_copy(update={"cost": priced(ctx, a.gpu_node_seconds or 0.0, a.nodes)})
+            if a.ended_at is not None and a.cost is None
+            else a
+            for a in transition.attempts
+        ]
+    if transition.nodes is not None:
+        changes["nodes"] = {name: seen.capacity for name, seen in transition.nodes.items()}
+        changes["node_ids"] = {name: seen.identity for name, seen in transition.nodes.items() if seen.identity}
+    if transition.gpu_node_seconds is not None:
+        changes["gpu_node_seconds"] = transition.gpu_node_seconds
+        changes["cost"] = cost(ctx, transition.gpu_node_seconds, attempts, changes.get("nodes", record.nodes))
+    return changes
 
 
 def _made(transition: Move, record: RunRecord) -> bool:
