@@ -51,7 +51,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     from functions.adapters.google_rest import NoCredentials
     from functions.cli import doctor
     from functions.cli import settings as cli_settings
-    from functions.core import doctor as verdicts
+    from functions.core import doctor as d
 
     found = cli_settings.load({"project": args.project, "runs_bucket": args.bucket})
     cfg = load(args.config) if args.config else None
@@ -63,8 +63,8 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({"findings": [asdict(f) for f in findings], "not_asked": skipped}, indent=2))
     else:
-        print(verdicts.report(findings, skipped))
-    return verdicts.exit_code(findings)
+        print(d.report(findings, skipped))
+    return d.exit_code(findings)
 
 
 def cmd_image(args: argparse.Namespace) -> int:
