@@ -1,6 +1,7 @@
 """Tracking end to end on the embedded local default, read back with each tool's own client: a quickstart tracked
-in a real MLflow server (started here, SQLite store) and in W&B's offline mode at once; a server stopped in the
-middle of a run, which still succeeds and says once what was not delivered."""
+in a real MLflow server (started here, SQLite store) and in W&B's offline mode at once, its TensorBoard files read
+by TensorBoard's reader; a server stopped in the middle of a run, which still succeeds and says once what was not
+delivered."""
 
 from __future__ import annotations
 
@@ -46,6 +47,7 @@ def test_a_quickstart_is_one_run_in_mlflow_and_in_wandb(tmp_path, monkeypatch):
         check_mlflow_run(client, run, record)
         assert tracked["mlflow"]["undelivered"] == 0 and tracked["mlflow"]["url"] in err  # its page, in the story
         check_wandb_run(wandb_dir, record)
+        check_tensorboard(client, run, record)
     finally:
         service.stop()
 
@@ -88,6 +90,18 @@ def check_wandb_run(wandb_dir: Path, record: dict) -> None:
     assert summary["raytune/raytune.run_id"] == record["run_id"]
     assert summary["raytune.adapter"] == record["result"]["adapter_path"]
     assert summary["challenger/eval_loss"] == pytest.approx(record["result"]["evaluation"]["challenger"]["eval_loss"])
+
+
+def check_tensorboard(client, run, record: dict) -> None:
+    """The TensorBoard files beside the adapter, read with TensorBoard's own reader: the same curve MLflow got."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(record["result"]["tensorboard_path"])
+    events.Reload()
+    curve = [(e.step, e.value) for e in events.Scalars("train/loss")]
+    tracked = [(m.step, m.value) for m in client.get_metric_history(run.info.run_id, "loss")]
+    assert [step for step, _ in curve] == [step for step, _ in tracked] == list(range(2, 15, 2))
+    assert [v for _, v in curve] == pytest.approx([v for _, v in tracked], rel=1e-5)
 
 
 def test_a_tracking_server_stopped_mid_run_never_fails_it(tmp_path):
