@@ -23,7 +23,13 @@ import hashlib
 import json
 from typing import Any
 
-from functions.core.config import COMPUTE_CLASS_LABEL, FLEX_START_MAX_SECONDS, GKE_ACCELERATORS, ScalingSpec
+from functions.core.config import (
+    COMPUTE_CLASS_LABEL,
+    FLEX_START_MAX_SECONDS,
+    GKE_ACCELERATORS,
+    ScalingSpec,
+    image_cache_match,
+)
 from functions.core.gpu_shapes import MACHINE_TYPES
 
 API_VERSION = "cloud.google.com/v1"
@@ -35,12 +41,17 @@ MIN_GKE_VERSION = "1.32.2-gke.1652000"
 DESCRIPTION_ANNOTATION = "raytune.dev/capacity"
 
 
-def priorities(scaling: ScalingSpec) -> list[dict[str, Any]]:
-    """One ComputeClass priority per capacity option, each for a whole worker node of the run."""
+def priorities(scaling: ScalingSpec, image_cache: str | None = None) -> list[dict[str, Any]]:
+    """One ComputeClass priority per capacity option, each for a whole worker node of the run; with `image_cache`
+    (cluster.image_cache), each attaches the disk image as the node's image cache, as Google's ComputeClass
+    reference does (`storage.secondaryBootDisks`), since no Google source says node auto-provisioning honours the
+    pod's node-restriction label beside a ComputeClass."""
     assert scaling.capacity is not None, "only a capacity list has a ComputeClass"
     gpu = {"type": GKE_ACCELERATORS[scaling.accelerator], "count": scaling.gpus_per_node, "driverVersion": "latest"}
     # Every priority names its machine type: validation admits only shapes that have one (gpu_shapes.py).
     node: dict[str, Any] = {"machineType": MACHINE_TYPES[(scaling.accelerator, scaling.gpus_per_node)], "gpu": gpu}
+    if image_cache:
+        node["storage"] = {"secondaryBootDisks": [secondary_boot_disk(image_cache)]}
     rules = []
     for option in scaling.capacity:
         rule = copy.deepcopy(node)
@@ -60,17 +71,26 @@ def priorities(scaling: ScalingSpec) -> list[dict[str, Any]]:
     return rules
 
 
-def class_name(scaling: ScalingSpec) -> str:
+def secondary_boot_disk(image_cache: str) -> dict[str, str]:
+    """The disk image as a ComputeClass priority names it: its name and project in fields of their own (a
+    domain-scoped project, `example.com:proj`, as it is: no label value has to hold it)."""
+    match = image_cache_match(image_cache)
+    return {"diskImageName": match[2], "project": match[1], "mode": "CONTAINER_IMAGE_CACHE"}
+
+
+def class_name(scaling: ScalingSpec, image_cache: str | None = None) -> str:
     """Named from what it renders: runs asking for the same list share one ComputeClass, a changed list is
     another object (a ComputeClass in use is never rewritten under a running group)."""
-    digest = hashlib.sha256(json.dumps(priorities(scaling), sort_keys=True).encode()).hexdigest()
+    digest = hashlib.sha256(json.dumps(priorities(scaling, image_cache), sort_keys=True).encode()).hexdigest()
     return f"raytune-{digest[:12]}"
 
 
-def compute_class(scaling: ScalingSpec, labels: dict[str, str]) -> dict[str, Any] | None:
+def compute_class(
+    scaling: ScalingSpec, labels: dict[str, str], image_cache: str | None = None
+) -> dict[str, Any] | None:
     """The ComputeClass of a run's capacity list; None when the run has none (a CPU run, or the reference's
     reservation through node selectors)."""
-    if scaling.capacity is None or not scaling.use_gpu:
+    if not renders(scaling) or scaling.capacity is None:
         return None
     offers = "raytune GPU workers: " + ", then ".join(o.describe() for o in scaling.capacity)
     return {
@@ -78,26 +98,36 @@ def compute_class(scaling: ScalingSpec, labels: dict[str, str]) -> dict[str, Any
         "kind": "ComputeClass",
         # What it offers, for whoever reads it with kubectl, as an annotation: spec.description is not in every
         # supported GKE version's CRD, and a strict apply of a field the cluster's CRD lacks fails the run.
-        "metadata": {"name": class_name(scaling), "labels": labels, "annotations": {DESCRIPTION_ANNOTATION: offers}},
+        "metadata": {
+            "name": class_name(scaling, image_cache),
+            "labels": labels,
+            "annotations": {DESCRIPTION_ANNOTATION: offers},
+        },
         "spec": {
-            "priorities": priorities(scaling),
+            "priorities": priorities(scaling, image_cache),
             "nodePoolAutoCreation": {"enabled": True},
             "whenUnsatisfiable": "DoNotScaleUp",
         },
     }
 
 
-def selector(scaling: ScalingSpec) -> dict[str, str]:
-    return {COMPUTE_CLASS_LABEL: class_name(scaling)} if scaling.capacity is not None and scaling.use_gpu else {}
+def renders(scaling: ScalingSpec) -> bool:
+    """Whether the run's GPU nodes come through a ComputeClass (a GPU run with a capacity list)."""
+    return scaling.capacity is not None and scaling.use_gpu
 
 
-def tolerations(scaling: ScalingSpec) -> list[dict[str, str]]:
+def selector(scaling: ScalingSpec, image_cache: str | None = None) -> dict[str, str]:
+    return {COMPUTE_CLASS_LABEL: class_name(scaling, image_cache)} if renders(scaling) else {}
+
+
+def tolerations(scaling: ScalingSpec, image_cache: str | None = None) -> list[dict[str, str]]:
     """What a worker pod needs to land on the class's nodes: the class's own taint, and Spot's where the list
     has Spot (Autopilot taints Spot nodes cloud.google.com/gke-spot=true:NoSchedule)."""
-    if not selector(scaling):
+    if not renders(scaling):
         return []
     assert scaling.capacity is not None
-    found = [{"key": COMPUTE_CLASS_LABEL, "operator": "Equal", "value": class_name(scaling), "effect": "NoSchedule"}]
+    name = class_name(scaling, image_cache)
+    found = [{"key": COMPUTE_CLASS_LABEL, "operator": "Equal", "value": name, "effect": "NoSchedule"}]
     if any(o.kind == "spot" for o in scaling.capacity):
         found.append({"key": "cloud.google.com/gke-spot", "operator": "Equal", "value": "true", "effect": "NoSchedule"})
     return found

@@ -735,6 +735,20 @@ class RunConfig(Strict):
         return found
 
     @model_validator(mode="after")
+    def image_cache_is_attachable(self, info: ValidationInfo) -> RunConfig:
+        """Without a capacity list, the cache is asked for by a node selector whose value holds the disk image's
+        project, and no label value may hold the ':' of a domain-scoped project (`example.com:proj`)."""
+        cache = self.cluster.image_cache
+        if stored(info) or not cache or ":" not in image_cache_match(cache)[1]:
+            return self
+        if self.scaling.capacity is not None and self.scaling.use_gpu:
+            return self  # its ComputeClass names the project in a field (storage.secondaryBootDisks)
+        raise ValueError(
+            f"cluster.image_cache {cache!r} is in a domain-scoped project, which a node selector cannot name (a "
+            "Kubernetes label value holds no ':'): give scaling.capacity, whose ComputeClass attaches the cache"
+        )
+
+    @model_validator(mode="after")
     def evaluation_needs_held_out_samples(self, info: ValidationInfo) -> RunConfig:
         if stored(info):
             return self

@@ -142,8 +142,8 @@ def _worker_node_selector(cfg: RunConfig) -> dict[str, Any]:
             selector["cloud.google.com/gke-gpu-driver-version"] = "latest"
         selector.update(LOCAL_SSD)
     selector.update(scaling.derived_selectors())
-    selector.update(computeclass.selector(scaling))
-    if cfg.cluster.image_cache:
+    selector.update(computeclass.selector(scaling, cfg.cluster.image_cache))
+    if cfg.cluster.image_cache and not computeclass.renders(scaling):  # else its ComputeClass attaches the cache
         selector.update(image_cache.selector(cfg.cluster.image_cache))
     return selector
 
@@ -179,7 +179,7 @@ def worker_group(cfg: RunConfig, run_id: str, replicas: int, code_paths: list[st
     selector = _worker_node_selector(cfg)
     if selector:
         worker_spec["nodeSelector"] = selector
-    if tolerations := computeclass.tolerations(cfg.scaling):
+    if tolerations := computeclass.tolerations(cfg.scaling, cfg.cluster.image_cache):
         worker_spec["tolerations"] = tolerations
     return {
         "groupName": group,
@@ -391,7 +391,7 @@ def assemble(
         cluster=ray_cluster(cfg, list(files), code_hash, worker_groups(groups, seen, own), stamp, owner),
         job=ray_job(cfg, run_id, code_hash, env or {}, owner=owner, job=job),
         secret=secret(cfg, hf_token, credentials) if hf_token or credentials else None,
-        capacity=computeclass.compute_class(cfg.scaling, ownership(owner)),
+        capacity=computeclass.compute_class(cfg.scaling, ownership(owner), cfg.cluster.image_cache),
         image_cache=image_cache.allowlist(cfg.cluster.image_cache, ownership(owner))
         if cfg.cluster.image_cache
         else None,

@@ -165,3 +165,36 @@ def test_a_fixed_reservation_with_kinds_listed_lets_configs_fall_back():
     policy = Policy(reservation="a4-res", capacity_kinds=("reservation", "spot"))
     cfg = policy.fixed(config([{"kind": "reservation", "name": "a4-res"}, {"kind": "spot"}]))
     assert not [v for v in policy.violations(cfg, ()) if "capacity" in v or "reservation" in v]
+
+
+CACHE = "projects/{project}/global/images/raytune-trainer-0123456789ab"
+
+
+@pytest.mark.parametrize("project", ["my-project", "example.com:my-project"])
+def test_an_image_cache_beside_a_capacity_list_is_attached_by_the_compute_class(project):
+    """As Google's ComputeClass reference does (priorities[].storage.secondaryBootDisks), held against the CRD's
+    schema: the worker pods select the class alone, with no node-restriction label beside it; a domain-scoped
+    project is named in its field as it is."""
+    cache = CACHE.format(project=project)
+    cfg = RunConfig.model_validate({"scaling": {"capacity": LISTS["Spot only"]}, "cluster": {"image_cache": cache}})
+    obj = manifests.assemble(cfg, "run-a", {}, "h").capacity
+    assert obj is not None
+    jsonschema.validate(obj, SCHEMA)
+    disks = [rule["storage"]["secondaryBootDisks"] for rule in obj["spec"]["priorities"]]
+    assert disks == [
+        [{"diskImageName": "raytune-trainer-0123456789ab", "project": project, "mode": "CONTAINER_IMAGE_CACHE"}]
+    ]
+    pod = manifests.worker_group(cfg, "run-a", 2, [], "h")["template"]["spec"]
+    assert pod["nodeSelector"]["cloud.google.com/compute-class"] == obj["metadata"]["name"]
+    assert not any("gke-secondary-boot-disk" in key for key in pod["nodeSelector"])
+    assert obj["metadata"]["name"] != computeclass.class_name(cfg.scaling), "a cache is another class"
+
+
+def test_a_domain_scoped_cache_without_a_compute_class_is_refused_with_the_reason():
+    cache = CACHE.format(project="example.com:my-project")
+    with pytest.raises(ValidationError, match="domain-scoped project, which a node selector cannot name"):
+        RunConfig.model_validate({"cluster": {"image_cache": cache}})
+    plain = RunConfig.model_validate({"cluster": {"image_cache": CACHE.format(project="my-project")}})
+    pod = manifests.worker_group(plain, "run-a", 2, [], "h")["template"]["spec"]
+    key = "cloud.google.com.node-restriction.kubernetes.io/gke-secondary-boot-disk-raytune-trainer-0123456789ab"
+    assert pod["nodeSelector"][key] == "CONTAINER_IMAGE_CACHE.my-project", "the label, where no class attaches it"
