@@ -45,6 +45,7 @@ output "cli_config" {
     launch_topic = "${google_pubsub_topic.launch.id}"
     watch_topic = "${google_pubsub_topic.watch.id}"
     repository = "${google_artifact_registry_repository.trainer.repository_id}"
+    image_repository = "${local.image_location}-docker.pkg.dev/${var.project_id}/${google_artifact_registry_repository.trainer.repository_id}"
     build_bucket = "${google_storage_bucket.build.name}"
     image_build_service_account = "${google_service_account.image_build.email}"
     name = "${var.name}"

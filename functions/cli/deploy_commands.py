@@ -83,6 +83,7 @@ def cmd_image(args: argparse.Namespace) -> int:
             "project": args.project,
             "region": args.region,
             "repository": args.repository,
+            "image_repository": args.image_repository,
             "build_bucket": args.build_bucket,
             "image_build_service_account": args.service_account,
         }
@@ -96,6 +97,7 @@ def cmd_image(args: argparse.Namespace) -> int:
         repository=given.repository,
         build_bucket=given.build_bucket,
         service_account=given.image_build_service_account,
+        image_repository=given.image_repository,
     )
     ref, command = image.build(target, args.dry_run)
     print(("would run: " if args.dry_run else "built: ") + (command if args.dry_run else ref))
@@ -146,6 +148,11 @@ def _add_image_parser(sub: Any) -> None:
     img.add_argument("--region", help="default: region in raytune.toml, else us-central1")
     img.add_argument("--name", default="raytune", help="Terraform's var.name: the default for the next three")
     img.add_argument("--repository", help="the Artifact Registry repository (Terraform: var.name)")
+    img.add_argument(
+        "--image-repository",
+        help="the repository's whole path, LOCATION-docker.pkg.dev/PROJECT/REPOSITORY (default: image_repository in "
+        "raytune.toml; a multi-region one is pulled by every region)",
+    )
     img.add_argument("--build-bucket", help="where gcloud stages the source (Terraform: <name>-build-<project>)")
     img.add_argument(
         "--service-account",

@@ -75,6 +75,11 @@ def write_resolved(path: Path = RESOLVED) -> Path:
     return path
 
 
+# Artifact Registry's multi-regions (https://cloud.google.com/artifact-registry/docs/repositories/repo-locations):
+# a repository may be there; a build may not.
+MULTI_REGIONS = frozenset({"us", "europe", "asia"})
+
+
 @dataclass(frozen=True)
 class Target:
     """Where the build runs and pushes: Terraform's names for a deployment called `name` unless given."""
@@ -85,9 +90,22 @@ class Target:
     repository: str | None = None
     build_bucket: str | None = None
     service_account: str | None = None  # an email
+    # The repository's whole path (raytune.toml's image_repository, from Terraform): where the image is pushed
+    # and every region pulls it; None: the repository in `region`, as a single-region deployment makes it.
+    image_repository: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.region in MULTI_REGIONS:
+            raise RuntimeError(
+                f"--region {self.region} is a multi-region: Cloud Build runs in a region (give the deployment's "
+                "region); the image goes to the repository raytune.toml's image_repository names (Terraform's "
+                "image_location), which every region pulls"
+            )
 
     @property
     def image(self) -> str:
+        if self.image_repository:
+            return f"{self.image_repository.rstrip('/')}/trainer:{RAY_VERSION}"
         return f"{self.region}-docker.pkg.dev/{self.project}/{self.repository or self.name}/trainer:{RAY_VERSION}"
 
     @property

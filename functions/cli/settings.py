@@ -25,6 +25,7 @@ ENV = {
     "watch_topic": "RAYTUNE_WATCH_TOPIC",
     "operator_key": "RAYTUNE_OPERATOR_KEY",
     "repository": "RAYTUNE_REPOSITORY",
+    "image_repository": "RAYTUNE_IMAGE_REPOSITORY",
     "build_bucket": "RAYTUNE_BUILD_BUCKET",
     "image_build_service_account": "RAYTUNE_IMAGE_BUILD_SERVICE_ACCOUNT",
     "name": "RAYTUNE_DEPLOYMENT",
@@ -50,6 +51,9 @@ class CliSettings:
     watch_topic: str | None = None  # full topic path (cancels)
     operator_key: str | None = None  # lets `cancel` stop runs of other sources
     repository: str | None = None  # `raytune image`: the Artifact Registry repository
+    # `raytune image`: the repository's whole path, LOCATION-docker.pkg.dev/PROJECT/REPOSITORY (Terraform's
+    # image_location: a region, or a multi-region every region's nodes pull from); named once, here
+    image_repository: str | None = None
     build_bucket: str | None = None  # `raytune image`: where gcloud stages the source
     image_build_service_account: str | None = None  # `raytune image`: the build's identity (an email)
     name: str | None = None  # `raytune doctor`: Terraform's name, the prefix of what it made (default raytune)

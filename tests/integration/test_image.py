@@ -1,4 +1,4 @@
-"""The trainer image: the Dockerfile is lint-clean (hadolint), its requirements are TRAINER_PIP, and they
+"""The trainer image: the Dockerfile is lint-clean (hadolint), its requirements are TRAINER_PIP and TRACKING_PIP, and they
 resolve together for the image's Python (pip's resolver, nothing installed), and `raytune image` builds
 what Terraform's repository and the cloud example expect."""
 
@@ -15,7 +15,7 @@ from packaging.version import Version
 
 from functions.cli import image
 from functions.cli import main as cli
-from functions.core.config import RAY_VERSION, TRAINER_PIP
+from functions.core.config import RAY_VERSION, TRACKING_PIP, TRAINER_PIP
 from functions.core.config_file import parse_config
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -29,9 +29,10 @@ def test_dockerfile_is_lint_clean():
     assert f"ARG RAY_VERSION={RAY_VERSION}" in text and "FROM rayproject/ray:${RAY_VERSION}-py311-gpu" in text
 
 
-def test_requirements_are_the_trainer_pins():
+def test_requirements_are_the_trainer_pins_and_the_tracking_clients():
     assert (ROOT / "image" / "requirements.txt").read_text() == image.requirements_text()
-    assert [line for line in image.requirements_text().splitlines() if not line.startswith("#")] == list(TRAINER_PIP)
+    pins = [line for line in image.requirements_text().splitlines() if not line.startswith("#")]
+    assert pins == [*TRAINER_PIP, *TRACKING_PIP], "the image carries every destination's client"
 
 
 def test_requirements_resolve_together(tmp_path):
@@ -141,3 +142,43 @@ def test_an_image_that_would_not_run_on_b200_says_why():
     ]
     cpu = {k: v for k, v in resolved.items() if k != "cuda-toolkit"}
     assert "a CPU build" in gpu_support.problems(cpu, "L4")[0]
+
+
+def test_a_two_region_deployment_builds_caches_and_pulls_one_image_from_its_multi_region_repository(
+    capsys, monkeypatch, tmp_path
+):
+    """Terraform's image_location us: the repository is named once (cli_config's image_repository, as Terraform
+    writes it into raytune.toml); `raytune image` builds in the deployment's region and pushes there, its cache
+    builder pulls that image, and the config lines it prints (what every region's nodes pull) name it. A
+    multi-region given as the build's region is refused with why."""
+    from tests.contract.iam import Deployment
+
+    d = Deployment(project_id="proj", region="us-central1", policy_regions=["us-east5"], image_location="us")
+    repository = d.module._resource("google_artifact_registry_repository", "trainer")
+    assert repository.get("location") == "us"
+    (tmp_path / "raytune.toml").write_text(cli_config_as_written(d))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("RAYTUNE_CLI_CONFIG", str(tmp_path / "raytune.toml"))
+    ref = f"us-docker.pkg.dev/proj/{repository.get('repository_id')}/trainer:{RAY_VERSION}"
+    assert cli(["image", "--dry-run", "--cache"]) == 0
+    out = capsys.readouterr().out
+    assert f"_IMAGE={ref}" in out and "--region=us-central1" in out, out
+    assert "us-central1-docker.pkg.dev" not in out, "never the region's own repository, which Terraform did not make"
+    assert f"worker_image: {ref}" in out and f"head_image: {ref}" in out
+    cache_line = next(line for line in out.splitlines() if "cache.cloudbuild.yaml" in line)
+    assert f"_IMAGE={ref}" in cache_line and "_ZONE=us-central1-b" in cache_line, cache_line
+    assert cli(["image", "--dry-run", "--region", "us"]) == 2
+    assert "is a multi-region: Cloud Build runs in a region" in capsys.readouterr().err
+
+
+def cli_config_as_written(deployment) -> str:
+    """raytune.toml as `terraform output -raw cli_config` writes it: the heredoc's interpolations filled in."""
+    import tomllib
+
+    from tests.contract.tfeval import _parse
+
+    output = next(b for b in deployment.module.blocks if b.kind == "output" and b.labels == ("cli_config",))
+    raw = tomllib.loads(str(deployment.module.eval(output.body["value"], {})))
+    [filled] = _parse("locals {\n" + "".join(f'  {k} = "{v}"\n' for k, v in raw.items()) + "}\n")
+    values = {k: str(deployment.module.eval(v, {})) for k, v in filled.body.items()}
+    return "".join(f"{k} = {json.dumps(v)}\n" for k, v in values.items())
