@@ -29,6 +29,14 @@ WORKERS = 16  # questions in flight at once
 # What a server-side apply of a custom resource (KubeRay's, GKE's ComputeClass) is authorized as on GKE.
 DRY_RUN_PERMISSIONS = "container.thirdPartyObjects.create and container.thirdPartyObjects.update"
 NOT_AN_OBJECT = "Google answered with something other than the JSON object its API documents"
+# A 200 whose fields are all null names nothing that exists: neither ok nor missing.
+ALL_NULL = "Google's answer names nothing (every field null): not known to exist"
+
+
+def _all_null(answer: dict) -> bool:
+    return bool(answer) and all(value is None for value in answer.values())
+
+
 SERVICES = {"bucket": "storage", "topic": "pubsub", "subscription": "pubsub", "scheduler": "cloudscheduler"}
 
 
@@ -87,7 +95,11 @@ class Doctor:
             found.append(Finding("project", project, UNKNOWN, f"could not read it: {errors.describe(exc, 300)}"))
         named = ("runs_bucket", "configs_bucket", "build_bucket", "launch_topic", "watch_topic", "repository")
         names = {k: getattr(s, k) or "" for k in (*named, "hf_token_secret", "gke_cluster")}
-        return d.Deployment(project, number, s.region or "", s.name or "raytune", **names), found
+        # raytune.toml's image_repository, LOCATION-docker.pkg.dev/...: where the repository is (a multi-region)
+        location = (s.image_repository or "").split("-docker.pkg.dev", 1)[0] if s.image_repository else ""
+        return d.Deployment(
+            project, number, s.region or "", s.name or "raytune", **names, image_location=location
+        ), found
 
     def run(self) -> tuple[list[Finding], int]:
         deployment, found = self.deployment()
@@ -178,6 +190,8 @@ class Doctor:
             )
             if not isinstance(answer, dict):
                 return Finding(check, subject, UNKNOWN, NOT_AN_OBJECT)
+            if _all_null(answer):
+                return Finding(check, subject, UNKNOWN, ALL_NULL)
             if check == "scheduler" and answer.get("state") not in (None, "ENABLED"):
                 fix = f"gcloud scheduler jobs resume {subject} --location {deployment.region}"
                 return Finding(check, subject, PROBLEM, f"state {answer.get('state')}", fix)
@@ -347,9 +361,8 @@ class Doctor:
         found = []
         if deployment.repository:
             subject = f"repository {deployment.repository}"
-            path = (
-                f"v1/projects/{deployment.project}/locations/{deployment.region}/repositories/{deployment.repository}"
-            )
+            where = deployment.repository_location
+            path = f"v1/projects/{deployment.project}/locations/{where}/repositories/{deployment.repository}"
             found.append(self.present("image", subject, "artifactregistry", path, "terraform apply (image.tf)"))
         cluster = (self.config or RunConfig()).cluster
         found += [self.tagged(ref) for ref in sorted({i for i in (cluster.worker_image, cluster.head_image) if i})]
@@ -359,8 +372,11 @@ class Doctor:
 
     def present(self, check: str, subject: str, service: str, path: str, fix: str, missing: str = "missing") -> Finding:
         def ask() -> Finding:
-            if not isinstance(self.rest.get(service, path), dict):
+            answer = self.rest.get(service, path)
+            if not isinstance(answer, dict):
                 return Finding(check, subject, UNKNOWN, NOT_AN_OBJECT)
+            if _all_null(answer):
+                return Finding(check, subject, UNKNOWN, ALL_NULL)
             return Finding(check, subject, OK)
 
         return _asked(check, subject, ask, missing, fix)

@@ -62,6 +62,11 @@ class Deployment:
     repository: str = ""
     hf_token_secret: str = ""
     gke_cluster: str = ""
+    image_location: str = ""  # the repository's location (a multi-region where every region pulls); "": region
+
+    @property
+    def repository_location(self) -> str:
+        return self.image_location or self.region
 
     def topic(self, short: str) -> str:
         given = {"launch": self.launch_topic, "watch": self.watch_topic}.get(short)
@@ -116,7 +121,7 @@ class Deployment:
             return f"//secretmanager.googleapis.com/projects/{self.project}/secrets/{self.hf_token_secret}"
         if resource == "repository:trainer" and self.repository:
             return (
-                f"//artifactregistry.googleapis.com/projects/{self.project}/locations/{self.region}/repositories/"
+                f"//artifactregistry.googleapis.com/projects/{self.project}/locations/{self.repository_location}/repositories/"
                 f"{self.repository}"
             )
         if kind == "service-account":

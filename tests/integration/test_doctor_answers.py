@@ -137,3 +137,29 @@ def test_no_credentials_is_one_line_and_exit_2(tmp_path):
         "error: no Google credentials: run `gcloud auth application-default login` (or set "
         "GOOGLE_APPLICATION_CREDENTIALS to a key file)"
     ]
+
+
+def test_an_answer_whose_fields_are_all_null_is_unknown_never_ok():
+    """A repository (or topic, subscription, image) that answers 200 with `{"name": null, ...}` names nothing:
+    unknown, not ok."""
+    null = json.dumps({"name": None, "format": None, "createTime": None}).encode()
+    findings, _ = Doctor(SETTINGS, GoogleRest(Session([(200, null)])), no_cluster).run()
+    asked = [f for f in findings if f.check in ("image", "topic", "subscription", "scheduler")]
+    assert asked and all(f.status == d.UNKNOWN for f in asked), [(f.check, f.status) for f in asked]
+    assert any("every field null" in (f.detail or "") for f in asked)
+
+
+def test_a_multi_region_repository_is_asked_where_it_is():
+    """raytune.toml's image_repository names the repository's multi-region: doctor asks Artifact Registry there,
+    never in the deployment's region, where Terraform made none."""
+    asked: list[str] = []
+
+    class Recording(Session):
+        def request(self, method, url, **kwargs):
+            asked.append(url)
+            return super().request(method, url, **kwargs)
+
+    settings = CliSettings(**{**SETTINGS.__dict__, "image_repository": "us-docker.pkg.dev/p-doctor/raytune"})
+    Doctor(settings, GoogleRest(Recording([(200, b'{"name": "x"}')])), no_cluster).run()
+    repositories = [url for url in asked if "/repositories/raytune" in url and "/packages/" not in url]
+    assert repositories and all("/locations/us/repositories/raytune" in url for url in repositories), repositories
