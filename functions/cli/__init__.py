@@ -14,7 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from functions.cli import config_commands, deploy_commands, local_commands, ops, run_control
+from functions.cli import champions, config_commands, deploy_commands, local_commands, ops, run_control
 from functions.cli.config_commands import FileError
 from functions.core import config as configs
 from functions.core import release
@@ -25,7 +25,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="raytune", description=__doc__)
     parser.add_argument("--version", action="version", version=f"raytune {release.VERSION}")
     sub = parser.add_subparsers(dest="command", required=True)
-    for commands in (config_commands, local_commands, deploy_commands, run_control, ops):
+    for commands in (config_commands, local_commands, deploy_commands, run_control, ops, champions):
         commands.add_parsers(sub)
     return parser
 

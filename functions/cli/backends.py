@@ -4,7 +4,11 @@ run records, how to submit and cancel, the job's status, its pods and its driver
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+from collections.abc import Iterator
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -42,6 +46,7 @@ class Backend(Protocol):
     def pods(self, record: RunRecord) -> list[str]: ...
     def log(self, record: RunRecord) -> str: ...
     def orphaned(self, record: RunRecord) -> str | None: ...
+    def writable(self) -> AbstractContextManager[RunStore]: ...
 
 
 def records(store: RunStore) -> list[RunRecord]:
@@ -68,6 +73,11 @@ class CloudBackend:
         self.where = f"gs://{settings.runs_bucket}"
         self._platform = platform
         self._publisher = publisher
+
+    @contextlib.contextmanager
+    def writable(self) -> Iterator[RunStore]:
+        """The runs bucket, written by compare-and-swap as the functions write it."""
+        yield self.store
 
     @property
     def platform(self) -> Any:
@@ -219,6 +229,28 @@ class LocalBackend:
         logs = self.workdir / "logs"
         own = [logs / "ray-head.log", *logs.glob(f"ray-worker-{group_name(record.run_id)}-*.log")]
         return sorted(f"{p.stem}: log {p}" for p in own if p.is_file())
+
+    @contextlib.contextmanager
+    def writable(self) -> Iterator[RunStore]:
+        """The workdir's bucket to write (a champion's rollback): served as `raytune local` serves it, with the
+        workdir's lock held, so no run of it writes meanwhile; refused while one does."""
+        from functions.adapters.gcs import Bucket
+        from functions.local import emulators
+
+        with workdirs.held_if_free(self.workdir) as free:
+            if not free:
+                raise RuntimeError(f"a raytune local is running in {self.workdir}: try again once it has ended")
+            gcs = emulators.fake_gcs(self.workdir / "logs" / "fake-gcs.log", data_dir=self.workdir / "gcs")
+            before = os.environ.get("STORAGE_EMULATOR_HOST")
+            os.environ["STORAGE_EMULATOR_HOST"] = gcs.url
+            try:
+                yield RunStore(Bucket(BUCKET))
+            finally:
+                gcs.stop()
+                if before is None:
+                    os.environ.pop("STORAGE_EMULATOR_HOST", None)
+                else:
+                    os.environ["STORAGE_EMULATOR_HOST"] = before
 
     def log(self, record: RunRecord) -> str:
         saved = self.workdir / "logs" / f"{record.job_name}-driver.log"

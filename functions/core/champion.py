@@ -136,6 +136,23 @@ def judge(run_id: str, result: RunResult | None, spec: EvaluationSpec, current: 
     return Promotion(promoted=False, reason=verdict + f"gain {gain:.4f} is not above margin {spec.margin}", **scores)
 
 
+def restored(current: Champion, earlier_run_id: str, earlier: RunResult, now: dt.datetime) -> Champion:
+    """A person's rollback: the champion `current` replaced by the one it replaced, as that one won (its adapter,
+    its scores), whose own predecessor is the champion it was evaluated against (so a rollback may go on back)."""
+    if earlier.evaluation is None or not earlier.adapter_path:
+        raise ValueError(f"{earlier_run_id} has no evaluated adapter in its record: it cannot be the champion again")
+    return Champion(
+        name=current.name,
+        evaluation_key=current.evaluation_key,
+        run_id=earlier_run_id,
+        adapter_path=earlier.adapter_path,
+        scores=earlier.evaluation.challenger,
+        metric=current.metric,
+        promoted_at=now,
+        previous_run_id=earlier.evaluation.champion_run_id,
+    )
+
+
 def crowned(
     cfg: RunConfig, run_id: str, adapter_path: str, evaluation: Evaluation, now: dt.datetime, previous: Champion | None
 ) -> Champion:

@@ -5,16 +5,18 @@ functions/core/champion.py."""
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import logging
 
 from functions.adapters import datasets, registry
+from functions.adapters.store import RunStore, Stored
 from functions.core import champion, fingerprint, tracking
 from functions.core.champion import Champion, Promotion
 from functions.core.config import RunConfig
 from functions.core.errors import Unreadable, describe
 from functions.core.fingerprint import Inputs, LastTrained
-from functions.core.result import CHAMPION_ENV
+from functions.core.result import CHAMPION_ENV, RunResult
 from functions.core.runs import RunRecord
 from functions.core.secrets import redact
 from functions.handlers.context import Context
@@ -69,28 +71,72 @@ def _aliased(ctx: Context, record: RunRecord, cfg: RunConfig, promotion: Promoti
     """A tracked line's `champion` alias follows the pointer in the bucket, whichever run that names: this run's
     adapter registered as a version of the line's model when it won, or the champion's again when an earlier
     move was lost. A registry that is down never fails the run; the pointer stays the source of truth."""
-    spec = cfg.tracking.mlflow if cfg.tracking else None
-    result = record.result
-    tracked = result.tracking.get("mlflow") if result else None
-    uri = (spec.uri if spec else None) or (tracked.uri if tracked else None)
     champion_run = promotion.champion_run_id
-    if spec is None or uri is None or champion_run is None:
+    if champion_run is None:
         return promotion
     if champion_run == record.run_id:
-        adapter = result.adapter_path if result else None
+        adapter = record.result.adapter_path if record.result else None
     else:
         current = ctx.champions.get(champion.line(cfg))
         adapter = current.adapter_path if current is not None and current.run_id == champion_run else None
-    if not adapter:
-        return promotion
+    registered, error = move_alias(cfg, record.result, champion_run, adapter)
+    return promotion.model_copy(update={"registered": registered, "registry_error": error})
+
+
+def move_alias(
+    cfg: RunConfig, result: RunResult | None, champion_run: str, adapter: str | None
+) -> tuple[str | None, str | None]:
+    """The line's `champion` alias moved to `champion_run`'s adapter where the line is tracked in MLflow: (what
+    it points at now, or why it could not be moved); (None, None) where there is nothing to move."""
+    spec = cfg.tracking.mlflow if cfg.tracking else None
+    tracked = result.tracking.get("mlflow") if result else None
+    uri = (spec.uri if spec else None) or (tracked.uri if tracked else None)
+    if spec is None or uri is None or not adapter:
+        return None, None
     model = tracking.registered_model(spec, cfg.name)
     experiment = tracking.experiment_name(cfg.tracking, cfg.name) if cfg.tracking else cfg.name
     try:
         version = registry.move_champion(uri, model, experiment, champion_run, adapter)
     except Exception as exc:
-        log.warning("%s: the champion alias of %s not moved: %s", record.run_id, model, describe(exc))
-        return promotion.model_copy(update={"registry_error": redact(describe(exc, 300))})
-    return promotion.model_copy(update={"registered": f"mlflow model {model} version {version}"})
+        log.warning("%s: the champion alias of %s not moved: %s", champion_run, model, describe(exc))
+        return None, redact(describe(exc, 300))
+    return f"mlflow model {model} version {version}", None
+
+
+def roll_back(store: RunStore, champion_run: str, now: dt.datetime) -> tuple[Champion, str]:
+    """A person's rollback of the champion `champion_run`: its line's pointer goes back to the champion it
+    replaced (compare-and-swap: refused if the line moved meanwhile), and the alias follows. Returns the champion
+    now and what the registry said."""
+    record = store.get(champion_run)
+    if record is None:
+        raise RuntimeError(f"no run {champion_run}")
+    cfg = record.run_config()
+    line = champion.line(cfg)
+    champions = Stored(store.blobs, Champion, champion.path)
+    current = champions.get(line)
+    if current is None or current.run_id != champion_run:
+        held = current.run_id if current else "none"
+        raise RuntimeError(f"{champion_run} is not the champion of its line {line} (the champion is {held})")
+    if not current.previous_run_id:
+        raise RuntimeError(f"{champion_run} replaced no champion: there is none to roll back to")
+    earlier = store.get(current.previous_run_id)
+    if earlier is None or earlier.result is None:
+        raise RuntimeError(f"{current.previous_run_id}, the champion before, has no record with a result")
+    try:
+        restored = champion.restored(current, earlier.run_id, earlier.result, now)
+    except ValueError as err:
+        raise RuntimeError(str(err)) from None
+
+    def change(stored: Champion | None) -> Champion | None:
+        if stored is None or stored.run_id != champion_run:
+            raise RuntimeError(f"the champion of {line} changed meanwhile ({stored.run_id if stored else 'none'})")
+        return restored
+
+    now_stored = champions.swap(line, change) or restored
+    registered, error = move_alias(cfg, earlier.result, restored.run_id, restored.adapter_path)
+    said = registered or (f"champion alias not moved: {error}" if error else "no tracked registry")
+    log.info("%s: champion rolled back to %s (%s)", champion_run, restored.run_id, said)
+    return now_stored, said
 
 
 def _remember(ctx: Context, record: RunRecord, name: str, print_: str) -> None:

@@ -147,6 +147,27 @@ def three_nights(workdir: Path, config: Path, home: Path, shards: Path, tmp_path
     crowned = third if won else first
     assert champion_alias(store) == (crowned["run_id"], crowned["result"]["tracking"]["mlflow"]["run_id"])
     assert len(tracked_nights(store)) == 2, "the skipped night trained nothing and tracks nothing"
+    rolled_back(workdir, store, first, third, won)
+
+
+def rolled_back(workdir: Path, store: str, first: dict, third: dict, won: bool) -> None:
+    """`raytune champion RUN --rollback`: the line's champion before it is the champion again, and the alias
+    follows it at once; a champion that replaced none has nothing to roll back to."""
+    champion = third if won else first
+    proc = subprocess.run(
+        [RAYTUNE, "champion", champion["run_id"], "--rollback", "--workdir", str(workdir)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    if not won:
+        assert proc.returncode == 2 and "replaced no champion" in proc.stderr, proc.stderr
+        return
+    assert proc.returncode == 0, proc.stderr
+    assert "nightly-20261201 again" in proc.stdout and "mlflow model nightly-products version 1" in proc.stdout
+    assert champion_alias(store) == (first["run_id"], first["result"]["tracking"]["mlflow"]["run_id"])
+    pointer = next((workdir / "gcs").rglob("champions/nightly-products/*.json"))
+    assert json.loads(pointer.read_text())["run_id"] == "nightly-20261201"
 
 
 def champion_alias(store: str) -> tuple[str, str]:
