@@ -122,7 +122,14 @@ def test_the_cache_build_runs_the_pinned_builder_with_flags_it_declares_and_sets
     # Cloud Build substitutes $NAME and ${NAME}: every one is a declared user substitution or a built-in; bash's own
     # variables are escaped as $$.
     referenced = set(re.findall(r"(?<!\$)\$\{?([A-Za-z_][A-Za-z0-9_]*)", script.replace("$$", "")))
-    assert referenced <= set(build["substitutions"]) | {"PROJECT_ID"}, referenced
+    assert referenced <= set(build["substitutions"]) | {"PROJECT_ID", "BUILD_ID"}, referenced
+    # The builder names its VM and disk `<job-name>-instance`, `<job-name>-disk` exactly: a job of each build's own
+    # (a Cloud Build id is a UUID: 36 characters), within the builder's rule (under 50, a GCP resource name).
+    [job] = re.findall(r'--job-name="([^"]+)"', script)
+    made = job.replace("$BUILD_ID", "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0")
+    names = builder["names"]
+    assert len(made) < names["job_name_under"] and re.fullmatch(names["job_name_pattern"], made), made
+    assert "$BUILD_ID" in job, "two builds in one zone would make the same VM and disk"
     assert "raytune-worker-image=${_IMAGE_LABEL}" in script and "raytune-digest=$${digest:7:40}" in script
     assert 'name="raytune-trainer-$${digest:7:12}"' in script  # image_cache.disk_image_name's rule
 
