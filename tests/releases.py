@@ -43,12 +43,11 @@ def previous() -> list[tuple[str, str]]:
     return [
         (version, commit)
         for version, commit in changelog()
-        if commit and key(release.OLDEST_READER) <= key(version) < key(release.VERSION)
+        if commit
+        and release.version_key(release.OLDEST_READER)
+        <= release.version_key(version)
+        < release.version_key(release.VERSION)
     ]
-
-
-def key(version: str) -> tuple[int, ...]:
-    return tuple(int(part) for part in version.split("."))
 
 
 def tree(commit: str, into: Path) -> Path | None:

@@ -10,15 +10,18 @@ import os
 import tempfile
 import time
 import uuid
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from functions.core import release
 from functions.core import result as layout
 from functions.core.config import RunConfig
-from functions.core.result import ATTEMPT_ENV, WORKER_RESOURCE_ENV, Evaluation, RunMetrics, RunResult, TrackedRun
+from functions.core.result import WORKER_RESOURCE_ENV, Evaluation, RunMetrics, RunResult, TrackedRun
 from trainer.export import MERGED_DIR
 from trainer.report import REPORT_FILE
 from trainer.worker import train_loop
+
+if TYPE_CHECKING:
+    from trainer.tracking import Identity
 
 # Ray Train sends a worker's print() to its logger as well as to stdout when sys.stdout is wrapped, and Ray's
 # workers always wrap it: every line the job prints (its progress, Hugging Face's logs) reached the driver's log
@@ -156,15 +159,14 @@ def fit(
     champion: dict | None,
     timeline: Any,
     callbacks: list | None = None,
-    trial: Any = None,
+    trial: Identity | None = None,
 ) -> RunResult:
     """One Ray Train run of `cfg` as `run_id` under its storage_path, to its summary (result.json's contents):
     a run's, or a sweep's `trial` (its tracking identity: `callbacks` then hand its reports to Ray Tune; its
     progress lines name it). A tracked run is ended in its destinations here, whether it succeeds or fails."""
     from trainer import trackers, tracking
 
-    attempt = int(os.environ.get(ATTEMPT_ENV) or 1)  # the controller's; 1 for a job started by hand
-    who = trial or tracking.identity(cfg, run_id, attempt)
+    who = trial or tracking.identity(cfg, run_id)
     try:
         summary = _fit(cfg, run_id, champion, timeline, callbacks, who)
     except BaseException:
@@ -177,7 +179,7 @@ def fit(
 
 
 def _fit(
-    cfg: RunConfig, run_id: str, champion: dict | None, timeline: Any, callbacks: list | None, who: Any
+    cfg: RunConfig, run_id: str, champion: dict | None, timeline: Any, callbacks: list | None, who: Identity
 ) -> RunResult:
     from trainer import progress
     from trainer.ray_trainer import DataParallelTrainerWithoutHelpers

@@ -18,11 +18,10 @@ from __future__ import annotations
 import json
 import math
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from functions.core.config import RunConfig
 from functions.core.result import (
-    ATTEMPT_ENV,
     PROGRESS_MARKER,
     RESULT_FILE,
     TRIAL_DRIVER_RESOURCE,
@@ -33,6 +32,9 @@ from functions.core.result import (
 )
 from functions.core.sweep import Choice, LogUniform, RandInt, SweepSpec, Uniform, shown_values, trial_config
 from trainer import fit as one_fit
+
+if TYPE_CHECKING:
+    from trainer.tracking import Identity
 
 TRIALS_DIR = "trials"
 TRIAL_KEY = "trial"  # each trial's number in the search space
@@ -111,7 +113,7 @@ def trials_config(cfg: RunConfig, run_id: str, params: dict[str, Any]) -> RunCon
     return trial_config(cfg, params).model_copy(update={"storage_path": storage})
 
 
-def trainable(cfg: RunConfig, run_id: str, champion: dict | None, sweep_run: Any) -> Any:
+def trainable(cfg: RunConfig, run_id: str, champion: dict | None, sweep_run: Identity) -> Any:
     def trial(params: dict[str, Any]) -> None:
         from ray.tune.integration.ray_train import TuneReportCallback
 
@@ -221,7 +223,7 @@ def run(cfg: RunConfig, run_id: str, champion: dict | None, timeline: Any) -> Ru
     os.environ[STRICT_METRICS_ENV] = "1"
     os.environ.setdefault(STATE_PERIOD_ENV, STATE_PERIOD_S)
     stops_on = sweep.stops_on(cfg.evaluation) if sweep.scheduler == "asha" else None
-    sweep_run = trackers.open_parent(cfg, run_id, int(os.environ.get(ATTEMPT_ENV) or 1))
+    sweep_run = trackers.open_parent(cfg, run_id)
     tuner = tuner_of(cfg, run_id, trainable(cfg, run_id, champion, sweep_run), stops_on)
     try:
         with timeline.phase(f"sweeping {sweep.trials} trials, {sweep.concurrent} at once"):

@@ -14,7 +14,7 @@ from functions.core.config import RunConfig
 from functions.core.errors import describe
 from functions.core.result import RunResult, TrackedRun
 from functions.core.secrets import redact
-from trainer.tracking import MLFLOW_CLIENT_ENV, RUN_KIND_TAG, Delivery, Identity, Logger, identity, of_trial
+from trainer.tracking import MLFLOW_CLIENT_ENV, Delivery, Identity, Logger, identity, numbers, of_trial
 
 log = logging.getLogger("raytune.tracking")
 MAX_PARAMS = 100  # MLflow's log_batch takes at most 100 params a call
@@ -99,7 +99,7 @@ class MlflowRun(Logger):
 
     def _run(self, who: Identity) -> tuple[str, bool]:
         """The raytune run's tracked run: found by its tags (a later attempt, a restarted worker), else made."""
-        query = f"tags.`{spec.RUN_ID_TAG}` = '{who.run_id}' and tags.`{RUN_KIND_TAG}` = '{who.kind}'"
+        query = f"tags.`{spec.RUN_ID_TAG}` = '{who.run_id}' and tags.`{spec.KIND_TAG}` = '{who.kind}'"
         if who.trial:
             query += f" and tags.`{spec.TRIAL_TAG}` = '{who.trial}'"
         found = self.client.search_runs([self.experiment_id], query, max_results=1)
@@ -158,9 +158,9 @@ def open_loggers(cfg: RunConfig, who: Identity, with_params: bool = True) -> lis
     return [opened(name, cfg, who, with_params) for name in cfg.tracking.destinations]
 
 
-def open_parent(cfg: RunConfig, run_id: str, attempt: int) -> Identity:
+def open_parent(cfg: RunConfig, run_id: str) -> Identity:
     """A sweep's driver: its parent run in each destination, before the trials (theirs are its children)."""
-    sweep = identity(cfg, run_id, attempt, kind="sweep")
+    sweep = identity(cfg, run_id, kind="sweep")
     if cfg.tracking is not None:
         sweep.parents = parents(cfg, sweep)
     return sweep
@@ -174,7 +174,7 @@ def mark_best(cfg: RunConfig, best: dict[str, TrackedRun]) -> None:
     try:
         from mlflow.tracking import MlflowClient
 
-        MlflowClient(run.uri).set_tag(run.run_id, "raytune.best", "true")
+        MlflowClient(run.uri).set_tag(run.run_id, spec.BEST_RUN_TAG, "true")
     except Exception as exc:  # the parent's raytune.best_trial tag says it as well
         log.warning("mlflow: the best trial's run not tagged: %s", redact(describe(exc, 300)))
 
@@ -238,26 +238,22 @@ def _end_values(result: RunResult | None) -> tuple[dict[str, float], dict[str, s
     best trial are as tags."""
     if result is None:
         return {}, {}
-    metrics = {f"summary/{k}": v for k, v in result.metrics.model_dump().items() if _number(v)}
+    metrics = {f"summary/{k}": v for k, v in numbers(result.metrics.model_dump()).items()}
     if result.metrics.global_step is not None:
         metrics["global_step"] = float(result.metrics.global_step)
     tags = {}
     if result.evaluation is not None:
         for side, scores in (("challenger", result.evaluation.challenger), ("baseline", result.evaluation.baseline)):
-            metrics.update({f"{side}/{k}": v for k, v in scores.model_dump().items() if _number(v)})
+            metrics.update({f"{side}/{k}": v for k, v in numbers(scores.model_dump()).items()})
         if result.evaluation.report_path:
-            tags["raytune.report"] = result.evaluation.report_path
+            tags[spec.REPORT_TAG] = result.evaluation.report_path
     if result.adapter_path:
         tags[spec.ADAPTER_TAG] = result.adapter_path
     if result.sweep is not None and result.sweep.best_trial:
         tags[spec.BEST_TAG] = result.sweep.best_trial
         if result.sweep.report_path:
-            tags["raytune.report"] = result.sweep.report_path
+            tags[spec.REPORT_TAG] = result.sweep.report_path
     return metrics, tags
-
-
-def _number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def ended(
@@ -313,7 +309,7 @@ def trials_ended(cfg: RunConfig, sweep: Identity, trials: list[Any]) -> None:
         if not isinstance(child, MlflowRun):
             continue
         try:
-            child.finish({}, {"raytune.trial_state": trial.state}, TRIAL_STATES[trial.state])
+            child.finish({}, {spec.TRIAL_STATE_TAG: trial.state}, TRIAL_STATES[trial.state])
         except Exception as exc:
             log.warning("mlflow: %s's run not closed: %s", trial.trial_id, redact(describe(exc, 300)))
         child.close()

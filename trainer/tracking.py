@@ -25,7 +25,7 @@ from typing import Any
 from functions.core import tracking as spec
 from functions.core.config import RunConfig
 from functions.core.errors import describe
-from functions.core.result import INPUTS_ENV, TrackedRun
+from functions.core.result import ATTEMPT_ENV, INPUTS_ENV, TrackedRun
 from functions.core.secrets import redact
 
 log = logging.getLogger("raytune.tracking")
@@ -37,7 +37,6 @@ BATCH = 1000  # MLflow's log_batch takes at most 1000 metrics a call
 # MLflow's own client retries a call up to 7 times over minutes and waits 120 s for an answer: bounded here, where
 # the delivery thread retries; a user's own setting wins.
 MLFLOW_CLIENT_ENV = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1", "MLFLOW_HTTP_REQUEST_TIMEOUT": "10"}
-RUN_KIND_TAG = "raytune.kind"  # run | sweep | trial
 
 
 @dataclasses.dataclass
@@ -59,7 +58,7 @@ class Identity:
             spec.RUN_ID_TAG: self.run_id,
             spec.CONFIG_NAME_TAG: self.config_name,
             spec.ATTEMPT_TAG: str(self.attempt),
-            RUN_KIND_TAG: self.kind,
+            spec.KIND_TAG: self.kind,
         }
         if self.region:
             tags[spec.REGION_TAG] = self.region
@@ -72,9 +71,12 @@ class Identity:
         return tags
 
 
-def identity(cfg: RunConfig, run_id: str, attempt: int, kind: str = "run") -> Identity:
+def identity(cfg: RunConfig, run_id: str, attempt: int | None = None, kind: str = "run") -> Identity:
     """The driver's: the URIs resolved once (the config's, else MLflow's own MLFLOW_TRACKING_URI, which
-    `raytune local` sets to the workdir's store)."""
+    `raytune local` sets to the workdir's store); the attempt the controller said (None: its environment's,
+    1 for a job started by hand)."""
+    if attempt is None:
+        attempt = int(os.environ.get(ATTEMPT_ENV) or 1)
     uris = {}
     if cfg.tracking and cfg.tracking.mlflow:
         uri = cfg.tracking.mlflow.uri or os.environ.get("MLFLOW_TRACKING_URI")
@@ -97,6 +99,7 @@ class Delivery:
         self.lock = threading.Lock()
         self.put_points = self.sent = self.lost = 0
         self.error: str | None = None
+        self.closed: tuple[int, int, str | None] | None = None
         self.thread = threading.Thread(target=self._loop, name="raytune-tracking", daemon=True)
         self.thread.start()
 
@@ -141,14 +144,18 @@ class Delivery:
                     self.lost += len(batch)
 
     def close(self, bound_s: float = END_BOUND_S) -> tuple[int, int, str | None]:
-        """(points logged, points not delivered, the last error): waits at most `bound_s` for the queue."""
+        """(points logged, points not delivered, the last error): waits at most `bound_s` for the queue. Closed
+        once: a later call says the same."""
+        if self.closed is not None:
+            return self.closed
         self.queue.put(None)
         self.thread.join(bound_s)
         with self.lock:
             unsent = self.put_points - self.sent - self.lost
             if unsent:
                 self.error = f"{self.error or 'the tracker was slow'}; {unsent} not sent within {bound_s:.0f} s"
-            return self.put_points, self.lost + unsent, self.error
+            self.closed = (self.put_points, self.lost + unsent, self.error)
+            return self.closed
 
 
 class Logger:
@@ -167,7 +174,8 @@ class Logger:
         raise NotImplementedError
 
 
-def _numbers(metrics: dict[str, Any]) -> dict[str, float]:
+def numbers(metrics: dict[str, Any]) -> dict[str, float]:
+    """The numeric values of a Trainer's logs or a summary (never a flag), as floats."""
     return {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
 
 
@@ -178,7 +186,7 @@ def callback(loggers: list[Logger]) -> Any:
     class TrackingCallback(TrainerCallback):
         def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kwargs: Any) -> None:
             if state.is_world_process_zero and logs:
-                metrics = _numbers(logs)
+                metrics = numbers(logs)
                 for logger in loggers:
                     logger.log(state.global_step, metrics)
 

@@ -23,13 +23,6 @@ def _client(uri: str):
     return MlflowClient(tracking_uri=uri, registry_uri=uri)
 
 
-def version_of(uri: str, model: str, run_id: str) -> str | None:
-    """The registered model's version that is raytune run `run_id`'s adapter (None: none is)."""
-    client = _client(uri)
-    found = client.search_model_versions(f"name = '{model}' and tags.`{tracking.RUN_ID_TAG}` = '{run_id}'")
-    return str(found[0].version) if found else None
-
-
 def move_champion(uri: str, model: str, experiment: str, run_id: str, adapter_path: str) -> str:
     """Register run `run_id`'s adapter as a version of `model` (once) and point the champion alias at it (where
     it points already, nothing changes); the version. `experiment`: where the run's tracked run is, which the
@@ -42,8 +35,10 @@ def move_champion(uri: str, model: str, experiment: str, run_id: str, adapter_pa
     except MlflowException as exc:
         if exc.error_code != "RESOURCE_ALREADY_EXISTS":
             raise
-    version = version_of(uri, model, run_id)
-    if version is None:
+    found = client.search_model_versions(f"name = '{model}' and tags.`{tracking.RUN_ID_TAG}` = '{run_id}'")
+    if found:
+        version = str(found[0].version)
+    else:
         tracked = tracked_run(client, experiment, run_id)
         made = client.create_model_version(
             model,
@@ -52,7 +47,7 @@ def move_champion(uri: str, model: str, experiment: str, run_id: str, adapter_pa
             tags={tracking.RUN_ID_TAG: run_id, tracking.ADAPTER_TAG: adapter_path},
         )
         version = str(made.version)
-    if champion_version(uri, model) != version:
+    if _alias_version(client, model) != version:
         client.set_registered_model_alias(model, tracking.CHAMPION_ALIAS, version)
     return version
 
@@ -62,7 +57,7 @@ def tracked_run(client, experiment: str, run_id: str) -> str | None:
     found = client.get_experiment_by_name(experiment)
     if found is None:
         return None
-    query = f"tags.`{tracking.RUN_ID_TAG}` = '{run_id}' and tags.`raytune.kind` != 'trial'"
+    query = f"tags.`{tracking.RUN_ID_TAG}` = '{run_id}' and tags.`{tracking.KIND_TAG}` != 'trial'"
     runs = client.search_runs([found.experiment_id], query, max_results=1)
     return runs[0].info.run_id if runs else None
 
@@ -77,10 +72,14 @@ def source(adapter_path: str, tracked_run_id: str | None) -> str:
 
 def champion_version(uri: str, model: str) -> str | None:
     """The version the champion alias points at (None: no alias, or no such model)."""
+    return _alias_version(_client(uri), model)
+
+
+def _alias_version(client, model: str) -> str | None:
     from mlflow.exceptions import MlflowException
 
     try:
-        return str(_client(uri).get_model_version_by_alias(model, tracking.CHAMPION_ALIAS).version)
+        return str(client.get_model_version_by_alias(model, tracking.CHAMPION_ALIAS).version)
     except MlflowException as exc:
         if exc.error_code in ("RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER_VALUE"):
             return None

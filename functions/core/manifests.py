@@ -22,7 +22,6 @@ from functions.core import computeclass, image_cache, tracking
 from functions.core.allocation import group_name
 from functions.core.config import RunConfig
 from functions.core.result import NODE_NAME_ENV, TRIAL_DRIVER_RESOURCE, TRIAL_DRIVERS, WORKER_RESOURCE_ENV
-from functions.core.tracking import DESTINATIONS
 
 MANAGED_BY = {"app.kubernetes.io/managed-by": "raytune"}
 RUN_LABEL = "raytune.dev/run-id"
@@ -298,7 +297,7 @@ def runtime_env(cfg: RunConfig, code_hash: str, env: dict[str, str]) -> dict[str
         "env_vars": {"PYTHONPATH": CODE_MOUNT.rstrip("/"), "RAYTUNE_CODE_SHA256": code_hash, **env},
     }
     if cfg.cluster.dependencies == "pip":
-        wanted = [pin for name in (cfg.tracking.destinations if cfg.tracking else ()) for pin in DESTINATIONS[name].pip]
+        wanted = cfg.tracking.pip if cfg.tracking else ()
         packages = list(dict.fromkeys([*cfg.cluster.pip, *wanted]))  # a tracked run's clients
         runtime["pip"] = {"packages": packages, "pip_check": False}
     return runtime

@@ -190,8 +190,7 @@ class Policy(BaseModel):
         """The destinations and servers the operator allows; in the cloud an MLflow run needs a server (the
         operator's default fills one in where it names one: fixed())."""
         found = tracking.problems(cfg.tracking, self.tracking_destinations, self.tracking_uris)
-        mlflow = cfg.tracking.mlflow if cfg.tracking else None
-        if mlflow is not None and not mlflow.uri and not self.local_storage:
+        if cfg.tracking is not None and cfg.tracking.mlflow_unplaced and not self.local_storage:
             found.append(
                 "policy tracking: tracking.mlflow names no uri and the operator names no MLflow server "
                 "(Terraform's policy_tracking): give tracking.mlflow.uri"
@@ -364,7 +363,7 @@ class Policy(BaseModel):
         if cfg.tracking is None:
             return self.tracking
         own, default = cfg.tracking.mlflow, self.tracking.mlflow
-        if own is not None and not own.uri and default is not None and default.uri:
+        if own is not None and cfg.tracking.mlflow_unplaced and default is not None and default.uri:
             return cfg.tracking.model_copy(update={"mlflow": own.model_copy(update={"uri": default.uri})})
         return None
 

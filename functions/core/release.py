@@ -41,13 +41,14 @@ NEWER_FIELDS: dict[str, str] = {
 }
 
 
-def _key(version: str) -> tuple[int, ...]:
+def version_key(version: str) -> tuple[int, ...]:
+    """A release's version as it orders: 0.10.0 after 0.9.0."""
     return tuple(int(part) for part in version.split("."))
 
 
 def newer_than(reader: str) -> list[str]:
     """The fields release `reader` does not read."""
-    return [field for field, since in NEWER_FIELDS.items() if _key(since) > _key(reader)]
+    return [field for field, since in NEWER_FIELDS.items() if version_key(since) > version_key(reader)]
 
 
 def readable(config: dict[str, Any], reader: str = OLDEST_READER) -> dict[str, Any]:

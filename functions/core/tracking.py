@@ -12,6 +12,7 @@ name), and the checklist in docs/architecture.md.
 from __future__ import annotations
 
 import fnmatch
+import json
 import re
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
@@ -21,14 +22,18 @@ from pydantic import BaseModel, ConfigDict, StringConstraints, field_validator
 # The tags every destination's run carries: how the trainer finds a run's tracked run again on its next attempt
 # (a tracker's run id is its own), and how a sweep's trials and a nightly's versions are told apart.
 RUN_ID_TAG = "raytune.run_id"
+KIND_TAG = "raytune.kind"  # run | sweep (a sweep's parent) | trial
 TRIAL_TAG = "raytune.trial"
+TRIAL_STATE_TAG = "raytune.trial_state"  # how a trial the sweep closed ended: stopped, failed, unfinished
 ATTEMPT_TAG = "raytune.attempt"
 REGION_TAG = "raytune.region"
 CONFIG_NAME_TAG = "raytune.config_name"
 CODE_TAG = "raytune.code_sha256"
 DATASET_TAG = "raytune.dataset_fingerprint"
-BEST_TAG = "raytune.best_trial"
+BEST_TAG = "raytune.best_trial"  # on a sweep's parent: its best trial
+BEST_RUN_TAG = "raytune.best"  # on the best trial's own run
 ADAPTER_TAG = "raytune.adapter"
+REPORT_TAG = "raytune.report"
 CHAMPION_ALIAS = "champion"
 
 # The environment the trainer reads each destination's credentials from (the pods get them from the Secret the
@@ -86,6 +91,16 @@ class TrackingSpec(_Section):
     def destinations(self) -> tuple[str, ...]:
         return tuple(name for name in DESTINATIONS if getattr(self, name) is not None)
 
+    @property
+    def pip(self) -> tuple[str, ...]:
+        """The packages its destinations' clients need (a tracked run's runtime env adds them)."""
+        return tuple(pin for name in self.destinations for pin in DESTINATIONS[name].pip)
+
+    @property
+    def mlflow_unplaced(self) -> bool:
+        """MLflow named with no server: the operator's default server, or locally the workdir's store, is used."""
+        return self.mlflow is not None and not self.mlflow.uri
+
 
 @dataclass(frozen=True)
 class Destination:
@@ -136,8 +151,6 @@ def problems(spec: TrackingSpec | None, allowed: tuple[str, ...] | None, uris: t
 def flat_params(config: dict[str, Any], prefix: str = "") -> dict[str, str]:
     """The config as flat parameters (`training.learning_rate`: "0.0002"), each value as text, lists as JSON:
     what every destination's params/config take."""
-    import json
-
     flat: dict[str, str] = {}
     for key, value in config.items():
         name = f"{prefix}{key}"

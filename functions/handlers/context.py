@@ -33,6 +33,11 @@ def utcnow() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
 
 
+def champion_pointers(store: RunStore) -> Stored[champion.Champion]:
+    """Each line's champion pointer, beside the run records in the runs bucket."""
+    return Stored(store.blobs, champion.Champion, champion.path)
+
+
 @dataclass
 class Context:
     settings: Settings
@@ -49,7 +54,7 @@ class Context:
 
     def __post_init__(self) -> None:
         self.allocations = Allocations(self.store.blobs, rebuild=self._rebuilt_allocation, pause=self.sleep)
-        self.champions = Stored(self.store.blobs, champion.Champion, champion.path)
+        self.champions = champion_pointers(self.store)
         self.nightlies = Stored(self.store.blobs, fingerprint.LastTrained, fingerprint.pointer_path)
 
     def _rebuilt_allocation(self, spec: ClusterSpec, why: str) -> Allocation:

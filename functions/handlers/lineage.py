@@ -10,7 +10,7 @@ import json
 import logging
 
 from functions.adapters import datasets, registry
-from functions.adapters.store import RunStore, Stored
+from functions.adapters.store import RunStore
 from functions.core import champion, fingerprint, tracking
 from functions.core.champion import Champion, Promotion
 from functions.core.config import RunConfig
@@ -19,7 +19,7 @@ from functions.core.fingerprint import Inputs, LastTrained
 from functions.core.result import CHAMPION_ENV, RunResult
 from functions.core.runs import RunRecord
 from functions.core.secrets import redact
-from functions.handlers.context import Context
+from functions.handlers.context import Context, champion_pointers
 
 log = logging.getLogger(__name__)
 
@@ -91,10 +91,10 @@ def move_alias(
     spec = cfg.tracking.mlflow if cfg.tracking else None
     tracked = result.tracking.get("mlflow") if result else None
     uri = (spec.uri if spec else None) or (tracked.uri if tracked else None)
-    if spec is None or uri is None or not adapter:
+    if cfg.tracking is None or spec is None or uri is None or not adapter:
         return None, None
     model = tracking.registered_model(spec, cfg.name)
-    experiment = tracking.experiment_name(cfg.tracking, cfg.name) if cfg.tracking else cfg.name
+    experiment = tracking.experiment_name(cfg.tracking, cfg.name)
     try:
         version = registry.move_champion(uri, model, experiment, champion_run, adapter)
     except Exception as exc:
@@ -112,7 +112,7 @@ def roll_back(store: RunStore, champion_run: str, now: dt.datetime) -> tuple[Cha
         raise RuntimeError(f"no run {champion_run}")
     cfg = record.run_config()
     line = champion.line(cfg)
-    champions = Stored(store.blobs, Champion, champion.path)
+    champions = champion_pointers(store)
     current = champions.get(line)
     if current is None or current.run_id != champion_run:
         held = current.run_id if current else "none"

@@ -392,8 +392,7 @@ class LocalRay:
     def tracking_env(self, cfg: RunConfig) -> dict[str, str]:
         """The embedded default's MLflow store: a run tracked in MLflow with no server named (neither in its
         config nor in MLFLOW_TRACKING_URI) goes to an SQLite store in the workdir (`mlflow ui` opens it)."""
-        wanted = cfg.tracking is not None and cfg.tracking.mlflow is not None and not cfg.tracking.mlflow.uri
-        if not wanted or os.environ.get("MLFLOW_TRACKING_URI"):
+        if cfg.tracking is None or not cfg.tracking.mlflow_unplaced or os.environ.get("MLFLOW_TRACKING_URI"):
             return {}
         return {"MLFLOW_TRACKING_URI": mlflow_store(self.workdir)}
 

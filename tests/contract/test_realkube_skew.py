@@ -80,7 +80,7 @@ def test_the_previous_release_follows_a_moved_run_and_leaves_a_waiting_one_on_th
         old_tick()
         assert h.ctx.store.blobs.list("quarantine/") == [], log.read_text()[-3000:]
         record = h.ctx.store.get(waiting)
-        if releases.key(version) >= releases.key(release.ACCEPTED_READER):
+        if release.version_key(version) >= release.version_key(release.ACCEPTED_READER):
             # It reads the accepted config (fallback regions and all): it carries out the move this release would.
             assert record.state == State.SUBMITTED and record.region == SECOND
             assert sorted(second.rayjobs()) == sorted([moved, record.job_name]), "the moved run's job kept"

@@ -179,7 +179,7 @@ def test_the_previous_release_follows_what_this_release_wrote_to_the_end(regiona
     h.clock.advance(400)
     tick(h, theirs.urls, theirs)
     found = assert_nothing_lost(h, kinds)
-    moves = releases.key(version) >= releases.key(release.ACCEPTED_READER)
+    moves = release.version_key(version) >= release.version_key(release.ACCEPTED_READER)
     assert found["waiting"].state == State.SUBMITTED and found["waiting"].region == REGIONS[1 if moves else 0]
     assert found["moved"].state == State.RUNNING and found["moved"].region == REGIONS[1]
 
