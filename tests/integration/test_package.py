@@ -113,3 +113,68 @@ def test_the_trainer_imports_from_only_the_files_the_configmap_ships(tmp_path):
     # tracking.py with the config's tracking section and errors.py, secrets.py with the trackers' redacted failures
     # (issue 66); tests/unit/test_contracts.py names each file
     assert len(controller) <= 13, f"the trainer now takes {controller} from the controller: keep it to the contracts"
+
+
+def _third_party(source: str) -> set[str]:
+    """The top-level modules of other packages a file imports anywhere (function bodies too: a registry client
+    imported only when a promotion needs it is imported in the cloud all the same)."""
+    import sys
+
+    tree = ast.parse(source)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "__main__" in ast.unparse(node.test):
+            node.body = []
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module.split(".")[0])
+    return {m for m in found if m not in sys.stdlib_module_names and m not in ("functions", "trainer", "main")}
+
+
+def _closure(names: set[str]) -> set[str]:
+    """Distributions and everything they require (extras left out: pip installs none unasked)."""
+    import re
+    from importlib import metadata
+
+    seen: set[str] = set()
+    todo = [n.lower().replace("_", "-") for n in names]
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        try:
+            requires = metadata.requires(name) or []
+        except metadata.PackageNotFoundError:
+            continue
+        for requirement in requires:
+            if "extra ==" not in requirement:
+                todo.append(re.split(r"[\s\[=<>!~;(]", requirement, maxsplit=1)[0].lower().replace("_", "-"))
+    return seen
+
+
+def test_every_package_the_deployed_functions_import_is_installed_by_its_requirements(tmp_path):
+    """Cloud Build installs the archive's requirements.txt and nothing else: each other package a deployed file
+    imports, lazily too, is named there or required by one that is. The champion alias's MLflow client was
+    imported by the watch (functions/adapters/registry.py) with no MLflow in the requirements: every promotion in
+    the cloud would have said "champion alias not moved: No module named 'mlflow'" while every test here passed."""
+    from importlib import metadata
+
+    output = tmp_path / "fn.zip"
+    assert cli(["package", "-o", str(output)]) == 0
+    with zipfile.ZipFile(output) as archive:
+        # trainer/: the ConfigMap's files, which the Ray pods import, never the functions
+        sources = {n: archive.read(n).decode() for n in archive.namelist() if n.endswith(".py")}
+        sources = {n: s for n, s in sources.items() if not n.startswith("trainer/")}
+        requirements = archive.read("requirements.txt").decode().split()
+    installed = _closure({r.split("==")[0] for r in requirements})
+    providers = metadata.packages_distributions()
+    missing = {
+        (name, module)
+        for name, source in sources.items()
+        for module in _third_party(source)
+        if not {d.lower().replace("_", "-") for d in providers.get(module, [module])} & installed
+    }
+    assert not missing, sorted(missing)
