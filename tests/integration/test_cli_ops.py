@@ -255,7 +255,7 @@ def test_ctrl_c_stops_following_even_when_started_with_sigint_ignored(tmp_path):
     owns Ctrl-C while it follows, as `raytune local` owns its signals."""
     import fcntl
     import signal
-    import time
+    import threading
 
     workdir = tmp_path / "w"
     record = local_record(workdir, "live-0123456789", State.RUNNING)
@@ -283,9 +283,14 @@ def test_ctrl_c_stops_following_even_when_started_with_sigint_ignored(tmp_path):
             stderr=subprocess.PIPE,
             text=True,
         )
-        deadline = time.monotonic() + 60
-        while not caught(following.pid, signal.SIGINT) and following.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.05)  # until it follows with its handler on, however slow its imports (a loaded machine)
+        # Until it follows: its handler on and its first look at the run printed, however slow its imports (a
+        # loaded machine). A Ctrl-C before that look stops it too, but cannot say the state it has not read yet.
+        looked: list[str] = []
+        reader = threading.Thread(target=lambda: looked.append(following.stdout.readline()), daemon=True)
+        reader.start()
+        reader.join(60)
+        assert looked and looked[0], "it printed nothing of the run it follows"
+        assert caught(following.pid, signal.SIGINT)
         following.send_signal(signal.SIGINT)
         _, said = following.communicate(timeout=60)
     assert following.returncode == 130, said
