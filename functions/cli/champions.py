@@ -1,11 +1,12 @@
 """`raytune champion RUN --rollback`: a person's rollback of a line's champion. The pointer in the runs bucket
-goes back to the champion it replaced (compare-and-swap), and a tracked line's `champion` alias in MLflow's
-Model Registry follows it at once (functions/handlers/lineage.py roll_back)."""
+goes back to the champion it replaced (compare-and-swap), and the line's `champion` alias follows it at once
+in MLflow's Model Registry and as the `export.hub_repo`'s tag (functions/handlers/lineage.py roll_back)."""
 
 from __future__ import annotations
 
 import argparse
 import datetime as dt
+import os
 from typing import Any
 
 from functions.cli import options, targets
@@ -21,7 +22,8 @@ def cmd_champion(args: argparse.Namespace) -> int:
         print(f"{record.run_id}: {promotion.describe() if promotion else 'no champion decision in its record'}")
         return 0
     with backend.writable() as store:
-        now, said = lineage.roll_back(store, record.run_id, dt.datetime.now(dt.UTC))
+        # the Hub's champion tag is moved with the person's own token, as they push and pull with it
+        now, said = lineage.roll_back(store, record.run_id, dt.datetime.now(dt.UTC), os.environ.get("HF_TOKEN"))
     print(f"champion of {now.name}: {now.run_id} again (was {record.run_id}); {said}")
     return 0
 

@@ -25,7 +25,7 @@ from typing import Any
 
 from pydantic import BaseModel, field_serializer
 
-VERSION = "0.4.0"  # CHANGELOG.md's newest release; pyproject.toml reads it from here
+VERSION = "0.5.0"  # CHANGELOG.md's newest release; pyproject.toml reads it from here
 OLDEST_READER = "0.1.0"  # the oldest release a deployment may roll back to (CHANGELOG.md names its commit)
 ACCEPTED_READER = "0.3.0"  # the first release that reads a record's accepted_config over its config
 

@@ -9,7 +9,7 @@ import datetime as dt
 import json
 import logging
 
-from functions.adapters import datasets, registry
+from functions.adapters import datasets, hub_tags, registry
 from functions.adapters.store import RunStore
 from functions.core import champion, fingerprint, tracking
 from functions.core.champion import Champion, Promotion
@@ -76,34 +76,61 @@ def _aliased(ctx: Context, record: RunRecord, cfg: RunConfig, promotion: Promoti
         return promotion
     if champion_run == record.run_id:
         adapter = record.result.adapter_path if record.result else None
+        pushed = record.result
     else:
         current = ctx.champions.get(champion.line(cfg))
         adapter = current.adapter_path if current is not None and current.run_id == champion_run else None
-    registered, error = move_alias(cfg, record.result, champion_run, adapter)
-    return promotion.model_copy(update={"registered": registered, "registry_error": error})
+        earlier = ctx.store.get(champion_run) if cfg.export.hub_repo else None  # only the Hub needs its commit
+        pushed = earlier.result if earlier is not None else None
+    moved = Aliased(cfg, record.result, ctx.settings.hf_token).move(champion_run, adapter, pushed)
+    return promotion.model_copy(update={"registered": moved[0], "registry_error": moved[1]})
 
 
-def move_alias(
-    cfg: RunConfig, result: RunResult | None, champion_run: str, adapter: str | None
-) -> tuple[str | None, str | None]:
-    """The line's `champion` alias moved to `champion_run`'s adapter where the line is tracked in MLflow: (what
-    it points at now, or why it could not be moved); (None, None) where there is nothing to move."""
-    spec = cfg.tracking.mlflow if cfg.tracking else None
-    tracked = result.tracking.get("mlflow") if result else None
-    uri = (spec.uri if spec else None) or (tracked.uri if tracked else None)
-    if cfg.tracking is None or spec is None or uri is None or not adapter:
-        return None, None
-    model = tracking.registered_model(spec, cfg.name)
-    experiment = tracking.experiment_name(cfg.tracking, cfg.name)
-    try:
-        version = registry.move_champion(uri, model, experiment, champion_run, adapter)
-    except Exception as exc:
-        log.warning("%s: the champion alias of %s not moved: %s", champion_run, model, describe(exc))
-        return None, redact(describe(exc, 300))
-    return f"mlflow model {model} version {version}", None
+class Aliased:
+    """Where a line's `champion` alias is: MLflow's Model Registry (a tracked line) and the Hub (a line that
+    pushes to `export.hub_repo`: a tag on the champion's commit). `result`: the deciding run's, whose tracked
+    run names the MLflow server when the config names none (a local store)."""
+
+    def __init__(self, cfg: RunConfig, result: RunResult | None, hf_token: str | None) -> None:
+        self.cfg, self.result, self.hf_token = cfg, result, hf_token
+
+    def move(self, run: str, adapter: str | None, pushed: RunResult | None) -> tuple[str | None, str | None]:
+        """The alias moved to `run` in each place the line keeps one: (what each points at now, why any could
+        not be moved); (None, None) where there is nothing to move."""
+        said, errors = [], []
+        for place, move in (("mlflow", lambda: self._mlflow(run, adapter)), ("hub", lambda: self._hub(run, pushed))):
+            try:
+                now = move()
+            except Exception as exc:
+                log.warning("%s: the champion alias not moved in %s: %s", run, place, redact(describe(exc)))
+                errors.append(f"{place}: {redact(describe(exc, 300))}")
+                continue
+            if now:
+                said.append(now)
+        return "; ".join(said) or None, "; ".join(errors) or None
+
+    def _mlflow(self, run: str, adapter: str | None) -> str | None:
+        spec = self.cfg.tracking.mlflow if self.cfg.tracking else None
+        tracked = self.result.tracking.get("mlflow") if self.result else None
+        uri = (spec.uri if spec else None) or (tracked.uri if tracked else None)
+        if self.cfg.tracking is None or spec is None or uri is None or not adapter:
+            return None
+        model = tracking.registered_model(spec, self.cfg.name)
+        experiment = tracking.experiment_name(self.cfg.tracking, self.cfg.name)
+        version = registry.move_champion(uri, model, experiment, run, adapter)
+        return f"mlflow model {model} version {version}"
+
+    def _hub(self, run: str, pushed: RunResult | None) -> str | None:
+        repo = self.cfg.export.hub_repo
+        if not repo or pushed is None or not pushed.hub_revision or pushed.hub_repo != repo:
+            return None
+        commit = hub_tags.move_champion(repo, pushed.hub_revision, run, self.hf_token)
+        return f"hub {repo} tag {tracking.CHAMPION_ALIAS} on {commit[:12]}"
 
 
-def roll_back(store: RunStore, champion_run: str, now: dt.datetime) -> tuple[Champion, str]:
+def roll_back(
+    store: RunStore, champion_run: str, now: dt.datetime, hf_token: str | None = None
+) -> tuple[Champion, str]:
     """A person's rollback of the champion `champion_run`: its line's pointer goes back to the champion it
     replaced (compare-and-swap: refused if the line moved meanwhile), and the alias follows. Returns the champion
     now and what the registry said."""
@@ -133,7 +160,9 @@ def roll_back(store: RunStore, champion_run: str, now: dt.datetime) -> tuple[Cha
         return restored
 
     now_stored = champions.swap(line, change) or restored
-    registered, error = move_alias(cfg, earlier.result, restored.run_id, restored.adapter_path)
+    registered, error = Aliased(cfg, earlier.result, hf_token).move(
+        restored.run_id, restored.adapter_path, earlier.result
+    )
     said = registered or (f"champion alias not moved: {error}" if error else "no tracked registry")
     log.info("%s: champion rolled back to %s (%s)", champion_run, restored.run_id, said)
     return now_stored, said

@@ -1,6 +1,6 @@
 """A Hugging Face Hub stand-in for uploads, speaking the HTTP API huggingface_hub's HfApi uses: create a
 repo, ask how each file uploads (preupload: every file "regular", so no LFS or Xet transfer), and commit
-(an NDJSON body: a header line, then one line per file, base64). It keeps what a real Hub would show:
+(an NDJSON body: a header line, then one line per file, base64), and its refs and tags (list, create, delete). It keeps what a real Hub would show:
 the repos with their visibility and the commits with their files, and it checks the bearer token."""
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ import json
 import re
 from dataclasses import dataclass, field
 from http.server import ThreadingHTTPServer
+from urllib.parse import unquote
 
 from tests.fakes.http import JsonHandler
 
@@ -26,6 +27,7 @@ class Commit:
 class Repo:
     private: bool
     commits: list[Commit] = field(default_factory=list)
+    tags: dict[str, str] = field(default_factory=dict)  # name -> commit oid (the Hub never moves one in place)
 
 
 class FakeHubUploads(ThreadingHTTPServer):
@@ -43,6 +45,9 @@ class FakeHubUploads(ThreadingHTTPServer):
                 if self.headers.get("Authorization") != f"Bearer {hub.token}":
                     hub.refused.append(f"unauthorized {self.path}")
                     return self.reply(401, {"error": "Invalid credentials"})
+                tag = re.fullmatch(r"/api/models/([^/]+/[^/]+)/tag/([^/?]+)", self.path)
+                if tag:
+                    return self.tag(tag.group(1), unquote(tag.group(2)), json.loads(body))
                 if self.path == "/api/repos/create":
                     request = json.loads(body)
                     repo_id = f"{request['organization']}/{request['name']}"
@@ -82,6 +87,53 @@ class FakeHubUploads(ThreadingHTTPServer):
                         "pullRequestUrl": None,
                     },
                 )
+
+            def do_GET(self):
+                if self.path.startswith("/api/agent-harnesses"):  # public on the Hub; asked where an agent runs
+                    return self.reply(200, {"standardEnvVars": [], "harnesses": {}})
+                match = re.fullmatch(r"/api/models/([^/]+/[^/]+)/refs(\?.*)?", self.path)
+                if not self.authorized() or not match:
+                    return None
+                repo = hub.repos.get(match.group(1))
+                if repo is None:
+                    return self.reply(404, {"error": "Repository not found"})
+                head = repo.commits[-1].oid if repo.commits else None
+                branches = [{"name": "main", "ref": "refs/heads/main", "targetCommit": head}] if head else []
+                tags = [{"name": n, "ref": f"refs/tags/{n}", "targetCommit": o} for n, o in repo.tags.items()]
+                return self.reply(200, {"branches": branches, "converts": [], "tags": tags})
+
+            def do_DELETE(self):
+                match = re.fullmatch(r"/api/models/([^/]+/[^/]+)/tag/([^/?]+)", self.path)
+                if not self.authorized() or not match:
+                    return None
+                repo = hub.repos.get(match.group(1))
+                name = unquote(match.group(2))
+                if repo is None or name not in repo.tags:
+                    return self.reply(404, {"error": f"Invalid rev id: {name}"})
+                del repo.tags[name]
+                return self.reply(200, {})
+
+            def authorized(self) -> bool:
+                if self.headers.get("Authorization") != f"Bearer {hub.token}":
+                    hub.refused.append(f"unauthorized {self.command} {self.path}")
+                    self.reply(401, {"error": "Invalid credentials"})
+                    return False
+                return True
+
+            def tag(self, repo_id: str, revision: str, request: dict):
+                """POST .../tag/{revision} {"tag": name, "message": ...}: as the Hub, a tag that exists is a
+                409 (never moved), a revision that is no commit a 404."""
+                repo = hub.repos.get(repo_id)
+                if repo is None:
+                    return self.reply(404, {"error": "Repository not found"})
+                oids = [c.oid for c in repo.commits]
+                oid = oids[-1] if revision == "main" and oids else revision
+                if oid not in oids:
+                    return self.reply(404, {"error": f"Invalid rev id: {revision}"})
+                if request["tag"] in repo.tags:
+                    return self.reply(409, {"error": "Tag already exists"})
+                repo.tags[request["tag"]] = oid
+                return self.reply(200, {})
 
         super().__init__(("127.0.0.1", 0), Handler)
 

@@ -52,7 +52,8 @@ def test_the_changelog_names_this_release_and_the_ones_a_deployment_may_roll_bac
     found = releases.changelog()
     assert found[0] == (release.VERSION, None), "the newest section is this release (its commit is the one landing it)"
     assert ("0.1.0", "2c03a0d") in found and ("0.2.0", "cbac668") in found and ("0.3.0", "4e02b90") in found
-    assert [v for v, _ in PREVIOUS] == ["0.3.0", "0.2.0", "0.1.0"]
+    assert ("0.4.0", "7805250") in found
+    assert [v for v, _ in PREVIOUS] == ["0.4.0", "0.3.0", "0.2.0", "0.1.0"]
 
 
 @pytest.fixture(scope="module", params=[v for v, _ in PREVIOUS])
