@@ -18,6 +18,8 @@ locals {
     "secretmanager.googleapis.com",
     "storage.googleapis.com",
   ]
+  # Vertex AI only where runs track there (var.tracking_vertex).
+  optional_apis = var.tracking_vertex ? ["aiplatform.googleapis.com"] : []
 }
 
 resource "google_project_service" "apis" {
@@ -25,7 +27,7 @@ resource "google_project_service" "apis" {
   # vs google_project_service#0: setting timeouts: the provider's (20 minutes) suffice for enabling APIs
   # vs google_project_service#0: setting timeouts.create: as for the line above
   # vs google_project_service#0: setting timeouts.update: as for the line above
-  for_each           = toset(local.apis)
+  for_each           = toset(concat(local.apis, local.optional_apis))
   service            = each.value
   disable_on_destroy = false
 }

@@ -189,6 +189,27 @@ resource "google_storage_bucket_iam_member" "trainer_runs_bucket" {
   }
 }
 
+# tracking.vertex: the run's experiment, its runs, their backing TensorBoard and curves (google-cloud-aiplatform's
+# ExperimentRun; functions/core/permissions.py names each permission). Vertex AI User is the narrowest
+# predefined role that creates metadata contexts and TensorBoard resources.
+resource "google_project_iam_member" "trainer_vertex" {
+  for_each = var.tracking_vertex ? local.trainer_principals : {}
+  project  = var.project_id
+  role     = "roles/aiplatform.user"
+  member   = each.value
+}
+
+# A line's champion in the Vertex AI Model Registry (tracking.vertex.serving_image): the functions register the
+# champion's model as a version and move its alias. The Vertex AI service agent reads the version's files in the
+# runs bucket with the role Google gives it in the project (roles/aiplatform.serviceAgent: storage.objects.get
+# and list), so no grant of ours.
+resource "google_project_iam_member" "functions_vertex" {
+  count   = var.tracking_vertex ? 1 : 0
+  project = var.project_id
+  role    = "roles/aiplatform.user"
+  member  = google_service_account.functions.member
+}
+
 resource "google_pubsub_topic_iam_member" "trainer_watch" {
   for_each = local.trainer_principals
   topic    = google_pubsub_topic.watch.id

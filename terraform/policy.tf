@@ -131,12 +131,12 @@ variable "policy_tracking" {
 }
 
 variable "policy_tracking_destinations" {
-  description = "The tracking destinations a config may name (mlflow, wandb); empty: any."
+  description = "The tracking destinations a config may name (mlflow, wandb, vertex); empty: any."
   type        = list(string)
   default     = []
   validation {
-    condition     = alltrue([for d in var.policy_tracking_destinations : contains(["mlflow", "wandb"], d)])
-    error_message = "policy_tracking_destinations: each must be mlflow or wandb."
+    condition     = alltrue([for d in var.policy_tracking_destinations : contains(["mlflow", "wandb", "vertex"], d)])
+    error_message = "policy_tracking_destinations: each must be mlflow, wandb or vertex."
   }
 }
 

@@ -73,6 +73,12 @@ variable "image_cache" {
   default     = false
 }
 
+variable "tracking_vertex" {
+  description = "Let runs track in Vertex AI Experiments and TensorBoard in this project (tracking.vertex, docs/tracking.md): enables the Vertex AI API and grants the trainer Vertex AI User (roles/aiplatform.user)."
+  type        = bool
+  default     = false
+}
+
 variable "max_event_age_seconds" {
   description = "Deliveries older than this are recorded as rejected instead of launching (Cloud Functions retry for up to 24 h)."
   type        = number

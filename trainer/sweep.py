@@ -241,7 +241,7 @@ def run(cfg: RunConfig, run_id: str, champion: dict | None, timeline: Any) -> Ru
     assert summary.sweep is not None
     summary.sweep.report_path = write_report(cfg, run_id, summary)
     if cfg.tracking is not None:
-        trackers.mark_best(cfg, summary.tracking)
+        trackers.mark_best(cfg, summary.tracking, sweep_run)
         summary.tracking = trackers.ended(cfg, sweep_run, summary, "FINISHED", trials_tracking(cfg, run_id, trials))
     return summary
 

@@ -38,9 +38,13 @@ class Unreachable(Logger):
 
 
 def opened(name: str, cfg: RunConfig, who: Identity, with_params: bool) -> Logger:
-    openers = {"mlflow": MlflowRun, "wandb": WandbRun}
     try:
-        return openers[name](cfg, who, with_params)
+        if name == "vertex":  # its client takes seconds to import: only where a run tracks there
+            from trainer.vertex_run import VertexRun
+
+            return VertexRun(cfg, who, with_params)
+        openers: dict[str, type[Logger]] = {"mlflow": MlflowRun, "wandb": WandbRun}
+        return openers[name](cfg, who, with_params)  # type: ignore[call-arg]
     except Exception as exc:
         return Unreachable(name, exc)
 
@@ -166,8 +170,16 @@ def open_parent(cfg: RunConfig, run_id: str) -> Identity:
     return sweep
 
 
-def mark_best(cfg: RunConfig, best: dict[str, TrackedRun]) -> None:
+def mark_best(cfg: RunConfig, best: dict[str, TrackedRun], sweep: Identity) -> None:
     """The best trial's own run, tagged so (best-effort: the parent names it too)."""
+    vertex = best.get("vertex")
+    if cfg.tracking is not None and cfg.tracking.vertex is not None and vertex is not None and vertex.run_id:
+        try:
+            from trainer.vertex_run import tag_best
+
+            tag_best(cfg, sweep, vertex.run_id)
+        except Exception as exc:
+            log.warning("vertex: the best trial's run not marked: %s", redact(describe(exc, 300)))
     run = best.get("mlflow")
     if cfg.tracking is None or cfg.tracking.mlflow is None or run is None or run.run_id is None or not run.uri:
         return
@@ -300,16 +312,19 @@ def trials_ended(cfg: RunConfig, sweep: Identity, trials: list[Any]) -> None:
     """A trial's own run ends with its driver, except where Tune stopped it first (ASHA: its process is killed
     before it can say): each such child run is closed here as the sweep saw it end (KILLED, FAILED), with
     `raytune.trial_state` saying which (stopped, failed, unfinished)."""
-    if cfg.tracking is None or cfg.tracking.mlflow is None:
+    if cfg.tracking is None:
         return
     for trial in trials:
         if trial.state not in TRIAL_STATES:
             continue
-        child = opened("mlflow", cfg, of_trial(sweep, trial.trial_id), with_params=False)
-        if not isinstance(child, MlflowRun):
-            continue
-        try:
-            child.finish({}, {spec.TRIAL_STATE_TAG: trial.state}, TRIAL_STATES[trial.state])
-        except Exception as exc:
-            log.warning("mlflow: %s's run not closed: %s", trial.trial_id, redact(describe(exc, 300)))
-        child.close()
+        for name in ("mlflow", "vertex"):  # W&B closes a run whose process ended itself
+            if getattr(cfg.tracking, name) is None:
+                continue
+            child = opened(name, cfg, of_trial(sweep, trial.trial_id), with_params=False)
+            if isinstance(child, Unreachable):
+                continue
+            try:
+                child.finish({}, {spec.TRIAL_STATE_TAG: trial.state}, TRIAL_STATES[trial.state])
+            except Exception as exc:
+                log.warning("%s: %s's run not closed: %s", name, trial.trial_id, redact(describe(exc, 300)))
+            child.close()

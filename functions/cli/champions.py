@@ -23,7 +23,10 @@ def cmd_champion(args: argparse.Namespace) -> int:
         return 0
     with backend.writable() as store:
         # the Hub's champion tag is moved with the person's own token, as they push and pull with it
-        now, said = lineage.roll_back(store, record.run_id, dt.datetime.now(dt.UTC), os.environ.get("HF_TOKEN"))
+        project = getattr(getattr(backend, "settings", None), "project", None)  # the deployment's, for Vertex AI
+        now, said = lineage.roll_back(
+            store, record.run_id, dt.datetime.now(dt.UTC), os.environ.get("HF_TOKEN"), project
+        )
     print(f"champion of {now.name}: {now.run_id} again (was {record.run_id}); {said}")
     return 0
 

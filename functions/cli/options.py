@@ -28,11 +28,16 @@ def add_switches(parser: argparse.ArgumentParser) -> None:
     """Terraform's variables that add grants (functions/core/permissions.py's SWITCHES)."""
     parser.add_argument("--create-clusters", action="store_true", help="as with functions_create_clusters=true")
     parser.add_argument("--image-cache", action="store_true", help="as with image_cache=true")
+    parser.add_argument("--tracking-vertex", action="store_true", help="as with tracking_vertex=true")
 
 
 def switches(args: argparse.Namespace) -> list[str]:
     """The switches add_switches' flags turn on, in permissions.py's words."""
-    on = {permissions.CREATE_CLUSTERS: args.create_clusters, permissions.IMAGE_CACHE: args.image_cache}
+    on = {
+        permissions.CREATE_CLUSTERS: args.create_clusters,
+        permissions.IMAGE_CACHE: args.image_cache,
+        permissions.TRACK_VERTEX: args.tracking_vertex,
+    }
     return [switch for switch in permissions.SWITCHES if on[switch]]
 
 

@@ -42,6 +42,7 @@ EVENTARC_AGENT = "eventarc-agent"  # the Eventarc service agent: sets up a stora
 RUN_AGENT = "run-agent"  # the Cloud Run service agent: deploys a gen2 function's service from its image
 GKE_AGENT = "gke-agent"  # the Kubernetes Engine service agent: creates Autopilot's nodes
 SCHEDULER_AGENT = "scheduler-agent"  # the Cloud Scheduler service agent: publishes the jobs' messages
+VERTEX_AGENT = "vertex-agent"  # the Vertex AI service agent: reads a registered model version's files
 
 IDENTITIES = (
     FUNCTIONS,
@@ -59,12 +60,14 @@ IDENTITIES = (
     RUN_AGENT,
     GKE_AGENT,
     SCHEDULER_AGENT,
+    VERTEX_AGENT,
     OPERATOR,
 )
 # Terraform's switches that add uses (variables of terraform/variables.tf, off by default).
 CREATE_CLUSTERS = "functions_create_clusters"
 IMAGE_CACHE = "image_cache"
-SWITCHES = (CREATE_CLUSTERS, IMAGE_CACHE)
+TRACK_VERTEX = "tracking_vertex"
+SWITCHES = (CREATE_CLUSTERS, IMAGE_CACHE, TRACK_VERTEX)
 
 
 @dataclass(frozen=True)
@@ -83,6 +86,29 @@ def _uses(
 ) -> list[Use]:
     return [Use(identity, p, resource, call, why, when, source) for p in permissions]
 
+
+# What a tracked run asks of Vertex AI, request by request (tests/fakes/vertex.py records them).
+_VERTEX_EXPERIMENTS = (
+    "aiplatform.metadataStores.get",
+    "aiplatform.metadataStores.create",
+    "aiplatform.contexts.get",
+    "aiplatform.contexts.create",
+    "aiplatform.contexts.update",
+    "aiplatform.contexts.addContextChildren",
+    "aiplatform.contexts.addContextArtifactsAndExecutions",
+    "aiplatform.artifacts.get",
+    "aiplatform.artifacts.create",
+    "aiplatform.tensorboards.list",
+    "aiplatform.tensorboards.create",
+    "aiplatform.tensorboards.get",
+    "aiplatform.tensorboardExperiments.get",
+    "aiplatform.tensorboardExperiments.create",
+    "aiplatform.tensorboardRuns.get",
+    "aiplatform.tensorboardRuns.create",
+    "aiplatform.tensorboardRuns.write",
+    "aiplatform.tensorboardTimeSeries.list",
+    "aiplatform.tensorboardTimeSeries.create",
+)
 
 # -- What Google's services create and act as ---------------------------------------------------------------
 
@@ -196,6 +222,13 @@ SERVICE_AGENTS = (
         "cloudscheduler.googleapis.com",
         "roles/cloudscheduler.serviceAgent",
         _SERVICE_AGENTS_DOCS + "; https://cloud.google.com/scheduler/docs/http-target-auth",
+    ),
+    ServiceAgent(
+        VERTEX_AGENT,
+        "service-{number}@gcp-sa-aiplatform.iam.gserviceaccount.com",
+        "aiplatform.googleapis.com",
+        "roles/aiplatform.serviceAgent",
+        _SERVICE_AGENTS_DOCS + "; https://cloud.google.com/vertex-ai/docs/general/access-control#service-agents",
     ),
 )
 
@@ -336,6 +369,41 @@ USES: tuple[Use, ...] = tuple(
         "storage.buckets.get",
     )
     + _uses(TRAINER, "topic:watch", "Pub/Sub publish", "the completion notice", "pubsub.topics.publish")
+    + _uses(
+        TRAINER,
+        "project",
+        "google-cloud-aiplatform ExperimentRun (REST): aiplatform.init, ExperimentRun.create / get, log_params, "
+        "log_metrics, log_time_series_metrics, update_state",
+        "tracking.vertex: the default metadata store, the experiment and run contexts, the experiment's backing "
+        "TensorBoard (the client makes the project's default one), its run and time series, the curves",
+        *_VERTEX_EXPERIMENTS,
+        when=TRACK_VERTEX,
+        source="the requests google-cloud-aiplatform 2.7.0 sends, as tests/integration/test_vertex_tracking.py plays them",
+    )
+    # A line's champion in the Vertex AI Model Registry (tracking.vertex.serving_image).
+    + _uses(
+        FUNCTIONS,
+        "project",
+        "google-cloud-aiplatform ModelServiceClient (REST): list_models, list_model_versions, get_model, "
+        "upload_model, merge_version_aliases",
+        "the champion step: the line's model found or made, the champion's version registered once, its alias moved",
+        "aiplatform.models.list",
+        "aiplatform.models.get",
+        "aiplatform.models.upload",
+        "aiplatform.models.update",
+        when=TRACK_VERTEX,
+    )
+    + _uses(
+        VERTEX_AGENT,
+        "bucket:runs",
+        "Vertex AI reading a model version's artifact_uri",
+        "a champion version's files (its merged model or adapter under checkpoints/)",
+        "storage.objects.get",
+        "storage.objects.list",
+        when=TRACK_VERTEX,
+        source="https://cloud.google.com/vertex-ai/docs/general/access-control#service-agents (the Vertex AI Service "
+        "Agent's roles/aiplatform.serviceAgent holds both in the project; a bucket in another project needs a grant)",
+    )
     # The GKE nodes.
     + _uses(
         NODES,

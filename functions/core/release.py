@@ -13,7 +13,10 @@ can carry out: nothing is quarantined, lost or launched twice.
 
 The same rule holds for `accepted_config`, which releases from ACCEPTED_READER on read in place of `config`: it
 never holds a field they do not know either. A field newer than ACCEPTED_READER goes in `config_extensions` (its
-dotted path and value), a key only the releases that know such fields read, and merge back.
+dotted path and value), which releases from EXTENSIONS_READER on read and merge back, every field of it; so it
+holds only what EXTENSIONS_READER knows, as it knows it (`tracking` without `tracking.vertex`). A field newer than
+that goes in `config_extensions_by_release` under the release that first reads it; a release merges back the
+entries of itself and those before, and runs without the rest.
 
 Raising OLDEST_READER (a release whose predecessors no deployment runs) moves its fields out of NEWER_FIELDS and
 into `config`, as a feature gate turns on once no older reader serves.
@@ -28,6 +31,7 @@ from pydantic import BaseModel, field_serializer
 VERSION = "0.5.0"  # CHANGELOG.md's newest release; pyproject.toml reads it from here
 OLDEST_READER = "0.1.0"  # the oldest release a deployment may roll back to (CHANGELOG.md names its commit)
 ACCEPTED_READER = "0.3.0"  # the first release that reads a record's accepted_config over its config
+EXTENSIONS_READER = "0.4.0"  # the first release that reads config_extensions (and merges all of it back)
 
 # The config fields the releases from OLDEST_READER on cannot read, with the release that first reads each (a list
 # element's field is `section.list[].field`). tests/integration/test_version_skew.py holds this table against the
@@ -38,6 +42,7 @@ NEWER_FIELDS: dict[str, str] = {
     "deadlines.region_seconds": "0.2.0",
     "scaling.capacity[].region": "0.2.0",
     "tracking": "0.4.0",
+    "tracking.vertex": "0.5.0",
 }
 
 
@@ -60,9 +65,35 @@ def readable(config: dict[str, Any], reader: str = OLDEST_READER) -> dict[str, A
 
 
 def extensions(config: dict[str, Any]) -> dict[str, Any]:
-    """The fields of `config` that ACCEPTED_READER does not read, by dotted path (none is a list element's)."""
+    """`config_extensions`: the fields ACCEPTED_READER does not read, as EXTENSIONS_READER knows them (by dotted
+    path; none is a list element's)."""
+    known = readable(config, EXTENSIONS_READER)
+    return _fields(known, [f for f in newer_than(ACCEPTED_READER) if f not in newer_than(EXTENSIONS_READER)])
+
+
+def extensions_by_release(config: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """`config_extensions_by_release`: each field newer than EXTENSIONS_READER under the release that first reads
+    it, as that release knows it."""
     found = {}
-    for field in newer_than(ACCEPTED_READER):
+    for since in sorted({NEWER_FIELDS[f] for f in newer_than(EXTENSIONS_READER)}, key=version_key):
+        introduced = [f for f in newer_than(EXTENSIONS_READER) if NEWER_FIELDS[f] == since]
+        if fields := _fields(readable(config, since), introduced):
+            found[since] = fields
+    return found
+
+
+def known_extensions(by_release: dict[str, Any]) -> dict[str, Any]:
+    """The entries of `config_extensions_by_release` this release reads: its own and its predecessors'."""
+    merged: dict[str, Any] = {}
+    for since in sorted(by_release, key=version_key):
+        if version_key(since) <= version_key(VERSION) and isinstance(by_release[since], dict):
+            merged.update(by_release[since])
+    return merged
+
+
+def _fields(config: dict[str, Any], fields: list[str]) -> dict[str, Any]:
+    found = {}
+    for field in fields:
         value: Any = config
         for key in field.split("."):
             value = value.get(key) if isinstance(value, dict) else None

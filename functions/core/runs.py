@@ -36,7 +36,15 @@ from functions.core.estimate import Estimate
 from functions.core.fingerprint import Inputs
 from functions.core.platform import NodeSeen
 from functions.core.regions import Placement, placed
-from functions.core.release import ACCEPTED_READER, Stamped, extended, extensions, readable
+from functions.core.release import (
+    ACCEPTED_READER,
+    Stamped,
+    extended,
+    extensions,
+    extensions_by_release,
+    known_extensions,
+    readable,
+)
 from functions.core.result import RunResult
 
 
@@ -201,6 +209,8 @@ class RunRecord(Stamped, BaseModel):
             data = {**data, "config": data["accepted_config"]}
         if isinstance(data.get("config_extensions"), dict) and isinstance(data.get("config"), dict):
             data = {**data, "config": extended(data["config"], data["config_extensions"])}
+        if isinstance(data.get("config_extensions_by_release"), dict) and isinstance(data.get("config"), dict):
+            data = {**data, "config": extended(data["config"], known_extensions(data["config_extensions_by_release"]))}
         return data
 
     @model_serializer(mode="wrap")
@@ -217,6 +227,8 @@ class RunRecord(Stamped, BaseModel):
                 data["accepted_config"] = readable(self.config, ACCEPTED_READER)
                 if newer := extensions(self.config):
                     data["config_extensions"] = newer
+                if later := extensions_by_release(self.config):
+                    data["config_extensions_by_release"] = later
         data["format"] = format_of(data.get("config"))
         return data
 

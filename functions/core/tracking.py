@@ -81,11 +81,56 @@ class WandbSpec(_Section):
     """offline: the run's files are written beside the adapter for `wandb sync` (nothing is sent)."""
 
 
+# A Vertex AI experiment's and run's name: lowercase letters, digits and hyphens, 128 at most (Vertex AI's rule).
+_VertexName = Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9-]{0,127}$")]
+_VERTEX_ENDPOINT = re.compile(r"^(https://[A-Za-z0-9.-]+|http://(127\.0\.0\.1|localhost))(:[0-9]{1,5})?$")
+# A container image reference: [registry/]path[:tag][@sha256:digest]
+_IMAGE = r"^[a-z0-9]([a-z0-9.-]*[a-z0-9])?(:[0-9]+)?(/[a-z0-9._-]+)+(:[A-Za-z0-9._-]{1,128})?(@sha256:[a-f0-9]{64})?$"
+_TENSORBOARD = re.compile(r"^projects/[^/]+/locations/[a-z0-9-]+/tensorboards/[0-9]+$")
+
+
+class VertexSpec(_Section):
+    experiment: _VertexName | None = None
+    """The Vertex AI experiment the run goes to; None: the config's name."""
+    project: Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9-:.]{4,62}$")] | None = None
+    """The project of the experiment; None: the project the trainer's credentials are in (its Workload Identity)."""
+    location: Annotated[str, StringConstraints(pattern=r"^[a-z]+-[a-z]+[0-9]+$")] | None = None
+    """The Vertex AI region of the experiment; None: the region the run is in (us-central1 locally)."""
+    tensorboard: str | None = None
+    """The Vertex AI TensorBoard instance the run's curves go to (projects/P/locations/L/tensorboards/N); None:
+    the experiment's backing TensorBoard, which Vertex AI's client makes the project's default one if it has none."""
+    serving_image: Annotated[str, StringConstraints(pattern=_IMAGE, max_length=512)] | None = None
+    """The serving container a nightly line's champions are registered with in the Vertex AI Model Registry (a
+    Vertex AI model version names one: e.g. Vertex AI's prebuilt vLLM image); its `champion` version alias then
+    follows the line's champion. None: champions are not registered in Vertex AI."""
+    registered_model: _Name | None = None
+    """The Vertex AI model (display name) a line's champions are versions of; None: the line's name."""
+    endpoint: str | None = None
+    """Vertex AI's API endpoint (https://, e.g. a Private Service Connect one); None: Google's regional one. An
+    http:// one on this machine (127.0.0.1, localhost) is an emulator: no credentials are sent to it."""
+
+    @field_validator("endpoint")
+    @classmethod
+    def an_endpoint(cls, endpoint: str | None) -> str | None:
+        if endpoint is not None and not _VERTEX_ENDPOINT.match(endpoint):
+            raise ValueError(f"{endpoint!r} is not an endpoint: https://host[:port], or http://127.0.0.1:port")
+        return endpoint
+
+    @field_validator("tensorboard")
+    @classmethod
+    def a_tensorboard(cls, name: str | None) -> str | None:
+        if name is not None and not _TENSORBOARD.match(name):
+            raise ValueError(f"{name!r} is not a TensorBoard instance: projects/P/locations/L/tensorboards/N")
+        return name
+
+
 class TrackingSpec(_Section):
     mlflow: MlflowSpec | None = None
     """Track the run in MLflow (and a nightly line's champions in its Model Registry)."""
     wandb: WandbSpec | None = None
     """Track the run in Weights & Biases."""
+    vertex: VertexSpec | None = None
+    """Track the run in Vertex AI Experiments (its curves in Vertex AI TensorBoard)."""
 
     @property
     def destinations(self) -> tuple[str, ...]:
@@ -116,12 +161,34 @@ class Destination:
 DESTINATIONS: dict[str, Destination] = {
     "mlflow": Destination("mlflow", MLFLOW_CREDENTIALS, registry=True, pip=("mlflow-skinny==3.17.2",)),
     "wandb": Destination("wandb", WANDB_CREDENTIALS, registry=False, pip=("wandb==0.31.0",)),
+    # Vertex AI takes the trainer's own Google credentials (Workload Identity): no key to keep.
+    "vertex": Destination("google-cloud-aiplatform", (), registry=False, pip=("google-cloud-aiplatform==2.7.0",)),
 }
 CREDENTIALS = tuple(name for row in DESTINATIONS.values() for name in row.credentials)
 
 
 def experiment_name(spec: TrackingSpec, config_name: str) -> str:
     return (spec.mlflow.experiment if spec.mlflow else None) or config_name
+
+
+def vertex_experiment(spec: VertexSpec, config_name: str) -> str:
+    """The Vertex AI experiment: the section's, else the config's name (a DNS label, which Vertex AI allows)."""
+    return spec.experiment or config_name
+
+
+def vertex_model(spec: VertexSpec, line_name: str) -> str:
+    return spec.registered_model or line_name
+
+
+def vertex_emulated(endpoint: str | None) -> bool:
+    return bool(endpoint and endpoint.startswith("http://"))
+
+
+def vertex_run(run_id: str, trial: str | None = None) -> str:
+    """A tracked run's name in Vertex AI (unique in its experiment, kept across attempts): the raytune run's id
+    (and trial's), as Vertex AI allows one."""
+    key = f"{run_id}-{trial}" if trial else run_id
+    return re.sub(r"[^a-z0-9-]", "-", key.lower()).strip("-")[:128]
 
 
 def registered_model(spec: MlflowSpec, line_name: str) -> str:

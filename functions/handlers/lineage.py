@@ -9,7 +9,7 @@ import datetime as dt
 import json
 import logging
 
-from functions.adapters import datasets, hub_tags, registry
+from functions.adapters import datasets, hub_tags, registry, vertex_registry
 from functions.adapters.store import RunStore
 from functions.core import champion, fingerprint, tracking
 from functions.core.champion import Champion, Promotion
@@ -80,25 +80,36 @@ def _aliased(ctx: Context, record: RunRecord, cfg: RunConfig, promotion: Promoti
     else:
         current = ctx.champions.get(champion.line(cfg))
         adapter = current.adapter_path if current is not None and current.run_id == champion_run else None
-        earlier = ctx.store.get(champion_run) if cfg.export.hub_repo else None  # only the Hub needs its commit
+        # Only the Hub (its commit) and Vertex AI (its merged model) need more of the champion than its pointer.
+        needs = cfg.export.hub_repo or (cfg.tracking and cfg.tracking.vertex and cfg.tracking.vertex.serving_image)
+        earlier = ctx.store.get(champion_run) if needs else None
         pushed = earlier.result if earlier is not None else None
-    moved = Aliased(cfg, record.result, ctx.settings.hf_token).move(champion_run, adapter, pushed)
+    aliased = Aliased(cfg, record.result, ctx.settings.hf_token, ctx.settings.project)
+    moved = aliased.move(champion_run, adapter, pushed)
     return promotion.model_copy(update={"registered": moved[0], "registry_error": moved[1]})
 
 
 class Aliased:
-    """Where a line's `champion` alias is: MLflow's Model Registry (a tracked line) and the Hub (a line that
-    pushes to `export.hub_repo`: a tag on the champion's commit). `result`: the deciding run's, whose tracked
-    run names the MLflow server when the config names none (a local store)."""
+    """Where a line's `champion` alias is: MLflow's Model Registry (a tracked line), the Vertex AI Model Registry
+    (a line tracked in Vertex AI with a serving image) and the Hub (a line that pushes to `export.hub_repo`: a tag
+    on the champion's commit). `result`: the deciding run's, whose tracked run names the MLflow server when the
+    config names none (a local store); `project`: the deployment's, Vertex AI's where the config names none."""
 
-    def __init__(self, cfg: RunConfig, result: RunResult | None, hf_token: str | None) -> None:
-        self.cfg, self.result, self.hf_token = cfg, result, hf_token
+    def __init__(
+        self, cfg: RunConfig, result: RunResult | None, hf_token: str | None, project: str | None = None
+    ) -> None:
+        self.cfg, self.result, self.hf_token, self.project = cfg, result, hf_token, project
 
     def move(self, run: str, adapter: str | None, pushed: RunResult | None) -> tuple[str | None, str | None]:
         """The alias moved to `run` in each place the line keeps one: (what each points at now, why any could
         not be moved); (None, None) where there is nothing to move."""
         said, errors = [], []
-        for place, move in (("mlflow", lambda: self._mlflow(run, adapter)), ("hub", lambda: self._hub(run, pushed))):
+        moves = (
+            ("mlflow", lambda: self._mlflow(run, adapter)),
+            ("vertex", lambda: self._vertex(run, pushed)),
+            ("hub", lambda: self._hub(run, pushed)),
+        )
+        for place, move in moves:
             try:
                 now = move()
             except Exception as exc:
@@ -120,6 +131,22 @@ class Aliased:
         version = registry.move_champion(uri, model, experiment, run, adapter)
         return f"mlflow model {model} version {version}"
 
+    def _vertex(self, run: str, pushed: RunResult | None) -> str | None:
+        vertex = self.cfg.tracking.vertex if self.cfg.tracking else None
+        if vertex is None or not vertex.serving_image or pushed is None:
+            return None
+        # A version names its model in Cloud Storage: the merged model where the run exported one, else the adapter.
+        artifact = next((p for p in (pushed.merged_path, pushed.adapter_path) if p and p.startswith("gs://")), None)
+        if artifact is None:
+            raise ValueError("a Vertex AI model version needs its model in Cloud Storage (gs://); this run's is not")
+        project = vertex.project or self.project
+        if not project:
+            raise ValueError("no project for the Vertex AI Model Registry: set tracking.vertex.project")
+        place = vertex_registry.Place(project, vertex.location or self.cfg.cluster.region, vertex.endpoint)
+        model = tracking.vertex_model(vertex, self.cfg.name)
+        version = vertex_registry.move_champion(place, model, run, artifact, vertex.serving_image)
+        return f"vertex model {model} version {version.rsplit('@', 1)[1]}"
+
     def _hub(self, run: str, pushed: RunResult | None) -> str | None:
         repo = self.cfg.export.hub_repo
         if not repo or pushed is None or not pushed.hub_revision or pushed.hub_repo != repo:
@@ -129,7 +156,7 @@ class Aliased:
 
 
 def roll_back(
-    store: RunStore, champion_run: str, now: dt.datetime, hf_token: str | None = None
+    store: RunStore, champion_run: str, now: dt.datetime, hf_token: str | None = None, project: str | None = None
 ) -> tuple[Champion, str]:
     """A person's rollback of the champion `champion_run`: its line's pointer goes back to the champion it
     replaced (compare-and-swap: refused if the line moved meanwhile), and the alias follows. Returns the champion
@@ -160,7 +187,7 @@ def roll_back(
         return restored
 
     now_stored = champions.swap(line, change) or restored
-    registered, error = Aliased(cfg, earlier.result, hf_token).move(
+    registered, error = Aliased(cfg, earlier.result, hf_token, project).move(
         restored.run_id, restored.adapter_path, earlier.result
     )
     said = registered or (f"champion alias not moved: {error}" if error else "no tracked registry")

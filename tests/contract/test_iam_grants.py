@@ -15,14 +15,15 @@ SETTINGS = [
     dict(
         functions_create_clusters=create,
         image_cache=cache,
+        tracking_vertex=vertex,
         policy_buckets=policy,
         dataset_buckets=datasets,
         create_nat=nat,
         policy_namespaces=namespaces,
         operators=operators,
     )
-    for (create, cache), policy, datasets, nat, namespaces, operators in product(
-        ((False, False), (True, False), (False, True), (True, True)),
+    for (create, cache, vertex), policy, datasets, nat, namespaces, operators in product(
+        ((False, False, False), (True, False, True), (False, True, False), (True, True, True)),
         ([], ["shared-checkpoints"]),
         ([], ["datasets-a", "datasets-b"]),
         (True, False),
@@ -32,7 +33,13 @@ SETTINGS = [
 ]
 
 
-DEFAULTS = dict(functions_create_clusters=False, image_cache=False, create_nat=True, policy_namespaces=["default"])
+DEFAULTS = dict(
+    functions_create_clusters=False,
+    image_cache=False,
+    tracking_vertex=False,
+    create_nat=True,
+    policy_namespaces=["default"],
+)
 
 
 def label(settings: dict) -> str:

@@ -1,5 +1,6 @@
 """Tracking end to end on the embedded local default, read back with each tool's own client: a quickstart tracked
-in a real MLflow server (started here, SQLite store) and in W&B's offline mode at once, its TensorBoard files read
+in a real MLflow server (started here, SQLite store), in W&B's offline mode and in a Vertex AI stand-in (its
+requests parsed with google-cloud-aiplatform's own types) at once, its TensorBoard files read
 by TensorBoard's reader; a server stopped in the middle of a run, which still succeeds and says once what was not
 delivered."""
 
@@ -14,6 +15,8 @@ import yaml
 
 from tests import wandb_log
 from tests.e2e.test_local import ROOT, finish, start
+from tests.fakes.http import serve_in_thread
+from tests.fakes.vertex import FakeVertex
 from tests.mlflow_server import start as start_mlflow
 
 pytestmark = pytest.mark.slow
@@ -27,7 +30,7 @@ def tracked_quickstart(tmp_path: Path, tracking: dict) -> Path:
     return path
 
 
-def test_a_quickstart_is_one_run_in_mlflow_and_in_wandb(tmp_path, monkeypatch):
+def test_a_quickstart_is_one_run_in_mlflow_wandb_and_vertex(tmp_path, monkeypatch):
     from mlflow.tracking import MlflowClient
 
     home, workdir, wandb_dir = tmp_path / "home", tmp_path / "w", tmp_path / "wandb"
@@ -35,8 +38,15 @@ def test_a_quickstart_is_one_run_in_mlflow_and_in_wandb(tmp_path, monkeypatch):
     wandb_dir.mkdir()
     monkeypatch.setenv("WANDB_DIR", str(wandb_dir))
     service, uri = start_mlflow(tmp_path / "mlflow")
+    vertex = FakeVertex()
+    serve_in_thread(vertex)
     try:
-        config = tracked_quickstart(tmp_path, {"mlflow": {"uri": uri}, "wandb": {"mode": "offline"}})
+        destinations = {
+            "mlflow": {"uri": uri},
+            "wandb": {"mode": "offline"},
+            "vertex": {"endpoint": vertex.endpoint, "project": "proj-local"},
+        }
+        config = tracked_quickstart(tmp_path, destinations)
         proc, _ = start(workdir, str(config), "--json", "--keep-warm", "0", home=home)
         out, err = finish(proc)
         record = json.loads(out)
@@ -48,8 +58,10 @@ def test_a_quickstart_is_one_run_in_mlflow_and_in_wandb(tmp_path, monkeypatch):
         assert tracked["mlflow"]["undelivered"] == 0 and tracked["mlflow"]["url"] in err  # its page, in the story
         check_wandb_run(wandb_dir, record)
         check_tensorboard(client, run, record)
+        check_vertex_run(vertex, record, err)
     finally:
         service.stop()
+        vertex.shutdown()
 
 
 def check_mlflow_run(client, run, record: dict) -> None:
@@ -74,6 +86,25 @@ def check_mlflow_run(client, run, record: dict) -> None:
     artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
     assert {"result.json", "adapter"} <= artifacts, artifacts
     assert "adapter_config.json" in {Path(a.path).name for a in client.list_artifacts(run.info.run_id, "adapter")}
+
+
+def check_vertex_run(vertex: FakeVertex, record: dict, err: str) -> None:
+    """The experiment run as Vertex AI holds it: rank 0's params and curve, the driver's end (the evaluation as
+    metrics, the adapter as a parameter, the state)."""
+    run_id = record["run_id"]
+    context = f"projects/proj-local/locations/us-central1/metadataStores/default/contexts/quickstart-{run_id}"
+    metadata = vertex.resources[context]["metadata"]
+    params, metrics = metadata["_params"], metadata["_metrics"]
+    assert metadata["_state"] == "COMPLETE" and params["raytune.run_id"] == run_id
+    assert (
+        params["training.learning_rate"] == "0.0002" and params["raytune.adapter"] == record["result"]["adapter_path"]
+    )
+    evaluation = record["result"]["evaluation"]
+    assert metrics["challenger/eval_loss"] == pytest.approx(evaluation["challenger"]["eval_loss"])
+    [board_run] = [n for n in vertex.resources if n.endswith(f"/experiments/quickstart/runs/{run_id}")]
+    assert [step for step, _ in vertex.curve(board_run, "loss")] == list(range(2, 15, 2))
+    tracked = record["result"]["tracking"]["vertex"]
+    assert tracked["undelivered"] == 0 and tracked["url"] in err and not vertex.refused, vertex.refused
 
 
 def check_wandb_run(wandb_dir: Path, record: dict) -> None:

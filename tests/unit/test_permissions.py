@@ -90,8 +90,11 @@ def test_the_cli_prints_the_table(capsys):
     assert text.splitlines()[0].split()[:3] == ["who", "on", "permission"]
     assert "storage.buckets.get" in text and "trainer" in text
     assert p.IMAGE_CACHE_VM not in text and "compute.images.create" not in text
-    assert cli(["permissions", "--json", "--create-clusters", "--image-cache"]) == 0
+    assert p.VERTEX_AGENT not in text and "aiplatform." not in text
+    assert cli(["permissions", "--json", "--create-clusters", "--image-cache", "--tracking-vertex"]) == 0
     rows = json.loads(capsys.readouterr().out)
     assert {r["identity"] for r in rows} == set(p.IDENTITIES)
     assert any(r["permission"] == "container.clusters.create" for r in rows)
     assert any(r["identity"] == p.IMAGE_BUILD and r["permission"] == "compute.images.create" for r in rows)
+    assert any(r["identity"] == p.TRAINER and r["permission"] == "aiplatform.tensorboardRuns.write" for r in rows)
+    assert any(r["identity"] == p.FUNCTIONS and r["permission"] == "aiplatform.models.upload" for r in rows)

@@ -83,7 +83,9 @@ def test_a_tracked_record_keeps_its_section_where_no_older_release_reads_it():
     written = json.loads(record.model_dump_json())
     assert "tracking" not in written["config"], "0.1.0 and 0.2.0 read config"
     assert "tracking" not in written["accepted_config"], f"{release.ACCEPTED_READER} reads accepted_config"
-    assert written["config_extensions"] == {"tracking": cfg["tracking"]}
+    # 0.4.0 reads config_extensions and merges every field of it back: none it does not know (vertex: 0.5.0).
+    assert written["config_extensions"] == {"tracking": {k: v for k, v in cfg["tracking"].items() if k != "vertex"}}
+    assert "config_extensions_by_release" not in written
     assert RunRecord.model_validate(written).run_config().tracking.mlflow.uri == MLFLOW, "this release reads it"
     assert all("[]" not in field for field in release.newer_than(release.ACCEPTED_READER)), (
         "an extension is set back by its dotted path: never a list element's field"
@@ -141,3 +143,29 @@ def test_the_deployments_credentials_are_the_ones_the_pods_read():
     assert sorted(allowed) == sorted(tracking.CREDENTIALS)
     held = manifests.secret(RunConfig(), None, {"WANDB_API_KEY": "k"})
     assert held["stringData"] == {"WANDB_API_KEY": "k"}, "the Secret holds the tracking credentials by name"
+
+
+def test_a_field_newer_than_the_extensions_reader_goes_under_the_release_that_reads_it(monkeypatch):
+    vertex = {"project": "proj-a", "location": "europe-west4"}
+    cfg = config(mlflow={"uri": MLFLOW}, vertex=vertex).model_dump(mode="json")
+    at = "2026-12-07T00:00:00Z"
+    record = RunRecord.model_validate(
+        {
+            "run_id": "tracked-0123456789",
+            "state": State.RECEIVED,
+            "source": {"kind": "upload"},
+            "created_at": at,
+            "updated_at": at,
+            "config": cfg,
+        }
+    )
+    written = json.loads(record.model_dump_json())
+    assert "vertex" not in written["config_extensions"]["tracking"], "0.4.0 would refuse the record"
+    assert written["config_extensions_by_release"] == {"0.5.0": {"tracking.vertex": cfg["tracking"]["vertex"]}}
+    read = RunRecord.model_validate(written).run_config().tracking
+    assert read.vertex.project == "proj-a" and read.mlflow.uri == MLFLOW
+    # A release before 0.5.0 that knows config_extensions_by_release (none does yet; the rule for those to come)
+    # merges back only its own and earlier entries: read as 0.4.x, the run goes on without Vertex AI.
+    monkeypatch.setattr(release, "VERSION", "0.4.9")
+    older = RunRecord.model_validate(written).run_config().tracking
+    assert older.vertex is None and older.mlflow.uri == MLFLOW
