@@ -13,7 +13,7 @@ from typing import TypeVar
 
 from functions.adapters.gke_clusters import READY, GkeClusters
 from functions.adapters.kube import Kube, RayClusterSeen, api_client
-from functions.core import computeclass, disruption, errors, kuberay_lag, kubetime, manifests, stuck
+from functions.core import capacity, disruption, errors, kuberay_lag, kubetime, manifests, stuck
 from functions.core.allocation import group_name
 from functions.core.config import ClusterSpec, RunConfig
 from functions.core.platform import ClusterReadiness, NodeSeen, RayObject, Waiting, Workers
@@ -284,7 +284,7 @@ class GkePlatform:
             node = kube.node(name)
             if node is not None:
                 labels = (node.get("metadata") or {}).get("labels") or {}
-                found[name] = NodeSeen(computeclass.node_capacity(labels), disruption.identity(node))
+                found[name] = NodeSeen(capacity.node_capacity(labels), disruption.identity(node))
         return found
 
     def stop(self, spec: ClusterSpec, job: str) -> None:

@@ -23,9 +23,9 @@ import hashlib
 import json
 from typing import Any
 
+from functions.core.capacity import KINDS
 from functions.core.config import (
     COMPUTE_CLASS_LABEL,
-    FLEX_START_MAX_SECONDS,
     GKE_ACCELERATORS,
     ScalingSpec,
     image_cache_match,
@@ -54,20 +54,7 @@ def priorities(scaling: ScalingSpec, image_cache: str | None = None) -> list[dic
         node["storage"] = {"secondaryBootDisks": [secondary_boot_disk(image_cache)]}
     rules = []
     for option in scaling.capacity:
-        rule = copy.deepcopy(node)
-        if option.kind == "reservation":
-            specific: dict[str, Any] = {"name": option.name}
-            if option.project:
-                specific["project"] = option.project
-            if option.block:
-                specific["reservationBlock"] = {"name": option.block}
-            rule["reservations"] = {"affinity": "Specific", "specific": [specific]}
-        elif option.kind == "flex-start":
-            rule["flexStart"] = {"enabled": True}
-            rule["maxRunDurationSeconds"] = option.max_run_seconds or FLEX_START_MAX_SECONDS
-        elif option.kind == "spot":
-            rule["spot"] = True
-        rules.append(rule)
+        rules.append({**copy.deepcopy(node), **KINDS[option.kind].priority(option)})
     return rules
 
 
@@ -128,20 +115,7 @@ def tolerations(scaling: ScalingSpec, image_cache: str | None = None) -> list[di
     assert scaling.capacity is not None
     name = class_name(scaling, image_cache)
     found = [{"key": COMPUTE_CLASS_LABEL, "operator": "Equal", "value": name, "effect": "NoSchedule"}]
-    if any(o.kind == "spot" for o in scaling.capacity):
-        found.append({"key": "cloud.google.com/gke-spot", "operator": "Equal", "value": "true", "effect": "NoSchedule"})
+    for kind in dict.fromkeys(o.kind for o in scaling.capacity):  # each kind's taint once, in the list's order
+        if (taint := KINDS[kind].taint) is not None:
+            found.append(dict(taint))
     return found
-
-
-def node_capacity(labels: dict[str, str]) -> str:
-    """Which capacity a GKE node came from, by the labels GKE puts on it: `spot`, `flex-start`,
-    `reservation <name>` or `on-demand`."""
-    if labels.get("cloud.google.com/gke-spot") == "true":
-        return "spot"
-    if labels.get("cloud.google.com/gke-flex-start") == "true" or labels.get("cloud.google.com/gke-provisioning") == (
-        "flex-start"
-    ):
-        return "flex-start"
-    if reservation := labels.get("cloud.google.com/reservation-name"):
-        return f"reservation {reservation}"
-    return "on-demand"

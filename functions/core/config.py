@@ -23,6 +23,8 @@ from pydantic import (
     model_validator,
 )
 
+from functions.core import capacity
+from functions.core.capacity import FLEX_START_MAX_SECONDS, CapacityKind
 from functions.core.gpu_shapes import shape_problem
 from functions.core.sweep import SweepSpec, problems
 from functions.core.tracking import DESTINATIONS, TrackingSpec
@@ -375,10 +377,6 @@ class TrainingSpec(Strict):
         return self
 
 
-FLEX_START_MAX_SECONDS = 7 * 86400  # flex-start VMs run at most seven days
-CapacityKind = Literal["reservation", "flex-start", "spot", "on-demand"]
-
-
 class CapacityOption(Strict):
     """One way to get the GPU nodes, in the order `scaling.capacity` lists them (GKE's accelerator consumption
     options, rendered as one ComputeClass priority each: functions/core/computeclass.py)."""
@@ -408,13 +406,8 @@ class CapacityOption(Strict):
 
     @model_validator(mode="after")
     def fields_of_its_kind(self) -> CapacityOption:
-        reservation = (self.name, self.project, self.block)
-        if self.kind == "reservation" and self.name is None:
-            raise ValueError("a reservation option needs its name")
-        if self.kind != "reservation" and any(reservation):
-            raise ValueError(f"name, project and block are a reservation's; a {self.kind} option has none")
-        if self.kind != "flex-start" and self.max_run_seconds is not None:
-            raise ValueError("max_run_seconds is flex-start's")
+        if found := capacity.option_problems(self):
+            raise ValueError(found[0])
         return self
 
     def describe(self) -> str:
@@ -497,8 +490,8 @@ class ScalingSpec(Strict):
 
     @property
     def on_spot(self) -> bool:
-        """Whether the run's nodes may be Spot VMs (preempted with a 30 s notice)."""
-        return any(o.kind == "spot" for o in self.capacity or ())
+        """Whether the run's nodes may be taken at short notice (Spot VMs: preempted with a 30 s notice)."""
+        return any(capacity.KINDS[o.kind].preemptible for o in self.capacity or ())
 
     @property
     def num_workers(self) -> int:

@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any, get_args
+from typing import Any
 
 from pydantic import BaseModel, Field
 
 from functions.core.advice import KNOWN_ROWS
-from functions.core.config import CapacityKind, RunConfig, TrainingSpec
+from functions.core.capacity import KINDS
+from functions.core.config import RunConfig, TrainingSpec
 from functions.core.sweep import candidates, trial_config
 
 # Dense bf16 peak per GPU, TFLOP/s (vendor datasheets: B200 2.25 PF, H100/H200 989 TF, A100 312 TF, L4 121 TF).
@@ -96,7 +97,7 @@ class Estimate(BaseModel):
 
 def price_list(by_kind: Mapping[str, float], default: float | None) -> dict[str, float]:
     """A node-hour's price for each capacity kind, as the deployment charges runs (`default` for a kind not listed)."""
-    return {k: p for k in get_args(CapacityKind) if (p := by_kind.get(k, default)) is not None}
+    return {k: p for k in KINDS if (p := by_kind.get(k, default)) is not None}
 
 
 def rows_of(cfg: RunConfig, counted: int | None = None) -> int | None:

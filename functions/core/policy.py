@@ -19,14 +19,14 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from functions.core import image_cache, images, tracking
+from functions.core import capacity, image_cache, images, tracking
+from functions.core.capacity import CapacityKind
 from functions.core.config import (
     ACCELERATOR_LABEL,
     CAPACITY_LABELS,
     GKE_ACCELERATORS,
     TRAINER_PIP,
     Accelerator,
-    CapacityKind,
     CapacityOption,
     ClusterSpec,
     RunConfig,
@@ -255,7 +255,7 @@ class Policy(BaseModel):
             return self.capacity_kinds
         if self.reservation:
             return tuple(dict.fromkeys(("reservation", *(o.kind for o in self.capacity or ()))))
-        return ("reservation", "flex-start", "spot", "on-demand")
+        return tuple(kind.name for kind in capacity.KINDS.values())
 
     def _capacity_list_violations(self, cfg: RunConfig) -> list[str]:
         """A capacity list may use only the kinds the operator allows, and only its reservation when it fixes

@@ -12,7 +12,8 @@ import pytest
 from pydantic import ValidationError
 
 from functions.core import computeclass, manifests
-from functions.core.config import FLEX_START_MAX_SECONDS, RunConfig
+from functions.core.capacity import FLEX_START_MAX_SECONDS
+from functions.core.config import RunConfig
 from functions.core.policy import Policy
 
 SCHEMA = json.loads((Path(__file__).parents[1] / "data" / "computeclass" / "computeclass.schema.json").read_text())

@@ -60,4 +60,5 @@ def test_the_trainer_ships_only_the_shared_contracts_and_what_they_import():
         "functions/core/tracking.py",  # config.py's tracking section; the trainer's loggers are its rows
         "functions/core/errors.py",  # the trainer's tracking: a failed send described as the controller does
         "functions/core/secrets.py",  # the trainer's tracking: a tracker's error redacted before it is stored
+        "functions/core/capacity.py",  # config.py's capacity options; the trainer's checkpoint cadence by kind
     }

@@ -35,3 +35,13 @@ def test_the_readme_names_every_module_and_only_modules_that_exist(package):
     named = module_map().get(package, set()) - {"__init__"}
     assert not tree - named, f"README's module map misses {sorted(tree - named)} of {package}"
     assert not named - tree, f"README's module map names {sorted(named - tree)}, which {package} does not have"
+
+
+def test_the_architecture_names_every_action_the_decision_returns():
+    """docs/architecture.md's "One decision function" lists decide's actions: all of them, as the enum has them."""
+    from functions.core.decide import Action
+
+    text = ROOT.joinpath("docs", "architecture.md").read_text()
+    paragraph = text[text.index("**One decision function.**") : text.index("Handlers run it in a")]
+    named = set(re.findall(r"`([A-Z_]+)`", paragraph))
+    assert named == {action.name for action in Action}
