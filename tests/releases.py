@@ -50,6 +50,17 @@ def previous() -> list[tuple[str, str]]:
     ]
 
 
+def extracted(version: str, tmp_path_factory: Any) -> Path:
+    """Release `version`'s own tree, extracted for a test module (skipped where this clone lacks its commit)."""
+    import pytest
+
+    commit = dict(previous())[version]
+    found = tree(commit, tmp_path_factory.mktemp(f"release-{version}"))
+    if found is None:
+        pytest.skip(f"release {version} ({commit}) is not in this clone's history (a shallow clone?)")
+    return found
+
+
 def tree(commit: str, into: Path) -> Path | None:
     """The release's whole tree (its functions, trainer, main.py and its own test harness); None when this clone
     lacks the commit (a shallow clone)."""

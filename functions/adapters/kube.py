@@ -378,34 +378,29 @@ class Kube:
         """Deleting the RayJob makes KubeRay stop its Ray job (finalizer); the shared cluster stays. Given
         `resource_version`, only if the RayJob is still as read then (False when it changed meanwhile)."""
         body = {"preconditions": {"resourceVersion": resource_version}} if resource_version else None
+        return self._delete_ray_object("rayjobs", namespace, name, body, f"delete RayJob {namespace}/{name}")
+
+    def delete_raycluster(self, namespace: str, name: str, resource_version: str) -> bool:
+        """Delete the RayCluster if it is still at `resource_version`; False when it changed meanwhile."""
+        body = {"preconditions": {"resourceVersion": resource_version}, "propagationPolicy": "Background"}
+        return self._delete_ray_object("rayclusters", namespace, name, body, f"delete RayCluster {namespace}/{name}")
+
+    def _delete_ray_object(
+        self, plural: str, namespace: str, name: str, body: dict[str, Any] | None, what: str
+    ) -> bool:
+        """A ray.io object deleted (absent already: done), under the body's preconditions (False: it changed)."""
         return self._conditional(
             lambda: self._send(
                 self.custom.delete_namespaced_custom_object,
                 RAY_GROUP,
                 RAY_VERSION,
                 namespace,
-                "rayjobs",
+                plural,
                 name,
                 body=body,
                 missing_ok=True,
             ),
-            f"delete RayJob {namespace}/{name}",
-        )
-
-    def delete_raycluster(self, namespace: str, name: str, resource_version: str) -> bool:
-        """Delete the RayCluster if it is still at `resource_version`; False when it changed meanwhile."""
-        return self._conditional(
-            lambda: self._send(
-                self.custom.delete_namespaced_custom_object,
-                RAY_GROUP,
-                RAY_VERSION,
-                namespace,
-                "rayclusters",
-                name,
-                body={"preconditions": {"resourceVersion": resource_version}, "propagationPolicy": "Background"},
-                missing_ok=True,
-            ),
-            f"delete RayCluster {namespace}/{name}",
+            what,
         )
 
     def owned(

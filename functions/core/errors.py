@@ -51,13 +51,13 @@ class NewerRelease(PermanentError):
     fields it does not know; the release that wrote it acts on it."""
 
 
-class Unreadable(ValueError):
+class Unreadable(PermanentError):
     """A stored object that is not what the controller writes (not JSON, another model, too large, a record naming
     another run or holding a config no rules accept): moved aside and reported, never acted on. Caught by name, so
     a bug that raises a ValueError is never taken for one."""
 
 
-class RetryRefused(ValueError):
+class RetryRefused(ControllerError):
     """A run that cannot be retried now; the message is the answer to whoever asked."""
 
 

@@ -19,6 +19,7 @@ import pytest
 from functions.local import emulators, platform, session
 from tests.e2e.test_local import RAYTUNE, finish, start
 from tests.harness import tiny_checkpointed
+from tests.ray_snapshots import registered_checkpoints
 
 pytestmark = pytest.mark.slow
 CONFIG = tiny_checkpointed(
@@ -31,13 +32,6 @@ CONFIG = tiny_checkpointed(
     scaling={"nodes": 2, "max_attempts": 2},
     cluster={"dependencies": "image"},
 )
-
-
-def registered_checkpoints(snapshot: Path) -> int:
-    try:
-        return len(json.loads(snapshot.read_text())["checkpoint_results"])
-    except (OSError, ValueError, KeyError):
-        return 0
 
 
 def worker_raylet(workdir: Path) -> psutil.Process:

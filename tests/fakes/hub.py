@@ -1,6 +1,8 @@
 """A Hugging Face Hub stand-in for uploads, speaking the HTTP API huggingface_hub's HfApi uses: create a
 repo, ask how each file uploads (preupload: every file "regular", so no LFS or Xet transfer), and commit
-(an NDJSON body: a header line, then one line per file, base64), and its refs and tags (list, create, delete). It keeps what a real Hub would show:
+(an NDJSON body: a header line, then one line per file, base64), its refs and tags (list, create, delete), and a
+dataset's revision (`datasets`: repo -> its commit, None for an answer without one; `failing`: the statuses the
+next requests get first, as a Hub having a bad moment). It keeps what a real Hub would show:
 the repos with their visibility and the commits with their files, and it checks the bearer token."""
 
 from __future__ import annotations
@@ -36,6 +38,9 @@ class FakeHubUploads(ThreadingHTTPServer):
     def __init__(self, token: str):
         self.token = token
         self.repos: dict[str, Repo] = {}
+        self.datasets: dict[str, str | None] = {}
+        self.failing: list[int] = []
+        self.seen: list[tuple[str, str | None]] = []  # (path, Authorization) of each GET
         self.refused: list[str] = []  # requests without the right token, and paths it does not serve
         hub = self
 
@@ -91,6 +96,12 @@ class FakeHubUploads(ThreadingHTTPServer):
             def do_GET(self):
                 if self.path.startswith("/api/agent-harnesses"):  # public on the Hub; asked where an agent runs
                     return self.reply(200, {"standardEnvVars": [], "harnesses": {}})
+                hub.seen.append((self.path, self.headers.get("Authorization")))
+                if hub.failing:
+                    return self.reply(hub.failing.pop(0), {"error": "the Hub is having a moment"})
+                revision = re.fullmatch(r"/api/datasets/([^/]+/[^/]+)/revision/main", self.path)
+                if revision:
+                    return self.dataset(revision.group(1))
                 match = re.fullmatch(r"/api/models/([^/]+/[^/]+)/refs(\?.*)?", self.path)
                 if not self.authorized() or not match:
                     return None
@@ -112,6 +123,14 @@ class FakeHubUploads(ThreadingHTTPServer):
                     return self.reply(404, {"error": f"Invalid rev id: {name}"})
                 del repo.tags[name]
                 return self.reply(200, {})
+
+            def dataset(self, repo: str):
+                if repo not in hub.datasets:
+                    return self.reply(404, {"error": "Dataset not found"})
+                if not self.authorized():
+                    return None
+                sha = hub.datasets[repo]
+                return self.reply(200, {"id": repo, **({"sha": sha} if sha else {})})
 
             def authorized(self) -> bool:
                 if self.headers.get("Authorization") != f"Bearer {hub.token}":

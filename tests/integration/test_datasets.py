@@ -3,60 +3,41 @@ stand-in for dataset revisions, fake-gcs-server for shards (pyarrow's GCS client
 
 from __future__ import annotations
 
-from http.server import ThreadingHTTPServer
-
 import pytest
 
 from functions.adapters import datasets
 from functions.core.config import DatasetSpec
-from tests.fakes.http import JsonHandler, serve_in_thread
+from tests.fakes.http import serve_in_thread
+from tests.fakes.hub import FakeHubUploads
 from tests.integration.test_functions import upload
 from trainer import data, tiny
 
 TOKEN = "hf_revisiontesttoken0123456789"
 
 
-class FakeHub(ThreadingHTTPServer):
-    daemon_threads = True
-
-    def __init__(self, answers: list[tuple[int, object]]):
-        self.answers, self.seen = answers, []
-        hub = self
-
-        class Handler(JsonHandler):
-            def do_GET(self):
-                hub.seen.append((self.path, self.headers.get("Authorization")))
-                self.reply(*(hub.answers.pop(0) if len(hub.answers) > 1 else hub.answers[0]))
-
-        super().__init__(("127.0.0.1", 0), Handler)
-
-
 @pytest.fixture
 def hub(monkeypatch):
-    servers = []
-
-    def serve(*answers):
-        server = FakeHub(list(answers))
-        serve_in_thread(server)
-        monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{server.server_port}")
-        servers.append(server)
-        return server
-
-    yield serve
-    for server in servers:
-        server.shutdown()
+    server = FakeHubUploads(token=TOKEN)
+    serve_in_thread(server)
+    monkeypatch.setenv("HF_ENDPOINT", server.url)
+    yield server
+    server.shutdown()
 
 
 def test_hub_dataset_revision_is_its_version(hub):
-    server = hub((503, {}), (200, {"sha": "abc123"}))  # one transient failure, retried
+    hub.datasets["org/products"] = "abc123"
+    hub.failing.append(503)  # one transient failure, retried
     found, why = datasets.versions(DatasetSpec(id="org/products"), TOKEN)
     assert found == [("hf://datasets/org/products", "abc123")] and why is None
-    assert server.seen[-1] == ("/api/datasets/org/products/revision/main", f"Bearer {TOKEN}")
+    assert hub.seen[-1] == ("/api/datasets/org/products/revision/main", f"Bearer {TOKEN}") and len(hub.seen) == 2
 
 
-@pytest.mark.parametrize(("status", "body"), [(401, {"error": "gated"}), (404, {}), (200, {"no": "sha"})])
-def test_a_hub_dataset_without_a_revision_trains_and_says_why(hub, status, body):
-    hub((status, body))
+@pytest.mark.parametrize("hub_has", ["another token's", "nothing", "no revision in its answer"])
+def test_a_hub_dataset_without_a_revision_trains_and_says_why(hub, hub_has):
+    if hub_has == "another token's":  # a gated or private dataset this token may not read: 401
+        hub.token = "hf_someoneElsesToken0123456789"
+    if hub_has != "nothing":
+        hub.datasets["org/private"] = "abc123" if hub_has == "another token's" else None
     found, why = datasets.versions(DatasetSpec(id="org/private"), TOKEN)
     assert found is None and "the Hub did not give the revision of org/private" in why
     assert TOKEN not in why

@@ -40,9 +40,10 @@ def test_package_builds_a_light_archive(tmp_path, capsys):
     assert again.read_bytes() == output.read_bytes()
 
 
-def _imports(source: str) -> set[str]:
-    """The functions.* and trainer.* modules a file imports anywhere (function bodies too), leaving out what runs
-    only as a script (`if __name__ == "__main__":`)."""
+def _imported(source: str) -> set[str]:
+    """Every module a file imports anywhere (function bodies too: a client imported only where it is needed is
+    imported in the cloud all the same), and for `from a import b` both `a` and `a.b` (b may be a module), leaving
+    out what runs only as a script (`if __name__ == "__main__":`)."""
     tree = ast.parse(source)
     for node in ast.walk(tree):
         if isinstance(node, ast.If) and "__main__" in ast.unparse(node.test):
@@ -53,7 +54,12 @@ def _imports(source: str) -> set[str]:
             found |= {alias.name for alias in node.names}
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             found |= {node.module} | {f"{node.module}.{alias.name}" for alias in node.names}
-    return {name for name in found if name.split(".")[0] in ("functions", "trainer")}
+    return found
+
+
+def _imports(source: str) -> set[str]:
+    """The functions.* and trainer.* modules a file imports."""
+    return {name for name in _imported(source) if name.split(".")[0] in ("functions", "trainer")}
 
 
 def test_everything_the_deployed_functions_import_is_in_the_archive(tmp_path):
@@ -116,21 +122,11 @@ def test_the_trainer_imports_from_only_the_files_the_configmap_ships(tmp_path):
 
 
 def _third_party(source: str) -> set[str]:
-    """The top-level modules of other packages a file imports anywhere (function bodies too: a registry client
-    imported only when a promotion needs it is imported in the cloud all the same)."""
+    """The top-level modules of other packages a file imports."""
     import sys
 
-    tree = ast.parse(source)
-    for node in ast.walk(tree):
-        if isinstance(node, ast.If) and "__main__" in ast.unparse(node.test):
-            node.body = []
-    found = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            found |= {alias.name.split(".")[0] for alias in node.names}
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            found.add(node.module.split(".")[0])
-    return {m for m in found if m not in sys.stdlib_module_names and m not in ("functions", "trainer", "main")}
+    tops = {name.split(".")[0] for name in _imported(source)}
+    return {m for m in tops if m not in sys.stdlib_module_names and m not in ("functions", "trainer", "main")}
 
 
 def _closure(names: set[str]) -> set[str]:

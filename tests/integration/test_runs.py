@@ -8,20 +8,10 @@ import pytest
 from functions.adapters.gcs import Bucket
 from functions.adapters.store import RunStore
 from functions.core.errors import Contended, is_transient
-from functions.core.runs import InvalidTransition, RunRecord, State
+from functions.core.runs import InvalidTransition, State
+from tests.builders import make_run
 
 NOW = dt.datetime(2026, 12, 2, tzinfo=dt.UTC)
-
-
-def record(run_id="run-1", state=State.RECEIVED):
-    return RunRecord(
-        run_id=run_id,
-        state=state,
-        source={"kind": "upload", "ref": "gs://b/c#1"},
-        created_at=NOW,
-        updated_at=NOW,
-        config={"name": "x"},
-    )
 
 
 @pytest.fixture
@@ -30,8 +20,8 @@ def store(bucket):
 
 
 def test_create_is_first_writer_wins(store):
-    first, created = store.create(record())
-    again, created_again = store.create(record(state=State.REJECTED))
+    first, created = store.create(make_run().obj())
+    again, created_again = store.create(make_run(state=State.REJECTED).obj())
     assert created and not created_again
     assert again.state == State.RECEIVED and again.generation == first.generation
 
@@ -39,14 +29,14 @@ def test_create_is_first_writer_wins(store):
 def test_stale_write_is_refused(store):
     from functions.core.errors import Conflict
 
-    stored, _ = store.create(record())
+    stored, _ = store.create(make_run().obj())
     store.put(stored.moved(State.PROVISIONING, NOW))
     with pytest.raises(Conflict):
         store.put(stored.moved(State.SUBMITTED, NOW))  # written from the old generation
 
 
 def test_concurrent_updates_all_land(store):
-    store.create(record())
+    store.create(make_run().obj())
     store.update("run-1", lambda r: r.model_copy(update={"errors": []}))
 
     def add(i):
@@ -61,7 +51,7 @@ def test_concurrent_updates_all_land(store):
 
 
 def test_contention_is_transient_not_a_failure(store, monkeypatch):
-    store.create(record())
+    store.create(make_run().obj())
     with pytest.raises(Contended) as err:
         # Every attempt sees a change made in between: simulate by bumping the record inside `change`.
         store.update("run-1", lambda r: (store.put(r.model_copy(update={"errors": ["x"]})), r)[1], attempts=3)
@@ -78,7 +68,7 @@ class CountedReads(Bucket):
 
 def test_an_update_from_the_record_as_last_written_reads_nothing(bucket):
     store = RunStore(CountedReads(bucket))
-    created, _ = store.create(record())
+    created, _ = store.create(make_run().obj())
     moved = store.update("run-1", lambda r: r.moved(State.PROVISIONING, NOW), known=created)
     assert store.blobs.reads == 0
     assert moved.state == State.PROVISIONING and store.get("run-1").generation == moved.generation
@@ -86,7 +76,7 @@ def test_an_update_from_the_record_as_last_written_reads_nothing(bucket):
 
 def test_an_update_from_a_stale_copy_is_made_again_on_the_stored_record(bucket):
     store = RunStore(CountedReads(bucket))
-    stale, _ = store.create(record())
+    stale, _ = store.create(make_run().obj())
     store.update("run-1", lambda r: r.model_copy(update={"errors": ["another handler's"]}))
     moved = store.update("run-1", lambda r: r.moved(State.PROVISIONING, NOW), known=stale)
     stored = store.get("run-1")
@@ -101,17 +91,17 @@ def test_an_update_from_a_stale_copy_is_made_again_on_the_stored_record(bucket):
 
 def test_state_machine_refuses_illegal_moves():
     with pytest.raises(InvalidTransition):
-        record(state=State.SUCCEEDED).moved(State.RUNNING, NOW)
+        make_run(state=State.SUCCEEDED).obj().moved(State.RUNNING, NOW)
     with pytest.raises(InvalidTransition):
-        record(state=State.RECEIVED).moved(State.RUNNING, NOW)
-    moved = record().moved(State.SUBMITTED, NOW, "applied").moved(State.RUNNING, NOW)
+        make_run(state=State.RECEIVED).obj().moved(State.RUNNING, NOW)
+    moved = make_run().history().obj().moved(State.SUBMITTED, NOW, "applied").moved(State.RUNNING, NOW)
     assert [t.state for t in moved.history] == [State.SUBMITTED, State.RUNNING] and moved.reason is None
 
 
 def test_active_markers_list_live_runs(store):
     for run_id in ("a-1", "b-1"):
         store.mark_active(run_id)
-        store.create(record(run_id))
+        store.create(make_run(run_id).obj())
     store.mark_active("a-1")  # idempotent
     assert [r.run_id for r in store.active()] == ["a-1", "b-1"]
     store.unmark_active("a-1")

@@ -14,6 +14,7 @@ import pytest
 
 from functions.core.config import RunConfig
 from tests.harness import tiny_checkpointed
+from tests.ray_snapshots import registered_checkpoints
 from tests.trainer.jobs import finish, start_job
 
 pytestmark = pytest.mark.slow
@@ -38,13 +39,6 @@ def sweep_config(storage) -> RunConfig:
     )
 
 
-def registered(snapshot) -> int:
-    try:
-        return len(json.loads(snapshot.read_text())["checkpoint_results"])
-    except (OSError, ValueError, KeyError):
-        return 0
-
-
 def test_a_sweep_whose_job_died_is_restored_without_training_a_finished_trial_again(tmp_path):
     store = tmp_path / "store"
     cfg = sweep_config(store)
@@ -54,7 +48,7 @@ def test_a_sweep_whose_job_died_is_restored_without_training_a_finished_trial_ag
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline and not (
         (trials / "trial-000" / "result.json").exists()
-        and registered(trials / "trial-001" / "checkpoint_manager_snapshot.json") >= 1
+        and registered_checkpoints(trials / "trial-001" / "checkpoint_manager_snapshot.json") >= 1
     ):
         assert proc.poll() is None, first_log.read_text()[-4000:]
         time.sleep(0.2)

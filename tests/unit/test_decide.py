@@ -15,7 +15,8 @@ from functions.core.champion import Promotion
 from functions.core.decide import CLAIM_SECONDS, Action, Facts, JobSeen, decide
 from functions.core.fingerprint import Inputs
 from functions.core.platform import ClusterReadiness
-from functions.core.runs import ALLOWED, RunRecord, State, Transition
+from functions.core.runs import ALLOWED, RunRecord, State
+from tests.builders import make_run
 
 NOW = dt.datetime(2026, 12, 2, 12, 0, tzinfo=dt.UTC)
 PENDING = 600
@@ -51,31 +52,32 @@ def record(
     promotion: Promotion | None = None,
     attempts: list | None = None,
 ) -> RunRecord:
-    """A run created `age` s ago, last written `idle` s ago, submitted `submitted` s ago, out of the queue
-    `dequeued` s ago."""
-    history = [Transition(state=S.RECEIVED, at=ago(age))]
+    """A run (tests/builders.py) created `age` s ago, last written `idle` s ago, submitted `submitted` s ago, out of
+    the queue `dequeued` s ago: the decision table's vocabulary of time."""
+    passed = [(S.RECEIVED, ago(age))]
     if dequeued is not None:
-        history += [Transition(state=S.QUEUED, at=ago(age)), Transition(state=S.PROVISIONING, at=ago(dequeued))]
+        passed += [(S.QUEUED, ago(age)), (S.PROVISIONING, ago(dequeued))]
     if submitted is not None:
-        history.append(Transition(state=S.SUBMITTED, at=ago(submitted)))
+        passed.append((S.SUBMITTED, ago(submitted)))
     if state not in (S.RECEIVED, S.SUBMITTED):
-        history.append(Transition(state=state, at=ago(idle or 0)))
-    return RunRecord(
-        run_id="run-1",
-        state=state,
-        source={"kind": kind, "ref": "gs://b/c#1"},
-        created_at=ago(age),
-        updated_at=ago(age if idle is None else idle),
-        config=config or CONFIG,
-        inputs=inputs,
-        promotion=promotion,
-        reason=reason,
-        history=history,
-        cancel_requested=cancel,
-        settled=settled,
-        job=job,
-        queue_position=position,
-        attempts=attempts or [],
+        passed.append((state, ago(idle or 0)))
+    return (
+        make_run("run-1", state, ago(age))
+        .source(kind)
+        .updated(ago(age if idle is None else idle))
+        .config(config or CONFIG)
+        .reason(reason)
+        .history(*passed)
+        .with_fields(
+            inputs=inputs,
+            promotion=promotion,
+            cancel_requested=cancel,
+            settled=settled,
+            job=job,
+            queue_position=position,
+            attempts=attempts or [],
+        )
+        .obj()
     )
 
 

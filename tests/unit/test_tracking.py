@@ -14,9 +14,10 @@ from functions.core.config import RunConfig
 from functions.core.config_file import parse_config
 from functions.core.policy import Policy
 from functions.core.result import TrackedRun
-from functions.core.runs import RunRecord, State
+from functions.core.runs import RunRecord
 from functions.core.secrets import redact, redact_log
 from functions.core.story import tracking_lines
+from tests.builders import make_run
 from tests.harness import ROOT
 
 pytestmark = pytest.mark.unit
@@ -69,18 +70,7 @@ def test_the_config_as_flat_parameters():
 
 def test_a_tracked_record_keeps_its_section_where_no_older_release_reads_it():
     cfg = config(mlflow={"uri": MLFLOW}).model_dump(mode="json")
-    at = "2026-12-07T00:00:00Z"
-    record = RunRecord.model_validate(
-        {
-            "run_id": "tracked-0123456789",
-            "state": State.RECEIVED,
-            "source": {"kind": "upload"},
-            "created_at": at,
-            "updated_at": at,
-            "config": cfg,
-        }
-    )
-    written = json.loads(record.model_dump_json())
+    written = json.loads(make_run("tracked-0123456789").config(cfg).obj().model_dump_json())
     assert "tracking" not in written["config"], "0.1.0 and 0.2.0 read config"
     assert "tracking" not in written["accepted_config"], f"{release.ACCEPTED_READER} reads accepted_config"
     # 0.4.0 reads config_extensions and merges every field of it back: none it does not know (vertex: 0.5.0).
@@ -148,18 +138,7 @@ def test_the_deployments_credentials_are_the_ones_the_pods_read():
 def test_a_field_newer_than_the_extensions_reader_goes_under_the_release_that_reads_it(monkeypatch):
     vertex = {"project": "proj-a", "location": "europe-west4"}
     cfg = config(mlflow={"uri": MLFLOW}, vertex=vertex).model_dump(mode="json")
-    at = "2026-12-07T00:00:00Z"
-    record = RunRecord.model_validate(
-        {
-            "run_id": "tracked-0123456789",
-            "state": State.RECEIVED,
-            "source": {"kind": "upload"},
-            "created_at": at,
-            "updated_at": at,
-            "config": cfg,
-        }
-    )
-    written = json.loads(record.model_dump_json())
+    written = json.loads(make_run("tracked-0123456789").config(cfg).obj().model_dump_json())
     assert "vertex" not in written["config_extensions"]["tracking"], "0.4.0 would refuse the record"
     assert written["config_extensions_by_release"] == {"0.5.0": {"tracking.vertex": cfg["tracking"]["vertex"]}}
     read = RunRecord.model_validate(written).run_config().tracking
