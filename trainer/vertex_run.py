@@ -9,6 +9,7 @@ default ones locally): there is no key to keep."""
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections import defaultdict
 from typing import Any
@@ -68,6 +69,11 @@ class VertexRun(Logger):
         from google.api_core.exceptions import NotFound
         from google.cloud import aiplatform
 
+        # Each of the client's modules tells every step it takes at INFO on its own stdout handler ("Associating ...
+        # to Experiment"): a line per call in the run's log, which says what matters once, at the end.
+        for name, each in list(logging.Logger.manager.loggerDict.items()):
+            if name.startswith("google.cloud.aiplatform") and isinstance(each, logging.Logger):
+                each.setLevel(logging.WARNING)
         assert cfg.tracking is not None and cfg.tracking.vertex is not None
         vertex = cfg.tracking.vertex
         init = settings(cfg, who)

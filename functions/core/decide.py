@@ -112,8 +112,18 @@ class JobSeen:
 
 
 @dataclasses.dataclass(frozen=True)
+class Rules:
+    """The deployment's rules a decision follows: bound once per handler from its settings, never observed."""
+
+    retry_backoff_s: int = RETRY_BACKOFF_SECONDS[0]  # the first backoff before a run's next attempt
+    region_seconds: int = regions.DEFAULT_REGION_SECONDS  # the operator's wait for capacity in one region
+    tick_releases: bool = False  # the watch tick releases ended runs' nodes once per RayCluster, then settles them
+
+
+@dataclasses.dataclass(frozen=True)
 class Facts:
-    """What the deciding handler knows. Fields after `created` are filled in by executed steps."""
+    """What the deciding handler observed: when it looks, which handler it is and whether it made the record;
+    every other field is what an executed step showed (None or False until that step ran)."""
 
     now: dt.datetime
     handler: Literal["launch", "watch"] = "watch"
@@ -129,9 +139,6 @@ class Facts:
     move_refused: str | None = None  # after STOP_WAITING_JOB: why the job was not stopped (it started or changed)
     status_asked: str | None = None  # after ASK_STATUS: what became of the request
     scaled: bool = False  # after SCALE_DOWN
-    retry_backoff_s: int = RETRY_BACKOFF_SECONDS[0]  # the deployment's first backoff before a run's next attempt
-    region_seconds: int = regions.DEFAULT_REGION_SECONDS  # the operator's wait for capacity in one region
-    tick_releases: bool = False  # the watch tick releases ended runs' nodes once per RayCluster, then settles them
     promotion: Promotion | None = None  # after CONCLUDE
     error: str | None = None  # a permanent controller error while handling the run
 
@@ -143,17 +150,17 @@ def move(state: State, reason: str | None = None, **details: Any) -> Step:
     return Step(Action.MOVE, Move(state, reason, **details))
 
 
-def decide(record: RunRecord, facts: Facts) -> Step:
+def decide(record: RunRecord, facts: Facts, rules: Rules = Rules()) -> Step:
     if record.state.terminal:
-        return _after_end(record, facts)
+        return _after_end(record, facts, rules)
     if facts.error:
         return move(State.FAILED, f"controller error: {facts.error}")
     if record.state in (State.RECEIVED, State.QUEUED, State.PROVISIONING):
         return _before_submission(record, facts)
-    return _submitted(record, facts)
+    return _submitted(record, facts, rules)
 
 
-def _after_end(record: RunRecord, facts: Facts) -> Step:
+def _after_end(record: RunRecord, facts: Facts, rules: Rules) -> Step:
     # This handler touched the cluster while another ended the run (a cancel or a deadline during the
     # apply), or its submission failed after the RayCluster apply: stop what it started, release the workers.
     touched = facts.submitted is not None or facts.submit_error is not None
@@ -162,7 +169,7 @@ def _after_end(record: RunRecord, facts: Facts) -> Step:
     releasing = touched or (record.may_hold_nodes and not record.settled)
     if releasing and not facts.scaled:
         # Never settled (its end published, its record no longer watched) before its nodes are released.
-        return NOTHING if facts.tick_releases else Step(Action.SCALE_DOWN)
+        return NOTHING if rules.tick_releases else Step(Action.SCALE_DOWN)
     if record.settled:
         return NOTHING
     if needs_conclusion(record):
@@ -302,7 +309,7 @@ def _fingerprinted(record: RunRecord, facts: Facts) -> Step:
     return move(record.state, inputs=inputs)
 
 
-def _submitted(record: RunRecord, facts: Facts) -> Step:
+def _submitted(record: RunRecord, facts: Facts, rules: Rules) -> Step:
     """SUBMITTED and RUNNING runs are the watcher's to follow."""
     if facts.handler == "launch":
         return NOTHING
@@ -316,7 +323,7 @@ def _submitted(record: RunRecord, facts: Facts) -> Step:
     if seen is None:
         return Step(Action.OBSERVE_JOB)
     job = seen.status
-    if (elsewhere := _move_region(record, facts, seen)) is not None:
+    if (elsewhere := _move_region(record, facts, rules, seen)) is not None:
         return elsewhere
     if seen.lag and facts.status_asked is None:
         return Step(Action.ASK_STATUS)
@@ -340,12 +347,13 @@ def _submitted(record: RunRecord, facts: Facts) -> Step:
         return Step(Action.STOP_JOB)  # a stuck or half-failed job must not hold the GPUs
     lost = [*seen.lost, *disruption.from_ray(job)] if state == State.FAILED else []
     if lost:
-        return _lost_nodes(record, facts, reason, lost, summary)
+        return _lost_nodes(record, facts, rules, reason, lost, summary)
     if state == State.FAILED and record.nightly and joblog.transient_cause(reason):
         # A nightly's day has one run id: a passing outage (the Hub, GCS, a 503) must not lose the night.
         return _again(
             record,
             facts,
+            rules,
             f"failed for a cause that may pass: {reason}",
             f"failed: {reason}",
             [],
@@ -355,7 +363,7 @@ def _submitted(record: RunRecord, facts: Facts) -> Step:
     return _end(record, facts, state, reason, job=summary, collect_result=True)
 
 
-def _move_region(record: RunRecord, facts: Facts, seen: JobSeen) -> Step | None:
+def _move_region(record: RunRecord, facts: Facts, rules: Rules, seen: JobSeen) -> Step | None:
     """A submitted run whose job still waits for its nodes longer than it may wait in one region moves to the next
     of its regions (regions.next_region): its job there is stopped first, then the record moves it (the tick's
     housekeeping releases its group in the region it left), and it is applied there as the same attempt, queued for
@@ -371,7 +379,7 @@ def _move_region(record: RunRecord, facts: Facts, seen: JobSeen) -> Step | None:
     tried = {p.region for p in record.placements if p.attempt == record.attempt}
     after = regions.next_region(record.accepted_config(), here, tried)
     waited = int((facts.now - entered).total_seconds())
-    bound = regions.wait_bound(cfg, facts.region_seconds, pending_seconds(record))
+    bound = regions.wait_bound(cfg, rules.region_seconds, pending_seconds(record))
     if after is None or waited <= bound or seen.bound or facts.move_refused:
         return None  # a run whose nodes came, or whose job changed as it was to be stopped, stays
     if not facts.job_stopped:
@@ -397,7 +405,7 @@ def _move_region(record: RunRecord, facts: Facts, seen: JobSeen) -> Step | None:
 
 
 def _lost_nodes(
-    record: RunRecord, facts: Facts, reason: str | None, lost: list[str], summary: dict[str, Any] | None
+    record: RunRecord, facts: Facts, rules: Rules, reason: str | None, lost: list[str], summary: dict[str, Any] | None
 ) -> Step:
     """A job that failed because it lost its nodes (not because training failed) is submitted again as the
     next attempt, which resumes from the run's last checkpoint (Ray Train restores the run of the same name
@@ -406,6 +414,7 @@ def _lost_nodes(
     return _again(
         record,
         facts,
+        rules,
         f"lost its nodes: {lost[0]}{more}",
         f"lost its nodes: {reason or 'the job failed'}",
         lost,
@@ -417,6 +426,7 @@ def _lost_nodes(
 def _again(
     record: RunRecord,
     facts: Facts,
+    rules: Rules,
     why: str,
     outcome: str,
     lost: list[str],
@@ -437,7 +447,7 @@ def _again(
             job=summary,
             collect_result=True,
         )
-    backoff = retry_backoff(number + 1, facts.retry_backoff_s)
+    backoff = retry_backoff(number + 1, rules.retry_backoff_s)
     now = facts.now
     attempts = [
         *record.closed_attempts(now, outcome, lost, _held_now(record, now)),

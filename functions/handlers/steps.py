@@ -26,15 +26,19 @@ RESULT_LIMIT = 1024 * 1024  # result.json is a few KiB
 TRIAL_RESULT_BYTES = 32 * 1024  # a sweep's result.json carries each trial's summary and history (about 5 KiB)
 
 
-def run(ctx: Context, record: RunRecord, facts: Facts, listed: dict[str, dict[str, Any]] | None = None) -> RunRecord:
+def run(
+    ctx: Context,
+    record: RunRecord,
+    facts: Facts,
+    listed: dict[str, dict[str, Any]] | None = None,
+    tick_releases: bool = False,
+) -> RunRecord:
     """Act on one run until the decision is NOTHING; returns the record as last written or read. `listed`: the
     tick's listing of RayJob statuses by name; the run's job is taken from it at its first look (after a step of
-    this tick changed it, it is read again)."""
-    facts = facts.learned(
-        retry_backoff_s=ctx.settings.retry_backoff_s, region_seconds=ctx.settings.policy.region_seconds
-    )
+    this tick changed it, it is read again). `tick_releases`: the watch tick releases ended runs' nodes itself."""
+    rules = rules_of(ctx, tick_releases)
     for _ in range(MAX_STEPS):
-        step = decisions.decide(record, facts)
+        step = decisions.decide(record, facts, rules)
         if step.action is Action.NOTHING:
             return record
         if step.move is not None:
@@ -52,6 +56,15 @@ def run(ctx: Context, record: RunRecord, facts: Facts, listed: dict[str, dict[st
             facts = facts.learned(**observe(ctx, record, step.action, listed))
     log.error("%s: no decision reached after %d steps; next tick looks again", record.run_id, MAX_STEPS)
     return record
+
+
+def rules_of(ctx: Context, tick_releases: bool = False) -> decisions.Rules:
+    """The deployment's rules for a decision, from the handler's settings."""
+    return decisions.Rules(
+        retry_backoff_s=ctx.settings.retry_backoff_s,
+        region_seconds=ctx.settings.policy.region_seconds,
+        tick_releases=tick_releases,
+    )
 
 
 def observe(

@@ -110,16 +110,16 @@ def reconcile_one(
     """One run's steps; its trouble is returned, never raised, so it cannot stall the others. An ended run's
     nodes are released by the tick once per RayCluster (reconcile_all), not once per run: it settles in the
     tick's second pass (`released`), so its end is never published before its nodes are released."""
-    facts = Facts(now=ctx.clock(), tick_releases=True, scaled=released)
+    facts = Facts(now=ctx.clock(), scaled=released)
     try:
-        return steps.run(ctx, record, facts, listed)
+        return steps.run(ctx, record, facts, listed, tick_releases=True)
     except Exception as exc:
         if is_transient(exc):
             log.warning("%s: transient error, next tick retries: %s", record.run_id, exc)
             return exc
         log.exception("%s: permanent controller error", record.run_id)
         try:
-            return steps.run(ctx, record, facts.learned(error=describe(exc)))
+            return steps.run(ctx, record, facts.learned(error=describe(exc)), tick_releases=True)
         except Exception as again:
             return again
 

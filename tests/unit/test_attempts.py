@@ -8,7 +8,7 @@ import datetime as dt
 import pytest
 
 from functions.core import disruption
-from functions.core.decide import Action, Facts, JobSeen, decide, retry_backoff
+from functions.core.decide import Action, Facts, JobSeen, Rules, decide, retry_backoff
 from functions.core.runs import Attempt, State
 from tests.unit.test_decide import CONFIG, IN, LOST, NOW, READY, ago, record
 
@@ -380,7 +380,7 @@ def test_the_deployments_backoff_is_the_first_wait():
     """RAYTUNE_RETRY_BACKOFF_S (a local run: 2 s, its lost node is a process, not a reclaimed VM) starts the doubling."""
     assert [retry_backoff(attempt, first=2) for attempt in (2, 3, 4)] == [2, 4, 8]
     run = record(State.RUNNING, submitted=100, config=GPU)
-    step = decide(run, Facts(now=NOW, job=JobSeen(FAILED_JOB, lost=LOST), retry_backoff_s=2))
+    step = decide(run, Facts(now=NOW, job=JobSeen(FAILED_JOB, lost=LOST)), Rules(retry_backoff_s=2))
     assert (
         step.move.state == State.QUEUED and "in 2s, from the run's last checkpoint if it saved one" in step.move.reason
     )

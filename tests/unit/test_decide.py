@@ -4,6 +4,7 @@ and never cancels a submitted run without stopping its job first."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 
 import pytest
@@ -12,7 +13,7 @@ from hypothesis import strategies as st
 
 from functions.core.allocation import Admission
 from functions.core.champion import Promotion
-from functions.core.decide import CLAIM_SECONDS, Action, Facts, JobSeen, decide
+from functions.core.decide import CLAIM_SECONDS, Action, Facts, JobSeen, Rules, decide
 from functions.core.fingerprint import Inputs
 from functions.core.platform import ClusterReadiness
 from functions.core.runs import ALLOWED, RunRecord, State
@@ -81,6 +82,7 @@ def record(
     )
 
 
+RULE_FIELDS = {field.name for field in dataclasses.fields(Rules)}
 LOST = ("pod w-1 on node gke-a4-1 at 2026-12-02 11:58:00Z: TerminationByKubelet",)
 READY = ClusterReadiness("ready")
 IN = Admission(True, held=0, limit=5)
@@ -620,7 +622,9 @@ AFTER_THE_END = [
     ids=[row[0] for row in BEFORE_SUBMISSION + AFTER_SUBMISSION + AFTER_THE_END + NIGHTLY],
 )
 def test_decision_table(case, run, facts, action, state, reason):
-    step = decide(run, Facts(now=NOW, **facts))
+    # A row's observations, and the deployment's rules where it sets one (the tick's release: tick_releases)
+    rules = {k: v for k, v in facts.items() if k in RULE_FIELDS}
+    step = decide(run, Facts(now=NOW, **{k: v for k, v in facts.items() if k not in rules}), Rules(**rules))
     assert step.action == action, case
     moved = step.move
     assert (moved.state if moved else None) == state, case
@@ -725,10 +729,10 @@ def test_the_loop_ends_legally(
     )
     # `tick`: the watch tick's way, which releases each RayCluster once after its runs' steps, then settles them
     tick = tick and handler == "watch"
-    facts = Facts(now=NOW, handler=handler, created=created and state == S.RECEIVED, tick_releases=tick)
+    facts = Facts(now=NOW, handler=handler, created=created and state == S.RECEIVED)
     actions = []
     for _ in range(16):
-        step = decide(run, facts)
+        step = decide(run, facts, Rules(tick_releases=tick))
         actions.append(step.action)
         if step.action is A.NOTHING and tick and run.state.terminal and not run.settled and not facts.scaled:
             actions[-1] = A.SCALE_DOWN  # what the tick does between its two passes

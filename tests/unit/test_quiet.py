@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from functions.core import quiet
-from functions.core.decide import Action, Facts, JobSeen, decide, job_summary
+from functions.core.decide import Action, Facts, JobSeen, Rules, decide, job_summary
 from functions.core.runs import State
 from tests.unit.test_decide import NOW, record
 
@@ -43,9 +43,9 @@ def test_a_run_passed_by_on_its_note_is_one_decide_leaves_alone(state, cancel, n
         return  # read and decided as before
     assert listed is not None and listed.get("jobStatus") == "RUNNING", "no step would look at its pods or nodes"
     assert len(run.nodes) >= run.run_config().group_nodes, "nor ask for its nodes"
-    facts = Facts(now=NOW, tick_releases=True)
-    assert decide(run, facts).action is Action.OBSERVE_JOB
-    assert decide(run, facts.learned(job=JobSeen(listed))).action is Action.NOTHING
+    facts, tick = Facts(now=NOW), Rules(tick_releases=True)
+    assert decide(run, facts, tick).action is Action.OBSERVE_JOB
+    assert decide(run, facts.learned(job=JobSeen(listed)), tick).action is Action.NOTHING
 
 
 def test_a_note_is_read_back_only_for_the_generation_it_describes():

@@ -11,7 +11,7 @@ import re
 import pytest
 
 from functions.core.config import RunConfig
-from functions.core.decide import Action, Facts, JobSeen, decide
+from functions.core.decide import Action, Facts, JobSeen, Rules, decide
 from functions.core.regions import Placement, next_region, placed
 from functions.core.runs import PLAIN_FORMAT, Attempt, RunRecord, State, Transition, format_of
 
@@ -98,8 +98,9 @@ def test_within_its_bound_a_run_waits_and_the_operators_default_applies_where_th
     assert decide(submitted(599), facts()).action is Action.MOVE  # the reason (GKE's words) is recorded
     assert decide(submitted(599, reason=STUCK), facts()).action is Action.NOTHING
     config = {**TWO, "deadlines": {"pending_seconds": 3600}}
-    assert decide(submitted(1000, config, reason=STUCK), facts(region_seconds=1800)).action is Action.NOTHING
-    assert decide(submitted(1801, config, reason=STUCK), facts(region_seconds=1800)).action is Action.STOP_WAITING_JOB
+    operator = Rules(region_seconds=1800)
+    assert decide(submitted(1000, config, reason=STUCK), facts(), operator).action is Action.NOTHING
+    assert decide(submitted(1801, config, reason=STUCK), facts(), operator).action is Action.STOP_WAITING_JOB
 
 
 def test_a_running_job_never_moves():
