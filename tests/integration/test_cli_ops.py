@@ -22,10 +22,10 @@ from functions.cli.settings import CliSettings
 from functions.core.allocation import group_name
 from functions.core.policy import Policy, cancel_digest
 from functions.core.runs import State
+from tests.builders import make_run
 from tests.fakes.http_events import post, storage_event
 from tests.harness import HF_TOKEN
 from tests.integration.test_functions import QUICK, wait_for
-from tests.unit.test_story import record as a_record
 
 
 @pytest.fixture
@@ -306,7 +306,7 @@ def caught(pid: int, signum: int) -> bool:
 
 def local_record(workdir: Path, run_id: str, state: State):
     """A run record in a local workdir, where fake-gcs-server keeps the bucket."""
-    record = a_record(state, run_id=run_id)
+    record = make_run(run_id, state).obj()
     runs = workdir / "gcs" / "raytune-local" / "runs"
     runs.mkdir(parents=True)
     (runs / f"{run_id}.json").write_text(record.model_dump_json())
@@ -389,7 +389,7 @@ def test_runs_never_cuts_the_run_id_whatever_the_width(tmp_path, columns):
     runs.mkdir(parents=True)
     ids = ["quickstart-3f9c2e71a0b3d58e", "a-longer-config-name-0f1e2d3c4b5a6978"]
     for run_id in ids:
-        record = a_record(State.SUCCEEDED, run_id=run_id, config={"name": run_id.rsplit("-", 1)[0]})
+        record = make_run(run_id, State.SUCCEEDED).with_fields(config={"name": run_id.rsplit("-", 1)[0]}).obj()
         (runs / f"{run_id}.json").write_text(record.model_dump_json())
     raytune = str(Path(sys.executable).parent / "raytune")
     code, screen = on_a_terminal([raytune, "runs", "--workdir", str(workdir)], columns)
@@ -409,7 +409,9 @@ def test_compare_never_cuts_a_run_id_whatever_the_width(tmp_path, columns):
     ids = ["quickstart-3f9c2e71a0b3d58e", "a-longer-config-name-0f1e2d3c4b5a6978", "quickstart-99aa77bb55cc33dd"]
     for n, run_id in enumerate(ids):
         config = {"name": run_id.rsplit("-", 1)[0], "lora": {"r": 8 * (n + 1)}}
-        (runs / f"{run_id}.json").write_text(a_record(State.SUCCEEDED, run_id=run_id, config=config).model_dump_json())
+        (runs / f"{run_id}.json").write_text(
+            make_run(run_id, State.SUCCEEDED).with_fields(config=config).obj().model_dump_json()
+        )
     raytune = str(Path(sys.executable).parent / "raytune")
     code, screen = on_a_terminal([raytune, "compare", *ids, "--workdir", str(workdir)], columns)
     assert code == 0, screen
@@ -451,7 +453,7 @@ def test_a_raw_log_is_coloured_on_a_terminal_unless_no_color_is_set(tmp_path):
     """Issue 53: `logs --raw` kept Ray's colour codes on a terminal whatever NO_COLOR said (https://no-color.org)."""
     workdir = tmp_path / "w"
     (workdir / "gcs" / "raytune-local" / "runs").mkdir(parents=True)
-    record = a_record(State.SUCCEEDED, run_id="quick-1", config={"name": "quick"})
+    record = make_run("quick-1", State.SUCCEEDED).with_fields(config={"name": "quick"}).obj()
     (workdir / "gcs" / "raytune-local" / "runs" / "quick-1.json").write_text(record.model_dump_json())
     (workdir / "logs").mkdir()
     (workdir / "logs" / f"{record.job_name}-driver.log").write_text("\x1b[32mINFO\x1b[0m step 1/4\n")
@@ -478,7 +480,11 @@ def test_status_compare_and_validate_answer_in_json(capsys, monkeypatch, tmp_pat
     sweep = SweepResult(metric="eval_loss", mode="min", best_trial="trial-000", trials=trials)
     for run_id, r in (("a-1", 8), ("b-1", 16)):
         result = RunResult(adapter_path=f"/x/{run_id}", sweep=sweep if run_id == "a-1" else None)
-        record = a_record(State.SUCCEEDED, run_id=run_id, config={"name": run_id[0], "lora": {"r": r}}, result=result)
+        record = (
+            make_run(run_id, State.SUCCEEDED)
+            .with_fields(config={"name": run_id[0], "lora": {"r": r}}, result=result)
+            .obj()
+        )
         (runs / f"{run_id}.json").write_text(record.model_dump_json())
     assert cli(["status", "a-1", "--workdir", str(workdir), "--json"]) == 0
     status = json.loads(capsys.readouterr().out)
@@ -501,9 +507,12 @@ def test_a_retry_of_a_run_that_failed_on_its_data_asks_for_force(capsys, monkeyp
     runs = workdir / "gcs" / "raytune-local" / "runs"
     runs.mkdir(parents=True)
     reason = "PreflightError: dataset /d: row 4 (counting from 0), column 'image': OSError: image file is truncated"
-    record = a_record(State.FAILED, reason=reason, run_id="bad-1", config={"name": "bad"}, settled=True)
+    record = make_run("bad-1", State.FAILED).reason(reason).with_fields(config={"name": "bad"}, settled=True).obj()
     (runs / "bad-1.json").write_text(record.model_dump_json())
     assert cli(["retry", "bad-1", "--workdir", str(workdir)]) == 2
     said = capsys.readouterr().err
     assert "bad-1 failed on PreflightError (PreflightError: dataset /d: row 4" in said and "--force" in said
-    assert a_record(State.FAILED, reason="RuntimeError: NCCL timeout", settled=True).fails_again() is None
+    assert (
+        make_run("r-1", State.FAILED).reason("RuntimeError: NCCL timeout").with_fields(settled=True).obj().fails_again()
+        is None
+    )
