@@ -1,14 +1,15 @@
-"""Every decision about a run, in one pure function: `decide(record, facts) -> Step`.
+"""Every decision about a run, in one pure function: `decide(record, facts, rules) -> Step`.
 
 Handlers gather facts and execute steps, nothing else (functions/handlers/steps.py):
 
-    step = decide(record, facts)
+    step = decide(record, facts, rules)
     until step is NOTHING: execute it, add what it showed to the facts (or take the record it wrote),
                            decide again
 
 Facts start with the clock and who is asking; each executed step adds one observation (the cluster's
 readiness, the submission's outcome, the RayJob's status, that the job was stopped or the group
-scaled). So the whole state machine, deadlines, claims and cancels included, lives here and is
+scaled). Rules are the deployment's (the retry backoff, the wait in one region, whether the tick releases
+nodes itself), bound once per handler from its settings. So the whole state machine, deadlines, claims and cancels included, lives here and is
 tested as a table (tests/unit/test_decide.py).
 """
 

@@ -15,18 +15,15 @@ on the same record.
 from __future__ import annotations
 
 import dataclasses
-import datetime as dt
 import hashlib
 import json
 import logging
 from typing import Any
 
-from functions.core import advice, events
-from functions.core.config import ConfigError, RunConfig
-from functions.core.config_file import MAX_CONFIG_BYTES, parse_config
+from functions.core import acceptance, events
+from functions.core.config_file import MAX_CONFIG_BYTES
 from functions.core.decide import Facts
 from functions.core.errors import Conflict, NotFound, PermanentError, TooLarge, Unreadable, describe
-from functions.core.estimate import estimate, over_budget
 from functions.core.runs import RunRecord, State, Transition
 from functions.core.secrets import redact, redact_kept
 from functions.handlers import steps
@@ -128,10 +125,9 @@ def keep_malformed(ctx: Context, event: Any, why: str) -> str | None:
 
 
 def receive(ctx: Context, request: events.LaunchRequest) -> tuple[RunRecord, bool]:
-    """Validate the request's config and record the run: RECEIVED, or REJECTED with every reason."""
-    policy = ctx.settings.policy
-    nightly_refused = policy.nightly_violation(request.attributes) if request.source["kind"] == "nightly" else None
-    if nightly_refused:
+    """Read, judge (functions/core/acceptance.py), write: the run recorded RECEIVED, or REJECTED with every
+    reason; a run already recorded is returned as it is."""
+    if acceptance.nightly_refusal(request, ctx.settings):
         # Rejected under its own id: a publisher without the scheduler's key cannot take the day's nightly slot.
         request = dataclasses.replace(request, run_id=request.message_run_id or request.run_id)
     try:
@@ -143,24 +139,23 @@ def receive(ctx: Context, request: events.LaunchRequest) -> tuple[RunRecord, boo
     if existing is not None:
         return existing, False
     now = ctx.clock()
-    errors = _request_problems(ctx, request, now, nightly_refused)
-    raw, cfg, expected = None, None, None
-    if not errors:
-        raw, cfg, expected = _read_and_checked(ctx, request, errors)
-    state = State.REJECTED if errors else State.RECEIVED
-    reason = "; ".join(errors)[:2000] or None
+    document = None if acceptance.before_reading(request, ctx.settings, now) else _read(ctx, request)
+    verdict = acceptance.judge(request, document, ctx.settings, now)
+    state = State.RECEIVED if verdict.accepted else State.REJECTED
+    reason = "; ".join(verdict.errors)[:2000] or None
+    accepted = verdict.config if verdict.accepted else None
     record = RunRecord(
         run_id=request.run_id,
         state=state,
         source=request.source,
         created_at=now,
         updated_at=now,
-        config=cfg.model_dump(mode="json") if cfg and not errors else None,
-        raw_config=_kept(raw) if errors else None,
+        config=accepted.model_dump(mode="json") if accepted else None,
+        raw_config=None if verdict.accepted else _kept(document.raw if document else None),
         reason=reason,
-        errors=errors,
-        warnings=advice.right_sizing(cfg) if cfg and not errors else [],
-        estimate=expected if not errors else None,
+        errors=verdict.errors,
+        warnings=verdict.warnings,
+        estimate=verdict.estimate if verdict.accepted else None,
         history=[Transition(state=state, at=now, reason=reason)],
     )
     # Marked before the record exists: a crash in between leaves the watcher a trail, never a lost run. A marker
@@ -169,56 +164,21 @@ def receive(ctx: Context, request: events.LaunchRequest) -> tuple[RunRecord, boo
     return ctx.store.create(record, noted=not fresh)
 
 
-def _request_problems(
-    ctx: Context, request: events.LaunchRequest, now: dt.datetime, nightly_refused: str | None
-) -> list[str]:
-    """What refuses a request before its config is read: its own errors, its age, the nightly key, the bucket its
-    config_uri names."""
-    errors = list(request.errors)
-    if request.event_time and (age := (now - request.event_time).total_seconds()) > ctx.settings.max_event_age_s:
-        errors.append(f"event is {int(age)}s old; older than RAYTUNE_MAX_EVENT_AGE_S={ctx.settings.max_event_age_s}")
-    if nightly_refused:
-        errors.append(nightly_refused)
-    # Uploads come from the bucket the trigger watches; messages may name any URI: checked before it is read.
-    from_message = request.source["kind"] != "upload" and request.config_uri
-    if from_message and (
-        why := ctx.settings.policy.bucket_violation(request.config_uri or "", "config_uri", ctx.settings.own_buckets)
-        or ctx.settings.config_uri_violation(request.config_uri or "")
-    ):
-        errors.append(why)
-    return errors
-
-
-def _read_and_checked(
-    ctx: Context, request: events.LaunchRequest, errors: list[str]
-) -> tuple[bytes | dict[str, Any] | None, RunConfig | None, Any]:
-    """The request's config read and validated, the operator's policy applied and its estimate: (what was read,
-    the config, the estimate); each problem added to `errors`."""
-    raw: bytes | dict[str, Any] | None = None
-    cfg: RunConfig | None = None
-    expected = None
+def _read(ctx: Context, request: events.LaunchRequest) -> acceptance.Document:
+    """The request's config: the message's own, or the object its config_uri names (bounded in size)."""
+    if request.config is not None:
+        return acceptance.Document(request.config)
+    assert request.config_uri is not None
     try:
-        if request.config is not None:
-            raw = request.config
-        else:
-            assert request.config_uri is not None
-            raw = ctx.read_uri(request.config_uri, limit=MAX_CONFIG_BYTES)
-        cfg = ctx.settings.policy.fixed(
-            parse_config(raw, request.config_format).with_storage(ctx.settings.default_storage)
-        )
-        errors.extend(ctx.settings.violations(cfg))
-        expected = estimate(cfg, ctx.settings.prices)
-        if why := over_budget(cfg, expected):
-            errors.append(why)
+        return acceptance.Document(ctx.read_uri(request.config_uri, limit=MAX_CONFIG_BYTES))
     except NotFound:
-        errors.append(f"{request.config_uri} does not exist")
+        return acceptance.Document(unreadable=f"{request.config_uri} does not exist")
     except TooLarge:
-        errors.append(f"{request.config_uri} is larger than {MAX_CONFIG_BYTES} bytes, the limit for a config")
+        return acceptance.Document(
+            unreadable=f"{request.config_uri} is larger than {MAX_CONFIG_BYTES} bytes, the limit for a config"
+        )
     except PermanentError as err:  # a bucket we may not read, a name GCS refuses
-        errors.append(f"cannot read {request.config_uri}: {describe(err)}")
-    except ConfigError as err:
-        errors.extend(err.errors)
-    return raw, cfg, expected
+        return acceptance.Document(unreadable=f"cannot read {request.config_uri}: {describe(err)}")
 
 
 def _kept(raw: bytes | dict[str, Any] | None) -> str | None:
