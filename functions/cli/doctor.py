@@ -75,7 +75,13 @@ class Doctor:
     caller: Finding | None = None  # who asks, and the quota project their requests name
 
     def __post_init__(self) -> None:
-        self.iam = IamQuestions(self.rest, self.settings.project or "")
+        project = self.settings.project or ""
+        clusters = tuple(
+            f"https://container.googleapis.com/v1/projects/{project}/locations/{region}/clusters/"
+            f"{self.spec(region).gke_cluster}"
+            for region in self.regions()
+        )
+        self.iam = IamQuestions(self.rest, project, clusters)
 
     # -- the deployment ------------------------------------------------------------------------------------
 

@@ -18,6 +18,9 @@ from functions.core.doctor import Finding
 class IamQuestions:
     rest: GoogleRest
     project: str
+    clusters: tuple[
+        str, ...
+    ] = ()  # the deployment's GKE clusters, as Workload Identity names them (its principal sets)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _policies: dict[str, Any] = field(default_factory=dict, repr=False)  # the project's allow policy, once read
     _roles: dict[str, frozenset[str] | None] = field(default_factory=dict, repr=False)  # roles.get, once a role
@@ -41,12 +44,12 @@ class IamQuestions:
         service, _, name = access.full_name.removeprefix("//").partition("/")
         try:
             policies = [self.project_policy(), self.resource_policy(service, name)]
-            bindings = iam_policy.roles_granting(policies, access.principal)
-            roles = {role: self.role_permissions(role) for role, _ in bindings}
+            bindings, maybe = iam_policy.roles_granting(policies, access.principal, self.clusters)
+            roles = {role: self.role_permissions(role) for role in {r for r, _ in bindings} | {r for r, _ in maybe}}
         except errors.ControllerError as exc:
             return d.access_finding(access, None, f"could not read its IAM policies: {errors.describe(exc, 200)}")
         kind = f"{service}/{'Object' if '/objects/' in name else 'Bucket'}" if service.startswith("storage") else ""
-        verdict, why = iam_policy.verdict(bindings, roles, access.permission, name, kind)
+        verdict, why = iam_policy.verdict(bindings, roles, access.permission, name, kind, maybe)
         state = {iam_policy.GRANTED: "CAN_ACCESS", iam_policy.NOT_GRANTED: "CANNOT_ACCESS"}.get(verdict)
         return d.access_finding(access, state, why)
 

@@ -4,8 +4,13 @@ a Workload Identity `principal://` identifier, https://cloud.google.com/policy-i
 policytroubleshooter/rest/v3/AccessTuple). The policies are the resource's and its project's (getIamPolicy, version
 3, so conditional bindings come whole), the roles' permissions what IAM's roles.get answers.
 
-Members (https://cloud.google.com/iam/docs/principal-identifiers): the principal itself, and the principal sets a
-GKE Workload Identity principal belongs to (its namespace, the whole pool). Conditions: the CEL terms IAM Conditions
+Members (https://cloud.google.com/iam/docs/principal-identifiers, and Workload Identity Federation for GKE's
+table of principal identifiers): the principal itself, and the principal sets a GKE Workload Identity principal
+belongs to: its namespace (`.../namespace/NS`), the whole pool (`.../*`), the clusters it runs in
+(`.../kubernetes.cluster/https://container.googleapis.com/v1/projects/P/locations/L/clusters/C`, known from the
+deployment). A set this evaluation cannot place the principal in or out of (a Kubernetes service account's or
+a pod's UID, `kubernetes.serviceaccount.uid/...`, an attribute set, `attribute.NAME/VALUE`, of the same pool)
+makes a grant through it unknown, never "not granted". Conditions: the CEL terms IAM Conditions
 offer on resource names and types (`resource.name == "..."`, `resource.name.startsWith("...")`,
 `resource.type == "..."`), joined by `||` and `&&`; anything else is not guessed at: unknown.
 """
@@ -27,14 +32,27 @@ _TERM = re.compile(
 )
 
 
-def memberships(principal: str) -> set[str]:
+def memberships(principal: str, clusters: Iterable[str] = ()) -> set[str]:
     """The member strings that name this principal in a policy: itself, and for a GKE Workload Identity principal the
-    principal sets of its namespace and of its pool."""
+    principal sets of its namespace, its pool and the clusters it runs in (`clusters`: each one's
+    https://container.googleapis.com/v1/projects/P/locations/L/clusters/C)."""
     found = {principal}
     if hit := _WORKLOAD.match(principal):
         pool = f"principalSet://iam.googleapis.com/{hit['pool']}"
         found |= {f"{pool}/namespace/{hit['ns']}", f"{pool}/*"}
+        found |= {f"{pool}/kubernetes.cluster/{cluster}" for cluster in clusters}
     return found
+
+
+def undecided(principal: str, member: str) -> bool:
+    """A principal set of the principal's own pool whose members this evaluation cannot tell (by UID, by
+    attribute): the principal may be one of them."""
+    hit = _WORKLOAD.match(principal)
+    if hit is None:
+        return False
+    pool = f"principalSet://iam.googleapis.com/{hit['pool']}/"
+    kind = member.removeprefix(pool).split("/", 1)[0] if member.startswith(pool) else ""
+    return kind == "kubernetes.serviceaccount.uid" or kind.startswith("attribute.")
 
 
 def condition_holds(expression: str, name: str, kind: str) -> bool | None:
@@ -58,19 +76,24 @@ def condition_holds(expression: str, name: str, kind: str) -> bool | None:
     return any(verdicts)
 
 
-def roles_granting(policies: Iterable[Any], principal: str) -> list[tuple[str, Any]]:
-    """(role, its binding's condition or None) of every binding in these policies that names the principal. A
-    policy or binding of another shape is left out (the caller says unknown where it matters)."""
-    members = memberships(principal)
-    found = []
+def roles_granting(
+    policies: Iterable[Any], principal: str, clusters: Iterable[str] = ()
+) -> tuple[list[tuple[str, Any]], list[tuple[str, str]]]:
+    """(role, its binding's condition or None) of every binding in these policies that names the principal, and
+    (role, member) of every binding through a principal set it may or may not be in (`undecided`). A policy or
+    binding of another shape is left out (the caller says unknown where it matters)."""
+    members = memberships(principal, clusters)
+    found, maybe = [], []
     for policy in policies:
         bindings = policy.get("bindings") if isinstance(policy, dict) else None
         for binding in bindings if isinstance(bindings, list) else []:
             if not isinstance(binding, dict) or not isinstance(binding.get("role"), str):
                 continue
-            if members & {m for m in binding.get("members") or [] if isinstance(m, str)}:
+            named = {m for m in binding.get("members") or [] if isinstance(m, str)}
+            if members & named:
                 found.append((binding["role"], binding.get("condition")))
-    return found
+            maybe += [(binding["role"], m) for m in sorted(named) if undecided(principal, m)]
+    return found, maybe
 
 
 def verdict(
@@ -79,6 +102,7 @@ def verdict(
     permission: str,
     name: str,
     kind: str,
+    maybe: Iterable[tuple[str, str]] = (),
 ) -> tuple[str, str]:
     """(GRANTED, NOT_GRANTED or UNKNOWN, which binding or why) for the principal's bindings (roles_granting)."""
     doubts = []
@@ -97,6 +121,11 @@ def verdict(
             return GRANTED, f"{role} (condition {condition.get('title') or expression})"
         if holds is None:
             doubts.append(f"{role}'s condition is not one evaluated here: {str(expression)[:120]}")
+    doubts += [
+        f"{role} is granted to {member}, which this evaluation cannot tell the principal in or out of"
+        for role, member in maybe
+        if permission in (role_permissions.get(role) or frozenset())
+    ]
     if doubts:
         return UNKNOWN, "; ".join(doubts)
     return NOT_GRANTED, "no binding of the resource's or the project's policy grants it"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from functions.core import iam_policy as iam
 
 POOL = "projects/123/locations/global/workloadIdentityPools/p.svc.id.goog"
@@ -40,7 +42,8 @@ def test_the_verdict_reads_roles_conditions_and_shapes_it_does_not_know():
         None,
         [],
     ]
-    bindings = iam.roles_granting(policies, TRAINER)
+    bindings, maybe = iam.roles_granting(policies, TRAINER)
+    assert maybe == []
     roles = {"roles/storage.objectUser": frozenset({"storage.objects.create"})}
     assert iam.verdict(bindings, roles, "storage.objects.create", OBJECT, "")[0] == iam.GRANTED
     elsewhere = "projects/_/buckets/b/objects/runs/r.json"
@@ -48,3 +51,29 @@ def test_the_verdict_reads_roles_conditions_and_shapes_it_does_not_know():
     assert iam.verdict(bindings, {"roles/storage.objectUser": None}, "storage.objects.create", OBJECT, "")[0] == (
         iam.UNKNOWN
     )
+
+
+SET = f"principalSet://iam.googleapis.com/{POOL}"
+CLUSTER = "https://container.googleapis.com/v1/projects/proj/locations/us-central1/clusters/raytune"
+
+
+@pytest.mark.parametrize(
+    ("member", "verdict"),
+    [
+        (f"{SET}/namespace/default", iam.GRANTED),  # every KSA of the namespace
+        (f"{SET}/*", iam.GRANTED),  # the whole pool
+        (f"{SET}/kubernetes.cluster/{CLUSTER}", iam.GRANTED),  # every workload of the deployment's cluster
+        (f"{SET}/kubernetes.cluster/{CLUSTER.replace('raytune', 'other')}", iam.NOT_GRANTED),  # another cluster's
+        (f"{SET}/kubernetes.serviceaccount.uid/4c1e-22", iam.UNKNOWN),  # a KSA by UID: not read here
+        (f"{SET}/attribute.kubernetes.namespace/default", iam.UNKNOWN),  # an attribute set: not evaluated
+        (f"{SET}/namespace/team-b", iam.NOT_GRANTED),  # another namespace
+        (SET.replace("p.svc", "other.svc") + "/*", iam.NOT_GRANTED),  # another pool
+    ],
+)
+def test_every_principal_form_of_workload_identity_for_gke(member, verdict):
+    """Workload Identity Federation for GKE's principal identifiers, each as IAM holds the trainer in or out."""
+    policies = [{"bindings": [{"role": "roles/storage.objectUser", "members": [member]}]}]
+    bindings, maybe = iam.roles_granting(policies, TRAINER, clusters=(CLUSTER,))
+    roles = {"roles/storage.objectUser": frozenset({"storage.objects.create"})}
+    found, why = iam.verdict(bindings, roles, "storage.objects.create", OBJECT, "", maybe)
+    assert found == verdict, why
