@@ -368,14 +368,18 @@ resource "google_project_iam_custom_role" "pod_logs" {
   permissions = ["container.pods.getLogs"]
 }
 
-# `raytune doctor` evaluates the trainer's Workload Identity grants from the allow policies themselves: Policy
+# `raytune doctor` evaluates the trainer's Workload Identity grants from the policies themselves: Policy
 # Troubleshooter does not take a principal:// identifier (its AccessTuple.principal). Reading a policy is all this
-# role does, on the project and, through it, on its buckets and topics.
+# role does, on the project and, through it, on its buckets and topics: the allow policies, and the deny policies
+# IAM evaluates first (a folder's or organization's are read where the caller holds these there).
 resource "google_project_iam_custom_role" "policy_reader" {
   role_id     = "${replace(var.name, "-", "_")}_policy_reader"
   title       = "raytune policy reader"
-  description = "Read the allow policies of the project, its buckets and topics (raytune doctor); nothing else."
-  permissions = ["resourcemanager.projects.getIamPolicy", "storage.buckets.getIamPolicy", "pubsub.topics.getIamPolicy"]
+  description = "Read the allow and deny policies of the project, its buckets and topics (raytune doctor); nothing else."
+  permissions = [
+    "resourcemanager.projects.getIamPolicy", "storage.buckets.getIamPolicy", "pubsub.topics.getIamPolicy",
+    "iam.denypolicies.list", "iam.denypolicies.get",
+  ]
 }
 
 # `raytune doctor` reads the disk image a config's cluster.image_cache names (its status and the labels that say

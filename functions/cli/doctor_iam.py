@@ -7,11 +7,14 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import quote
 
 from functions.adapters.google_rest import GoogleRest
 from functions.core import doctor as d
 from functions.core import errors, iam_policy
 from functions.core.doctor import Finding
+
+VERSION_3 = {"options": {"requestedPolicyVersion": 3}}  # conditional bindings come whole
 
 
 @dataclass
@@ -40,18 +43,91 @@ class IamQuestions:
         return d.access_finding(access, answer.get("overallAccessState"))
 
     def evaluated(self, access: d.Access) -> Finding:
+        """As IAM decides: deny policies first (the project's and its ancestors'), then the allow policies of the
+        resource, the project and its ancestors. What could not be read leaves the answer unknown, never ok and
+        never a problem it might not be."""
         assert access.principal is not None
         service, _, name = access.full_name.removeprefix("//").partition("/")
         try:
             policies = [self.project_policy(), self.resource_policy(service, name)]
-            bindings, maybe = iam_policy.roles_granting(policies, access.principal, self.clusters)
-            roles = {role: self.role_permissions(role) for role in {r for r, _ in bindings} | {r for r, _ in maybe}}
         except errors.ControllerError as exc:
             return d.access_finding(access, None, f"could not read its IAM policies: {errors.describe(exc, 200)}")
+        inherited, unread = self.ancestor_policies()
+        bindings, maybe = iam_policy.roles_granting([*policies, *inherited], access.principal, self.clusters)
+        roles = {role: self.role_permissions(role) for role in {r for r, _ in bindings} | {r for r, _ in maybe}}
         kind = f"{service}/{'Object' if '/objects/' in name else 'Bucket'}" if service.startswith("storage") else ""
         verdict, why = iam_policy.verdict(bindings, roles, access.permission, name, kind, maybe)
+        if verdict == iam_policy.NOT_GRANTED and unread:
+            verdict, why = iam_policy.UNKNOWN, f"{why}, and {'; '.join(unread)}"
+        denies, deny_unread = self.deny_policies()
+        refused = iam_policy.denied(denies, access.principal, access.permission, name, kind, self.clusters)
+        if refused is not None:
+            verdict, why = refused
+        elif verdict == iam_policy.GRANTED and deny_unread:
+            verdict, why = iam_policy.UNKNOWN, f"{why} allows it, but {'; '.join(deny_unread)}"
         state = {iam_policy.GRANTED: "CAN_ACCESS", iam_policy.NOT_GRANTED: "CANNOT_ACCESS"}.get(verdict)
         return d.access_finding(access, state, why)
+
+    def ancestry(self) -> list[tuple[str, str]]:
+        """The project's folders and organization, nearest first (Resource Manager getAncestry), read once."""
+        with self._lock:
+            if "ancestry" not in self._policies:
+                answer = self.rest.post("cloudresourcemanager", f"v1/projects/{self.project}:getAncestry", {})
+                found = [
+                    (str(a["resourceId"]["type"]), str(a["resourceId"]["id"]))
+                    for a in (answer.get("ancestor") or [] if isinstance(answer, dict) else [])
+                    if isinstance(a, dict) and isinstance(a.get("resourceId"), dict)
+                ]
+                self._policies["ancestry"] = [(kind, id_) for kind, id_ in found if kind != "project"]
+            return list(self._policies["ancestry"])
+
+    def ancestor_policies(self) -> tuple[list[Any], list[str]]:
+        """The allow policies of the project's folders and organization (a grant there is inherited), and why each
+        one that could not be read was not."""
+        try:
+            ancestors = self.ancestry()
+        except errors.ControllerError as exc:
+            return [], [f"the project's folders and organization could not be read ({errors.describe(exc, 120)})"]
+        found, unread = [], []
+        for kind, id_ in ancestors:
+            path = f"v2/folders/{id_}:getIamPolicy" if kind == "folder" else f"v1/organizations/{id_}:getIamPolicy"
+            try:
+                found.append(self.once(path, lambda p=path: self.rest.post("cloudresourcemanager", p, VERSION_3)))
+            except errors.ControllerError as exc:
+                unread.append(f"the allow policy of {kind} {id_} could not be read ({errors.describe(exc, 120)})")
+        return found, unread
+
+    def deny_policies(self) -> tuple[list[Any], list[str]]:
+        """The deny policies attached to the project and its ancestors (IAM v2), each read whole, and why those
+        that could not be read were not."""
+        points = [("projects", self.project)]
+        try:
+            points += [(f"{kind}s", id_) for kind, id_ in self.ancestry()]
+        except errors.ControllerError as exc:
+            return [], [f"the deny policies above the project could not be read ({errors.describe(exc, 120)})"]
+        found, unread = [], []
+        for kind, id_ in points:
+            attachment = quote(f"cloudresourcemanager.googleapis.com/{kind}/{id_}", safe="")
+            try:
+                listed = self.once(
+                    f"deny {attachment}", lambda a=attachment: self.rest.get("iam", f"v2/policies/{a}/denypolicies")
+                )
+                for entry in listed.get("policies") or [] if isinstance(listed, dict) else []:
+                    named = str(entry.get("name"))
+                    found.append(self.once(named, lambda n=named: self.rest.get("iam", f"v2/{n}")))
+            except errors.ControllerError as exc:
+                unread.append(f"the deny policies of {kind[:-1]} {id_} could not be read ({errors.describe(exc, 120)})")
+        return found, unread
+
+    def once(self, key: str, read: Any) -> Any:
+        """An answer read once for the whole doctor run (a policy every question inherits)."""
+        with self._lock:
+            if key in self._policies:
+                return self._policies[key]
+        answer = read()
+        with self._lock:
+            self._policies[key] = answer
+        return answer
 
     def project_policy(self) -> Any:
         """The project's allow policy, read once (every Workload Identity question inherits from it)."""

@@ -221,6 +221,14 @@ def access_finding(access: Access, state: str | None, said: str = "") -> Finding
     status = ACCESS_STATES.get(state or "", UNKNOWN)
     if status == OK:
         return Finding("iam", subject, OK)
+    if status == PROBLEM and said.startswith("denied by"):  # IAM evaluates deny policies before any grant
+        return Finding(
+            "iam",
+            subject,
+            PROBLEM,
+            f"{who} cannot: {access.why}: {said}",
+            "the deny policy's owner excepts the principal (exceptionPrincipals) or the permission; no grant helps",
+        )
     if status == PROBLEM:
         return Finding(
             "iam",

@@ -17,6 +17,7 @@ offer on resource names and types (`resource.name == "..."`, `resource.name.star
 
 from __future__ import annotations
 
+import fnmatch
 import re
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -129,3 +130,54 @@ def verdict(
     if doubts:
         return UNKNOWN, "; ".join(doubts)
     return NOT_GRANTED, "no binding of the resource's or the project's policy grants it"
+
+
+# -- Deny policies (IAM v2): evaluated before allow policies; a deny rule that applies refuses whatever allows ---
+
+PUBLIC = "principalSet://goog/public:all"
+
+
+def v2_permission(permission: str) -> str:
+    """A permission as deny rules name it: `storage.objects.create` is `storage.googleapis.com/objects.create`."""
+    service, _, rest = permission.partition(".")
+    return f"{service}.googleapis.com/{rest}"
+
+
+def _names(patterns: Any, permission: str) -> bool:
+    """Whether deny-rule permissions (with the wildcards IAM allows: `SERVICE/*`, `SERVICE/RESOURCE.*`,
+    `SERVICE/*.ACTION`) name this permission."""
+    wanted = v2_permission(permission)
+    return any(isinstance(p, str) and fnmatch.fnmatchcase(wanted, p) for p in patterns or [])
+
+
+def denied(
+    policies: Iterable[Any], principal: str, permission: str, name: str, kind: str, clusters: Iterable[str] = ()
+) -> tuple[str, str] | None:
+    """(NOT_GRANTED, the rule) where a deny rule of these policies (IAM v2 Policy, kind denypolicies) refuses the
+    principal this permission on this resource, (UNKNOWN, why) where one might (a principal set not told here, a
+    condition not evaluated here, a rule of a shape not known), None where none applies."""
+    members = memberships(principal, clusters) | {PUBLIC}
+    doubts = []
+    for policy in policies:
+        rules = policy.get("rules") if isinstance(policy, dict) else None
+        for entry in rules if isinstance(rules, list) else []:
+            rule = entry.get("denyRule") if isinstance(entry, dict) else None
+            if not isinstance(rule, dict):
+                continue
+            named = {m for m in rule.get("deniedPrincipals") or [] if isinstance(m, str)}
+            excepted = {m for m in rule.get("exceptionPrincipals") or [] if isinstance(m, str)}
+            if members & excepted or not _names(rule.get("deniedPermissions"), permission):
+                continue
+            if _names(rule.get("exceptionPermissions"), permission):
+                continue
+            where = f"deny policy {policy.get('name') or policy.get('displayName') or '?'}"
+            sure = bool(members & named)
+            if not sure and not any(undecided(principal, m) for m in named):
+                continue
+            expression = (rule.get("denialCondition") or {}).get("expression")
+            holds = True if expression is None else condition_holds(str(expression), name, kind)
+            if sure and holds:
+                return NOT_GRANTED, f"denied by {where}"
+            if holds is not False:
+                doubts.append(f"{where} may deny it (a principal set or condition not evaluated here)")
+    return (UNKNOWN, "; ".join(doubts)) if doubts else None

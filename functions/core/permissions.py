@@ -732,6 +732,20 @@ USES: tuple[Use, ...] = tuple(
     + _uses(
         OPERATOR,
         "project",
+        "Resource Manager projects.getAncestry; IAM v2 policies.listPolicies and getPolicy (kind denypolicies)",
+        "raytune doctor: the folders and organization whose allow policies the project inherits, and the deny "
+        "policies IAM evaluates before any allow policy (a folder's or organization's own are read where the caller "
+        "holds these there; else the answer is unknown)",
+        "resourcemanager.projects.get",
+        "iam.denypolicies.list",
+        "iam.denypolicies.get",
+        source="https://cloud.google.com/resource-manager/reference/rest/v1/projects/getAncestry; "
+        "https://cloud.google.com/iam/docs/deny-access (deny policies are evaluated first); "
+        "https://cloud.google.com/iam/docs/reference/rest/v2/policies/listPolicies",
+    )
+    + _uses(
+        OPERATOR,
+        "project",
         "Compute images.get",
         "raytune doctor: the disk image a config's cluster.image_cache names, and which build it holds",
         "compute.images.get",

@@ -474,3 +474,54 @@ def test_every_region_of_the_deployment_has_its_cluster_asked_about(gcs_emulator
     for region in ("us-central1", "europe-west4"):
         assert gke[f"{region}/raytune version"] == d.OK and gke[f"{region}/raytune Ray operator add-on"] == d.OK
     assert problems(asked)["gke asia-east1/raytune"].detail == "no such cluster"
+
+
+def test_inherited_grants_deny_policies_and_what_could_not_be_read(gcs_emulator):
+    """As IAM decides: a grant on the project's folder is inherited (here to the deployment's cluster, a principal
+    set of its own); a folder the caller may not read leaves a missing grant unknown, not a problem; a deny rule
+    refuses whatever allows, and one whose condition is not evaluated here leaves the answer unknown."""
+    deployment = Deployment(project_id="p", operators=[CALLER])
+    [objects] = [
+        g.address for g in deployment.grants() if g.identity == p.TRAINER and g.role == "roles/storage.objectUser"
+    ]
+    create = "iam trainer storage.objects.create"
+
+    def trainer(findings, verb: str = "create") -> set[str]:
+        return {f.status for f in findings if f.subject.startswith(f"trainer storage.objects.{verb} ")}
+
+    with stand_ins(gcs_emulator, Breakage(dropped={objects})) as (settings, rest, google, kube):
+        pool = google.member_of(p.TRAINER, "default").split("/subject/")[0].replace("principal://", "principalSet://")
+        cluster = (
+            f"https://container.googleapis.com/v1/projects/{settings.project}/locations/us-central1/clusters/raytune"
+        )
+        google.broken.folder = {
+            "bindings": [{"role": "roles/storage.objectUser", "members": [f"{pool}/kubernetes.cluster/{cluster}"]}]
+        }
+        assert trainer(doctor(settings, rest, kube)[0]) == {d.OK}, "granted on the folder: inherited"
+    with stand_ins(gcs_emulator, Breakage(dropped={objects}, folder={}, folder_unreadable=True)) as (
+        settings,
+        rest,
+        _google,
+        kube,
+    ):
+        findings, _ = doctor(settings, rest, kube)
+    assert trainer(findings) == {d.UNKNOWN} and not [k for k in problems(findings) if k.startswith(create)]
+    with stand_ins(gcs_emulator) as (settings, rest, google, kube):
+        namespace = (
+            google.member_of(p.TRAINER, "default").split("/subject/")[0].replace("principal://", "principalSet://")
+        )
+        rule = {
+            "deniedPrincipals": [f"{namespace}/namespace/default"],
+            "deniedPermissions": ["storage.googleapis.com/objects.create"],
+        }
+        google.broken.deny = [{"denyRule": rule}]
+        findings, _ = doctor(settings, rest, kube)
+        assert trainer(findings) == {d.PROBLEM} and trainer(findings, "get") == {d.OK}
+        assert all(
+            "denied by deny policy" in f.detail
+            for f in findings
+            if f.subject.startswith("trainer storage.objects.create")
+        )
+        conditioned = {**rule, "denialCondition": {"expression": "resource.matchTag('p/env', 'prod')"}}
+        google.broken.deny = [{"denyRule": conditioned}]
+        assert trainer(doctor(settings, rest, kube)[0]) == {d.UNKNOWN}

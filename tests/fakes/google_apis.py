@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
-from urllib.parse import parse_qs, unquote, urlsplit
+from urllib.parse import parse_qs, quote, unquote, urlsplit
 
 from functions.core import permissions as p
 from tests.contract.iam import SERVICE_ACCOUNTS, Deployment
@@ -18,6 +18,7 @@ from tests.contract.tfeval import Unknown
 from tests.fakes.http import BackgroundServer, JsonHandler
 
 NUMBER_REF = "${data.google_project.this.number}"
+FOLDER = "1234"  # the folder a project sits in where a test puts it in one
 
 
 @dataclass
@@ -35,6 +36,9 @@ class Breakage:
     tags: set[str] = field(default_factory=set)  # image tags that exist (package/tag)
     digests: dict[str, str] = field(default_factory=dict)  # a tag's current digest (package:tag -> sha256:...)
     disk_images: dict[str, dict] = field(default_factory=dict)  # Compute Engine disk images: name -> its answer
+    folder: dict | None = None  # the project sits in folder 1234 with this allow policy (None: in no folder)
+    folder_unreadable: bool = False  # the caller may not read the folder's policies (they are granted there)
+    deny: list[dict] = field(default_factory=list)  # deny rules attached to the project (IAM v2 PolicyRule)
 
 
 class FakeGoogle(BackgroundServer):
@@ -195,6 +199,14 @@ class FakeGoogle(BackgroundServer):
                 return 200, {"projectId": project, "projectNumber": self.number}
             if rest == f"v1/projects/{project}:testIamPermissions":
                 return 200, self.tested(f"//cloudresourcemanager.googleapis.com/projects/{project}", body)
+            if rest == f"v1/projects/{project}:getAncestry":
+                return self.ancestry()
+            if rest == f"v2/folders/{FOLDER}:getIamPolicy" and self.broken.folder is not None:
+                if self.broken.folder_unreadable:
+                    return 403, {"error": {"code": 403, "message": "Permission 'resourcemanager.folders.getIamPolicy'"}}
+                return 200, self.broken.folder
+        if service == "iam" and rest.startswith("v2/policies/"):
+            return self.deny_policies(rest.removeprefix("v2/"))
         if service == "serviceusage" and rest == f"v1/projects/{project}/services":
             enabled = [s for s in self.names("google_project_service", "service") if s not in self.broken.disabled]
             return 200, {"services": [{"config": {"name": s}, "state": "ENABLED"} for s in enabled]}
@@ -284,6 +296,41 @@ class FakeGoogle(BackgroundServer):
             state = {True: "CAN_ACCESS", False: "CANNOT_ACCESS", None: "UNKNOWN_INFO"}[verdict]
             return 200, {"overallAccessState": state}
         return 404, {"error": {"code": 404, "message": f"{path} not found"}}
+
+    def ancestry(self) -> tuple[int, object]:
+        """Resource Manager's getAncestry: the project, then its folder where it has one (no organization)."""
+        full = f"//cloudresourcemanager.googleapis.com/projects/{self.d.project}"
+        if not self.may(self.caller, full, "resourcemanager.projects.get"):
+            return 403, {"error": {"code": 403, "message": "Permission 'resourcemanager.projects.get' denied"}}
+        chain = [{"resourceId": {"type": "project", "id": self.d.project}}]
+        if self.broken.folder is not None:
+            chain.append({"resourceId": {"type": "folder", "id": FOLDER}})
+        return 200, {"ancestor": chain}
+
+    def deny_policies(self, name: str) -> tuple[int, object]:
+        """IAM v2 policies of kind denypolicies (the path as decoded): listed by attachment point (names only, as
+        listPolicies answers), and each read whole. A folder's are the folder's to read."""
+        project_point = f"policies/cloudresourcemanager.googleapis.com/projects/{self.d.project}/denypolicies"
+        if name.startswith("policies/cloudresourcemanager.googleapis.com/folders/"):
+            if self.broken.folder_unreadable:
+                return 403, {"error": {"code": 403, "message": "Permission 'iam.denypolicies.list' denied"}}
+            return 200, {}
+        if not name.startswith(project_point):
+            return 404, {"error": {"code": 404, "message": f"{name} not found"}}
+        full = f"//cloudresourcemanager.googleapis.com/projects/{self.d.project}"
+        permission = "iam.denypolicies.list" if name == project_point else "iam.denypolicies.get"
+        if not self.may(self.caller, full, permission):
+            return 403, {"error": {"code": 403, "message": f"Permission '{permission}' denied"}}
+        named = [f"{project_point}/deny-{i}" for i in range(len(self.broken.deny))]
+        if name == project_point:  # names as IAM writes them: the attachment point URL-encoded
+            point = quote(f"cloudresourcemanager.googleapis.com/projects/{self.d.project}", safe="")
+            listed = [
+                {"name": f"policies/{point}/denypolicies/deny-{i}", "kind": "DenyPolicy"} for i in range(len(named))
+            ]
+            return 200, {"policies": listed} if listed else {}
+        if name in named:
+            return 200, {"name": name, "kind": "DenyPolicy", "rules": [self.broken.deny[named.index(name)]]}
+        return 404, {"error": {"code": 404, "message": f"{name} not found"}}
 
     def policy_read(
         self,

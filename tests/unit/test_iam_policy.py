@@ -77,3 +77,56 @@ def test_every_principal_form_of_workload_identity_for_gke(member, verdict):
     roles = {"roles/storage.objectUser": frozenset({"storage.objects.create"})}
     found, why = iam.verdict(bindings, roles, "storage.objects.create", OBJECT, "", maybe)
     assert found == verdict, why
+
+
+@pytest.mark.parametrize(
+    ("rule", "verdict"),
+    [
+        (
+            {"deniedPrincipals": [TRAINER], "deniedPermissions": ["storage.googleapis.com/objects.create"]},
+            "not granted",
+        ),
+        (
+            {"deniedPrincipals": ["principalSet://goog/public:all"], "deniedPermissions": ["storage.googleapis.com/*"]},
+            "not granted",
+        ),
+        ({"deniedPrincipals": [f"{SET}/*"], "deniedPermissions": ["storage.googleapis.com/objects.*"]}, "not granted"),
+        ({"deniedPrincipals": [TRAINER], "deniedPermissions": ["storage.googleapis.com/buckets.*"]}, None),
+        (
+            {
+                "deniedPrincipals": ["principalSet://goog/public:all"],
+                "exceptionPrincipals": [f"{SET}/namespace/default"],
+                "deniedPermissions": ["storage.googleapis.com/*"],
+            },
+            None,
+        ),
+        (
+            {
+                "deniedPrincipals": [TRAINER],
+                "deniedPermissions": ["storage.googleapis.com/*"],
+                "exceptionPermissions": ["storage.googleapis.com/objects.create"],
+            },
+            None,
+        ),
+        (
+            {
+                "deniedPrincipals": [f"{SET}/kubernetes.serviceaccount.uid/9"],
+                "deniedPermissions": ["storage.googleapis.com/*"],
+            },
+            "unknown",
+        ),
+        (
+            {
+                "deniedPrincipals": [TRAINER],
+                "deniedPermissions": ["storage.googleapis.com/*"],
+                "denialCondition": {"expression": "resource.matchTag('p/env', 'prod')"},
+            },
+            "unknown",
+        ),
+    ],
+)
+def test_a_deny_rule_refuses_before_any_grant(rule, verdict):
+    """IAM v2 deny rules: principals and their exceptions, permissions in v2 form with wildcards and exceptions,
+    conditions evaluated where they are of the forms understood, else unknown."""
+    found = iam.denied([{"name": "d", "rules": [{"denyRule": rule}]}], TRAINER, "storage.objects.create", OBJECT, "")
+    assert (found[0] if found else None) == verdict, found
