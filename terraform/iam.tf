@@ -375,10 +375,10 @@ resource "google_project_iam_custom_role" "pod_logs" {
 resource "google_project_iam_custom_role" "policy_reader" {
   role_id     = "${replace(var.name, "-", "_")}_policy_reader"
   title       = "raytune policy reader"
-  description = "Read the allow and deny policies of the project, its buckets and topics (raytune doctor); nothing else."
+  description = "Read the allow, deny and org policies of the project, its buckets and topics (raytune doctor); nothing else."
   permissions = [
     "resourcemanager.projects.getIamPolicy", "storage.buckets.getIamPolicy", "pubsub.topics.getIamPolicy",
-    "iam.denypolicies.list", "iam.denypolicies.get",
+    "iam.denypolicies.list", "iam.denypolicies.get", "orgpolicy.policy.get",
   ]
 }
 

@@ -18,7 +18,7 @@ from functions.adapters.store import RECORDS
 from functions.cli.config_commands import bucket_storage
 from functions.cli.doctor_iam import IamQuestions
 from functions.cli.settings import CliSettings
-from functions.core import computeclass, errors, image_cache, manifests
+from functions.core import computeclass, errors, image_cache, manifests, permissions
 from functions.core import doctor as d
 from functions.core.config import ClusterSpec, RunConfig
 from functions.core.doctor import OK, PROBLEM, UNKNOWN, Finding
@@ -131,12 +131,25 @@ class Doctor:
                 for r, group in IamQuestions.caller_groups(accesses).items()
             ),
         ]
+        if permissions.IMAGE_CACHE in self.switches:
+            questions.append((lambda: [self.external_ip()], ("orgpolicy", d.EXTERNAL_IP)))
         if not deployment.number:
             questions = questions[:3]  # without the project number no identity or Google resource can be named
         with ThreadPoolExecutor(WORKERS) as pool:
             for answer in pool.map(lambda question: _read(*question), questions):
                 found += answer
         return found, len(skipped)
+
+    def external_ip(self) -> Finding:
+        """The project's effective org policy on VMs' external IPs, before a cache build finds it."""
+        project = self.settings.project or ""
+        path = f"v2/projects/{project}/policies/{d.EXTERNAL_IP}:getEffectivePolicy"
+        try:
+            return d.external_ip_verdict(self.rest.get("orgpolicy", path))
+        except errors.ControllerError as exc:
+            return Finding(
+                "orgpolicy", f"constraints/{d.EXTERNAL_IP}", UNKNOWN, f"could not ask: {errors.describe(exc, 200)}"
+            )
 
     # -- what Terraform made -------------------------------------------------------------------------------
 

@@ -296,3 +296,37 @@ def report(findings: list[Finding], skipped: int = 0) -> str:
     if skipped:
         summary += f" ({skipped} uses of the permission table name resources raytune.toml does not: not asked)"
     return "\n".join([*lines, summary])
+
+
+EXTERNAL_IP = "compute.vmExternalIpAccess"
+
+
+def external_ip_verdict(answer: Any) -> Finding:
+    """Whether the cache builder's VM may have the external IP it always gets (Daisy's default access config): the
+    project's effective org policy for constraints/compute.vmExternalIpAccess, as Org Policy's getEffectivePolicy
+    answers it. A rule of a shape or with a condition not read here is unknown."""
+    subject = f"constraints/{EXTERNAL_IP} (raytune image --cache)"
+    spec = answer.get("spec") if isinstance(answer, dict) else None
+    rules = (spec or {}).get("rules") if isinstance(spec, dict) else None
+    if not isinstance(answer, dict) or (spec is not None and not isinstance(spec, dict)):
+        return Finding("orgpolicy", subject, UNKNOWN, "an answer that is not Org Policy's")
+    if not rules:
+        return Finding("orgpolicy", subject, OK)
+    fix = (
+        "an org policy administrator exempts the project (gcloud org-policies reset "
+        f"{EXTERNAL_IP} --project=PROJECT), or the cache is built in a project that allows it"
+    )
+    for rule in rules if isinstance(rules, list) else [None]:
+        if not isinstance(rule, dict) or rule.get("condition"):
+            return Finding("orgpolicy", subject, UNKNOWN, "a rule with a condition, or of a shape not read here")
+        if rule.get("denyAll"):
+            why = "denies every VM an external IP; the cache builder's VM always gets one (Daisy's default)"
+            return Finding("orgpolicy", subject, PROBLEM, why, fix)
+        allowed = (rule.get("values") or {}).get("allowedValues") if isinstance(rule.get("values"), dict) else None
+        if allowed:
+            why = (
+                f"allows external IPs only to {len(allowed)} listed instances; the cache builder's VM is named per "
+                "build (its instance is never on the list)"
+            )
+            return Finding("orgpolicy", subject, PROBLEM, why, fix)
+    return Finding("orgpolicy", subject, OK)

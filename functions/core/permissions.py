@@ -746,6 +746,16 @@ USES: tuple[Use, ...] = tuple(
     + _uses(
         OPERATOR,
         "project",
+        "Org Policy v2 projects.policies.getEffectivePolicy (constraints/compute.vmExternalIpAccess)",
+        "raytune doctor, before a cache build: whether the builder's VM may have the external IP it always gets",
+        "orgpolicy.policy.get",
+        when=IMAGE_CACHE,
+        source="https://cloud.google.com/resource-manager/docs/reference/orgpolicy/rest/v2/projects.policies/"
+        "getEffectivePolicy",
+    )
+    + _uses(
+        OPERATOR,
+        "project",
         "Compute images.get",
         "raytune doctor: the disk image a config's cluster.image_cache names, and which build it holds",
         "compute.images.get",

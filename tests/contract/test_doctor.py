@@ -525,3 +525,26 @@ def test_inherited_grants_deny_policies_and_what_could_not_be_read(gcs_emulator)
         conditioned = {**rule, "denialCondition": {"expression": "resource.matchTag('p/env', 'prod')"}}
         google.broken.deny = [{"denyRule": conditioned}]
         assert trainer(doctor(settings, rest, kube)[0]) == {d.UNKNOWN}
+
+
+@pytest.mark.parametrize(
+    ("rules", "status", "said"),
+    [
+        ([], d.OK, ""),
+        ([{"allowAll": True}], d.OK, ""),
+        ([{"denyAll": True}], d.PROBLEM, "denies every VM an external IP"),
+        ([{"values": {"allowedValues": ["projects/p/zones/us-central1-a/instances/bastion"]}}], d.PROBLEM, "listed"),
+        (
+            [{"denyAll": True, "condition": {"expression": "resource.matchTag('p/vm', 'builder')"}}],
+            d.UNKNOWN,
+            "condition",
+        ),
+    ],
+)
+def test_the_cache_builders_external_ip_is_asked_of_the_org_policy_before_a_build(gcs_emulator, rules, status, said):
+    """The builder's VM always gets an external IP (Daisy's default access config): with the switch on, doctor
+    reads the project's effective constraints/compute.vmExternalIpAccess and says whether a build would be refused."""
+    with stand_ins(gcs_emulator, Breakage(external_ip=rules), image_cache=True) as (settings, rest, _google, kube):
+        findings, _ = doctor(settings, rest, kube, switches=[p.IMAGE_CACHE])
+    [found] = [f for f in findings if f.check == "orgpolicy"]
+    assert found.status == status and said in found.detail, found

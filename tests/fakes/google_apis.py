@@ -39,6 +39,7 @@ class Breakage:
     folder: dict | None = None  # the project sits in folder 1234 with this allow policy (None: in no folder)
     folder_unreadable: bool = False  # the caller may not read the folder's policies (they are granted there)
     deny: list[dict] = field(default_factory=list)  # deny rules attached to the project (IAM v2 PolicyRule)
+    external_ip: list[dict] = field(default_factory=list)  # the effective rules of compute.vmExternalIpAccess
 
 
 class FakeGoogle(BackgroundServer):
@@ -66,6 +67,7 @@ class FakeGoogle(BackgroundServer):
     def endpoints(self) -> dict[str, str]:
         services = ("cloudresourcemanager", "serviceusage", "pubsub", "cloudfunctions", "cloudscheduler")
         services += ("secretmanager", "artifactregistry", "container", "iam", "policytroubleshooter", "compute")
+        services += ("orgpolicy",)
         return {s: f"{self.url}/{s}" for s in services}
 
     # -- what terraform/ makes ------------------------------------------------------------------------------
@@ -205,6 +207,17 @@ class FakeGoogle(BackgroundServer):
                 if self.broken.folder_unreadable:
                     return 403, {"error": {"code": 403, "message": "Permission 'resourcemanager.folders.getIamPolicy'"}}
                 return 200, self.broken.folder
+        if (
+            service == "orgpolicy"
+            and rest == f"v2/projects/{project}/policies/compute.vmExternalIpAccess:getEffectivePolicy"
+        ):
+            full = f"//cloudresourcemanager.googleapis.com/projects/{project}"
+            if not self.may(self.caller, full, "orgpolicy.policy.get"):
+                return 403, {"error": {"code": 403, "message": "Permission 'orgpolicy.policy.get' denied"}}
+            name = f"projects/{self.number}/policies/compute.vmExternalIpAccess"
+            return 200, {"name": name, "spec": {"rules": self.broken.external_ip}} if self.broken.external_ip else {
+                "name": name
+            }
         if service == "iam" and rest.startswith("v2/policies/"):
             return self.deny_policies(rest.removeprefix("v2/"))
         if service == "serviceusage" and rest == f"v1/projects/{project}/services":

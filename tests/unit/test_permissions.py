@@ -64,9 +64,12 @@ def test_cluster_creation_adds_exactly_its_uses():
 
 def test_the_image_cache_adds_the_builder_and_its_vm_and_nothing_else():
     """`image_cache`: the image build makes and deletes the builder's VM, disk and disk image and acts as the VM's
-    own account; the VM reads its startup script and pulls the trainer image. No other identity changes."""
-    for identity in set(p.IDENTITIES) - {p.IMAGE_BUILD, p.IMAGE_CACHE_VM}:
+    own account; the VM reads its startup script and pulls the trainer image; doctor reads the org policy on the
+    VM's external IP for the operator. No other identity changes."""
+    for identity in set(p.IDENTITIES) - {p.IMAGE_BUILD, p.IMAGE_CACHE_VM, p.OPERATOR}:
         assert p.uses_of(identity, [p.IMAGE_CACHE]) == p.uses_of(identity), identity
+    operator = set(p.uses_of(p.OPERATOR, [p.IMAGE_CACHE])) - set(p.uses_of(p.OPERATOR))
+    assert {(u.resource, u.permission) for u in operator} == {("project", "orgpolicy.policy.get")}
     assert p.uses_of(p.IMAGE_CACHE_VM) == []
     vm = {(u.resource, u.permission) for u in p.uses_of(p.IMAGE_CACHE_VM, [p.IMAGE_CACHE])}
     assert vm == {("bucket:build", "storage.objects.get"), ("repository:trainer", p.uses_of(p.NODES)[0].permission)}
