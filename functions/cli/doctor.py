@@ -5,6 +5,7 @@ functions/core/doctor.py's; this module only asks."""
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -133,6 +134,8 @@ class Doctor:
         ]
         if permissions.IMAGE_CACHE in self.switches:
             questions.append((lambda: [self.external_ip()], ("orgpolicy", d.EXTERNAL_IP)))
+        if self.config is not None:
+            questions.append((lambda: [self.accepted()], ("launch", self.config.name)))
         if not deployment.number:
             questions = questions[:3]  # without the project number no identity or Google resource can be named
         with ThreadPoolExecutor(WORKERS) as pool:
@@ -344,6 +347,25 @@ class Doctor:
     def stored(self, bucket: str, name: str) -> Any:
         """A JSON object's content, read through the JSON API (as the caller, like every question here)."""
         return self.rest.get("storage", f"storage/v1/b/{bucket}/o/{quote(name, safe='')}", {"alt": "media"})
+
+    def accepted(self) -> Finding:
+        """Whether the launch would accept the config, judged by the launch's own judge (core/acceptance.py) under
+        the deployment as the launch function has it (its RAYTUNE_* environment): the policy, the buckets, the
+        prices and budget. Where that environment could not be read, the judge has only raytune.toml's names."""
+        from functions.core import acceptance
+        from functions.core.events import LaunchRequest
+        from functions.handlers.settings import Settings
+
+        assert self.config is not None
+        names = {"RAYTUNE_PROJECT": self.settings.project or "", "RAYTUNE_BUCKET": self.settings.runs_bucket or ""}
+        rules = Settings.from_env({**names, **self.functions_env})
+        document = self.config.model_dump(mode="json", exclude_none=True)
+        request = LaunchRequest(self.config.name, {"kind": "upload", "ref": "raytune doctor"}, None, config=document)
+        verdict = acceptance.judge(request, acceptance.Document(document), rules, dt.datetime.now(dt.UTC))
+        if verdict.accepted:
+            return Finding("launch", self.config.name, OK)
+        fix = "edit the config (the launch would record it REJECTED with these reasons)"
+        return Finding("launch", self.config.name, PROBLEM, "; ".join(verdict.errors)[:600], fix)
 
     def launched(self, spec: ClusterSpec) -> RunConfig:
         """The config as the launch function renders it: the operator's policy as deployed (the function's own

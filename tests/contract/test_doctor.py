@@ -548,3 +548,18 @@ def test_the_cache_builders_external_ip_is_asked_of_the_org_policy_before_a_buil
         findings, _ = doctor(settings, rest, kube, switches=[p.IMAGE_CACHE])
     [found] = [f for f in findings if f.check == "orgpolicy"]
     assert found.status == status and said in found.detail, found
+
+
+def test_a_config_is_judged_by_the_launchs_own_judge_under_the_deployed_policy(gcs_emulator):
+    """`raytune doctor CONFIG`: the launch's acceptance judge (functions/core/acceptance.py) with the deployment as
+    the launch function has it (its environment): a config the launch would record REJECTED is a problem with the
+    launch's own reasons; one it accepts is ok."""
+    tfvars = {"policy_tracking_destinations": ["mlflow"]}
+    refused = RunConfig.model_validate({"name": "tracked", "tracking": {"wandb": {"project": "p"}}})
+    with stand_ins(gcs_emulator, **tfvars) as (settings, rest, _google, kube):
+        findings, _ = Doctor(settings, rest, lambda spec: Kube(api_client(kube.url)), refused).run()
+        [verdict] = [f for f in findings if f.check == "launch"]
+        assert verdict.status == d.PROBLEM and "policy tracking_destinations" in verdict.detail, verdict
+        fine = RunConfig.model_validate({"name": "quick"})
+        findings, _ = Doctor(settings, rest, lambda spec: Kube(api_client(kube.url)), fine).run()
+    assert [f.status for f in findings if f.check == "launch"] == [d.OK]
