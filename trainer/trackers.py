@@ -14,7 +14,16 @@ from functions.core.config import RunConfig
 from functions.core.errors import describe
 from functions.core.result import RunResult, TrackedRun
 from functions.core.secrets import redact
-from trainer.tracking import MLFLOW_CLIENT_ENV, Delivery, Identity, Logger, identity, numbers, of_trial
+from trainer.tracking import (
+    MLFLOW_CLIENT_ENV,
+    Delivery,
+    Identity,
+    Logger,
+    flat_config,
+    identity,
+    numbers,
+    of_trial,
+)
 
 log = logging.getLogger("raytune.tracking")
 MAX_PARAMS = 100  # MLflow's log_batch takes at most 100 params a call
@@ -61,10 +70,6 @@ def parents(cfg: RunConfig, sweep: Identity) -> dict[str, str]:
     return found
 
 
-def _flat_config(cfg: RunConfig) -> dict[str, str]:
-    return spec.flat_params(cfg.model_dump(mode="json", exclude={"tracking"}))
-
-
 class MlflowRun(Logger):
     name = "mlflow"
 
@@ -82,7 +87,7 @@ class MlflowRun(Logger):
         self.client = MlflowClient(self.uri)
         self.experiment_id = self._experiment(spec.experiment_name(cfg.tracking, cfg.name))
         self.run_id, created = self._run(who)
-        params = _flat_config(cfg) if created and with_params else {}
+        params = flat_config(cfg) if created and with_params else {}
         tags = [RunTag(key, value) for key, value in who.tags().items()]
         items = [Param(key, value[:MAX_PARAM_VALUE]) for key, value in sorted(params.items())]
         for start in range(0, max(len(items), 1), MAX_PARAMS):
@@ -216,7 +221,7 @@ class WandbRun(Logger):
             resume="allow",
             mode=settings.mode,
             dir=os.environ.get("WANDB_DIR"),
-            config=_flat_config(cfg) if with_params else None,
+            config=flat_config(cfg) if with_params else None,
             tags=[f"attempt-{who.attempt}", *([who.region] if who.region else [])],
             reinit="create_new",
             settings=wandb.Settings(silent=True, console="off", x_disable_stats=True),

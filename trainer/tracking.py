@@ -174,6 +174,12 @@ class Logger:
         raise NotImplementedError
 
 
+def flat_config(cfg: RunConfig) -> dict[str, str]:
+    """The run's config as every destination's params take it: flat, its tracking section left out (it says where
+    the run is tracked, not what was trained)."""
+    return spec.flat_params(cfg.model_dump(mode="json", exclude={"tracking"}))
+
+
 def numbers(metrics: dict[str, Any]) -> dict[str, float]:
     """The numeric values of a Trainer's logs or a summary (never a flag), as floats."""
     return {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}

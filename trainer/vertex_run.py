@@ -17,7 +17,7 @@ from typing import Any
 from functions.core import tracking as spec
 from functions.core.config import RunConfig
 from functions.core.result import TrackedRun
-from trainer.tracking import Delivery, Identity, Logger
+from trainer.tracking import Delivery, Identity, Logger, flat_config
 
 OPEN_BOUND_S = 60.0  # the most opening the run may take: Vertex AI's client retries a call for minutes
 STATES = {"FINISHED": "COMPLETE", "FAILED": "FAILED", "KILLED": "CANCELLED"}
@@ -94,7 +94,7 @@ class VertexRun(Logger):
             created = True
         params: dict[str, Any] = dict(who.tags())  # each open: the attempt and region now
         if created and with_params:
-            params.update(spec.flat_params(cfg.model_dump(mode="json", exclude={"tracking"})))
+            params.update(flat_config(cfg))
         run.log_params(params)
         return run
 

@@ -21,11 +21,10 @@ VERSION_3 = {"options": {"requestedPolicyVersion": 3}}  # conditional bindings c
 class IamQuestions:
     rest: GoogleRest
     project: str
-    clusters: tuple[
-        str, ...
-    ] = ()  # the deployment's GKE clusters, as Workload Identity names them (its principal sets)
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
-    _policies: dict[str, Any] = field(default_factory=dict, repr=False)  # the project's allow policy, once read
+    # The deployment's GKE clusters, as Workload Identity names them (each one's principal set).
+    clusters: tuple[str, ...] = ()
+    _lock: threading.RLock = field(default_factory=threading.RLock, repr=False)
+    _policies: dict[str, Any] = field(default_factory=dict, repr=False)  # what `once` read, by what it is
     _roles: dict[str, frozenset[str] | None] = field(default_factory=dict, repr=False)  # roles.get, once a role
 
     def access(self, access: d.Access) -> Finding:
@@ -70,16 +69,17 @@ class IamQuestions:
 
     def ancestry(self) -> list[tuple[str, str]]:
         """The project's folders and organization, nearest first (Resource Manager getAncestry), read once."""
-        with self._lock:
-            if "ancestry" not in self._policies:
-                answer = self.rest.post("cloudresourcemanager", f"v1/projects/{self.project}:getAncestry", {})
-                found = [
-                    (str(a["resourceId"]["type"]), str(a["resourceId"]["id"]))
-                    for a in (answer.get("ancestor") or [] if isinstance(answer, dict) else [])
-                    if isinstance(a, dict) and isinstance(a.get("resourceId"), dict)
-                ]
-                self._policies["ancestry"] = [(kind, id_) for kind, id_ in found if kind != "project"]
-            return list(self._policies["ancestry"])
+
+        def read() -> list[tuple[str, str]]:
+            answer = self.rest.post("cloudresourcemanager", f"v1/projects/{self.project}:getAncestry", {})
+            found = [
+                (str(a["resourceId"]["type"]), str(a["resourceId"]["id"]))
+                for a in (answer.get("ancestor") or [] if isinstance(answer, dict) else [])
+                if isinstance(a, dict) and isinstance(a.get("resourceId"), dict)
+            ]
+            return [(kind, id_) for kind, id_ in found if kind != "project"]
+
+        return list(self.once("ancestry", read))
 
     def ancestor_policies(self) -> tuple[list[Any], list[str]]:
         """The allow policies of the project's folders and organization (a grant there is inherited), and why each
@@ -120,25 +120,17 @@ class IamQuestions:
         return found, unread
 
     def once(self, key: str, read: Any) -> Any:
-        """An answer read once for the whole doctor run (a policy every question inherits)."""
+        """An answer read once for the whole doctor run (a policy every question inherits): the questions run at
+        once, so the first reads it while the others wait for it. A read that raised is read again next time."""
         with self._lock:
-            if key in self._policies:
-                return self._policies[key]
-        answer = read()
-        with self._lock:
-            self._policies[key] = answer
-        return answer
+            if key not in self._policies:
+                self._policies[key] = read()
+            return self._policies[key]
 
     def project_policy(self) -> Any:
         """The project's allow policy, read once (every Workload Identity question inherits from it)."""
-        with self._lock:
-            if "project" not in self._policies:
-                project = self.project
-                body = {"options": {"requestedPolicyVersion": 3}}
-                self._policies["project"] = self.rest.post(
-                    "cloudresourcemanager", f"v1/projects/{project}:getIamPolicy", body
-                )
-            return self._policies["project"]
+        path = f"v1/projects/{self.project}:getIamPolicy"
+        return self.once("project", lambda: self.rest.post("cloudresourcemanager", path, VERSION_3))
 
     def resource_policy(self, service: str, name: str) -> Any:
         """The allow policy of a bucket (an object's is its bucket's) or a topic."""

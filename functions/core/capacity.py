@@ -88,11 +88,11 @@ def option_problems(option: Any) -> list[str]:
     kind = KINDS[option.kind]
     found = [f"a {kind.name} option needs its {f}" for f in kind.required if getattr(option, f) is None]
     for other in KINDS.values():
-        extra = [f for f in other.fields if f not in kind.fields and getattr(option, f) is not None]
-        if extra:
-            names = " and ".join([", ".join(other.fields[:-1]), other.fields[-1]] if len(other.fields) > 1 else extra)
-            verb = "are" if len(other.fields) > 1 else "is"
-            found.append(
-                f"{names} {verb} {other.owner}" + (f"; a {kind.name} option has none" if verb == "are" else "")
-            )
+        if not any(f not in kind.fields and getattr(option, f) is not None for f in other.fields):
+            continue
+        if len(other.fields) == 1:
+            found.append(f"{other.fields[0]} is {other.owner}")
+        else:
+            listed = ", ".join(other.fields[:-1]) + f" and {other.fields[-1]}"
+            found.append(f"{listed} are {other.owner}; a {kind.name} option has none")
     return found

@@ -85,8 +85,8 @@ def _aliased(ctx: Context, record: RunRecord, cfg: RunConfig, promotion: Promoti
         earlier = ctx.store.get(champion_run) if needs else None
         pushed = earlier.result if earlier is not None else None
     aliased = Aliased(cfg, record.result, ctx.settings.hf_token, ctx.settings.project)
-    moved = aliased.move(champion_run, adapter, pushed)
-    return promotion.model_copy(update={"registered": moved[0], "registry_error": moved[1]})
+    registered, error = aliased.move(champion_run, adapter, pushed)
+    return promotion.model_copy(update={"registered": registered, "registry_error": error})
 
 
 class Aliased:
