@@ -4,6 +4,7 @@ starts (the control plane's, the emulators) are killed by the kernel when what s
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -75,3 +76,49 @@ def test_a_server_is_started_without_running_the_starters_fork_handlers(tmp_path
     )
     assert said.returncode == 0, said.stderr
     assert said.stdout.strip() == "False", "a fork handler ran in the server's child"
+
+
+INTERRUPTED = """
+import os, time
+from pathlib import Path
+from functions.core.config import RunConfig
+from tests.harness import tiny_checkpointed
+from tests.trainer.jobs import start_job
+
+def test_interrupted(tmp_path):
+    config = tiny_checkpointed("interrupted", samples=8, eval_fraction=0, max_steps=10000, storage_path=str(tmp_path))
+    job = start_job(RunConfig.model_validate(config), "interrupted", tmp_path / "job.log")
+    time.sleep(5)  # its private Ray starting
+    assert job.poll() is None, (tmp_path / "job.log").read_text()
+    Path(os.environ["JOB_PID"]).write_text(str(job.pid))
+    time.sleep(600)  # interrupted here, before the test's own finish()
+"""
+
+
+def test_ctrl_c_on_a_test_run_ends_the_jobs_its_tests_started(tmp_path):
+    """A trainer job runs in a session of its own, which Ctrl-C on the test run never reaches: the run ends it."""
+    (tmp_path / "test_interrupted.py").write_text(INTERRUPTED)
+    pid_file = tmp_path / "job.pid"
+    run = subprocess.Popen(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_interrupted.py"],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(ROOT), "JOB_PID": str(pid_file)},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 90
+    while not pid_file.exists() and time.monotonic() < deadline:
+        assert run.poll() is None, "the inner test run ended before its job was running"
+        time.sleep(0.1)
+    job = int(pid_file.read_text())
+    assert alive(job)
+    run.send_signal(signal.SIGINT)  # what Ctrl-C sends the test run (the job's session never gets it)
+    run.wait(timeout=60)
+    deadline = time.monotonic() + 10
+    while alive(job) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    try:
+        assert not alive(job), "the job outlived the interrupted test run"
+    finally:
+        with contextlib.suppress(ProcessLookupError):  # this test's failure leaves nothing either
+            os.killpg(job, signal.SIGKILL)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import shutil
@@ -33,6 +34,19 @@ def private_ray_env() -> tuple[str, dict[str, str]]:
     }
 
 
+# Jobs started and not yet ended. A job runs in a session of its own (so that it and its private Ray can be killed
+# as one group), which Ctrl-C on the test run never reaches: one a test left when it was interrupted went on
+# training into its folder, and a later job of the same run met its checkpoints. Whatever ends this process ends
+# them too.
+_LIVE: dict[int, tuple[subprocess.Popen, str]] = {}
+
+
+@atexit.register
+def _end_all() -> None:
+    for proc, ray_tmp in list(_LIVE.values()):
+        end_private_ray(proc, ray_tmp)
+
+
 def end_private_ray(proc: subprocess.Popen, ray_tmp: str) -> None:
     """What of the private instance outlived its driver goes first (its processes share the driver's process
     group, started with start_new_session): its dashboard went on writing into the folder after it was removed,
@@ -40,6 +54,7 @@ def end_private_ray(proc: subprocess.Popen, ray_tmp: str) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGKILL)
     shutil.rmtree(ray_tmp, ignore_errors=True)
+    _LIVE.pop(proc.pid, None)
 
 
 def start_job(cfg: RunConfig, run_id: str, log: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
@@ -62,6 +77,7 @@ def start_job(cfg: RunConfig, run_id: str, log: Path, env: dict[str, str] | None
             start_new_session=True,
         )
     proc.ray_tmp = ray_tmp
+    _LIVE[proc.pid] = (proc, ray_tmp)
     return proc
 
 
