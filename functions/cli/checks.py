@@ -3,9 +3,13 @@ the checks run in the command's own process, before any cluster starts or anythi
 
 from __future__ import annotations
 
+import datetime as dt
+from dataclasses import fields
 from pathlib import Path
 
+from functions.cli.settings import ENV, CliSettings
 from functions.core import config as configs
+from functions.core import config_file
 
 # The examples' placeholders (examples/cloud.yaml, nightly.yaml: the lines marked EDIT).
 PLACEHOLDERS = ("my-project", "my-a4-reservation", "my-data-bucket")
@@ -44,3 +48,23 @@ def up_front(path: str, cfg: configs.RunConfig, named: str | None = None) -> tup
         return [], check_rows(cfg.dataset)
     except DataError as err:
         return [f"{named}: {err}"], None
+
+
+def launch_refusals(settings: CliSettings, path: str, named: str) -> list[str]:
+    """Why the deployment's launch would refuse the config, judged by the launch's own judge (core/acceptance.py)
+    under the deployment settings this command has (raytune.toml or RAYTUNE_*: the project, buckets, prices and the
+    policy's capacity settings; the deployed function may have more of its policy, which `raytune doctor CONFIG`
+    reads). None without deployment settings: a local run has no launch to pass."""
+    if not settings.cloud:
+        return []
+    from functions.core import acceptance
+    from functions.core.events import LaunchRequest
+    from functions.handlers.settings import Settings
+
+    env = {ENV[f.name]: value for f in fields(settings) if f.name in ENV and (value := getattr(settings, f.name))}
+    rules = Settings.from_env({"RAYTUNE_PROJECT": "", **env})
+    request = LaunchRequest(
+        named, {"kind": "upload", "ref": "raytune validate"}, None, config_format=config_file.config_format(path)
+    )
+    verdict = acceptance.judge(request, acceptance.Document(Path(path).read_bytes()), rules, dt.datetime.now(dt.UTC))
+    return [f"{named}: the launch would refuse it under {settings.source}: {error}" for error in verdict.errors]

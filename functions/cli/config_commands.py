@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from functions.cli import options
-from functions.cli.checks import placeholders, up_front
+from functions.cli.checks import launch_refusals, placeholders, up_front
 from functions.cli.settings import CliSettings
 from functions.core import config as configs
 from functions.core import config_file, manifests
@@ -58,13 +58,19 @@ def cmd_validate(args: argparse.Namespace) -> int:
         for error in [] if args.json else errors:
             print(f"error: {error}", file=sys.stderr)
         return 2
+    deployment = cli_settings.load({})
     warnings = [f"{left} (submit refuses it until it is edited)" for left in placeholders(args.config)]
+    # Warnings, not errors: the deployed function may know more of its policy than this machine's settings.
+    warnings += [
+        f"{refusal} (raytune doctor {named} asks the deployed launch)"
+        for refusal in launch_refusals(deployment, args.config, named)
+    ]
     warnings += [f"{named}: {warning}" for warning in right_sizing(cfg)]
     scaling = cfg.scaling
     hardware = f"{scaling.gpus_per_node} {scaling.accelerator}" if scaling.use_gpu else "CPU"
     trials = f" a trial; a sweep of {cfg.sweep.trials} trials, {cfg.sweep.concurrent} at once" if cfg.sweep else ""
     said = f"{cfg.model.id} on {scaling.nodes} x {hardware} ({scaling.num_workers} Ray Train workers), {trained(cfg)}"
-    expected, lines = priced(cli_settings.load({}), cfg, rows)
+    expected, lines = priced(deployment, cfg, rows)
     if args.json:
         found = {"config": named, "ok": True, "summary": said + trials, "warnings": warnings}
         print(json.dumps(found | {"estimate": json.loads(expected.model_dump_json())}, indent=2))

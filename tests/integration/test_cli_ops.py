@@ -338,6 +338,29 @@ def test_the_estimate_prices_the_capacity_the_deployment_gives_in_its_currency(m
     assert "cost      unknown: no deployment settings" in out and "the capacity is the config's own" in out
 
 
+def test_validate_says_what_the_launch_would_refuse_judged_by_the_launchs_own_judge(monkeypatch, capsys, tmp_path):
+    """Issue 65: validate asks the launch's judge (core/acceptance.py) under the deployment settings it has; the
+    refusals are warnings naming those settings, as the deployed function may know more of its policy."""
+    toml = tmp_path / "deployment.toml"
+    toml.write_text('project = "p"\nruns_bucket = "r"\npolicy_reservation = "team-a4"\n')
+    monkeypatch.setenv("RAYTUNE_CLI_CONFIG", str(toml))
+    assert cli(["validate", str(ROOT / "examples" / "nightly.yaml")]) == 0
+    err = capsys.readouterr().err
+    refusals = [line for line in err.splitlines() if "the launch would refuse it" in line]
+    assert len(refusals) == 3 and all(f"under {toml}:" in line for line in refusals), err
+    assert any("scaling.reservation is fixed to 'team-a4' by the operator" in line for line in refusals)
+    assert any("cluster.head_image 'us-central1-docker.pkg.dev/my-project/" in line for line in refusals)
+    yours = tmp_path / "nightly.yaml"
+    edited = (ROOT / "examples" / "nightly.yaml").read_text().replace("my-project", "p")
+    yours.write_text(edited.replace("my-a4-reservation", "team-a4"))
+    assert cli(["validate", str(yours)]) == 0
+    assert "the launch would refuse it" not in capsys.readouterr().err
+    monkeypatch.setenv("RAYTUNE_CLI_CONFIG", str(tmp_path / "none.toml"))
+    monkeypatch.chdir(tmp_path)
+    assert cli(["validate", str(ROOT / "examples" / "nightly.yaml")]) == 0  # no deployment: no launch to judge
+    assert "the launch would refuse it" not in capsys.readouterr().err
+
+
 def test_the_summary_says_what_the_trainer_will_do_and_a_cap_is_an_amount(monkeypatch, capsys, tmp_path):
     monkeypatch.setenv("RAYTUNE_CLI_CONFIG", str(tmp_path / "none.toml"))
     quick = ROOT / "examples" / "quickstart.json"
