@@ -80,6 +80,27 @@ def prune(checkpoints: list, score: str, keep: int | None) -> list:
     return [(c, m) for c, m in checkpoints if c not in doomed]
 
 
+def unfinished(result) -> list[str]:
+    """Checkpoint folders in the run's Ray Train folder that Ray Train never registered: what an upload cut off
+    by the job's death left (Ray Train registers a checkpoint only once every file of it is stored, so a resumed
+    run never starts from one, but nothing else deletes it). Deleted; their paths returned."""
+    import pyarrow.fs
+
+    registered = [result.checkpoint, *(c for c, _ in result.best_checkpoints or [])]
+    known = {c.path.rstrip("/") for c in registered if c is not None}
+    listed = result.filesystem.get_file_info(pyarrow.fs.FileSelector(result.path, allow_not_found=True))
+    left = [
+        info.path
+        for info in listed
+        if info.type == pyarrow.fs.FileType.Directory
+        and info.base_name.startswith("checkpoint_")
+        and info.path.rstrip("/") not in known
+    ]
+    for path in left:
+        result.filesystem.delete_dir(path)
+    return left
+
+
 def summarize(result, cfg: RunConfig, run_id: str, wall_seconds: float, checkpoints: list, score: str) -> RunResult:
     """result.json: where the adapter and the final and best checkpoints are, and what the run measured."""
     metrics = dict(result.metrics.get("final", {}))
@@ -218,6 +239,8 @@ def _fit(
     with after.phase("pruning the checkpoints"):
         checkpoints, score = training_checkpoints(result)
         checkpoints = prune(checkpoints, score, cfg.training.keep_checkpoints)
+        if left := unfinished(result):
+            print(f"deleted {len(left)} checkpoint(s) an earlier attempt did not finish storing", flush=True)
     summary = summarize(result, cfg, run_id, time.monotonic() - started, checkpoints, score)
     # In the order they ran: the driver's start, the workers' phases (rank 0's), the driver's end.
     summary.timings = {**before, **summary.timings, **after.seconds}

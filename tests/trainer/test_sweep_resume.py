@@ -1,14 +1,17 @@
 """A sweep whose job dies (its driver and its Ray gone, as when the controller's next attempt or `raytune retry`
 submits it again) is restored from the run's storage by Ray Tune: the finished trial is not trained again, the
-interrupted one resumes from its checkpoint, the one not yet begun runs; the RayJob entrypoint as KubeRay runs it."""
+interrupted one resumes from its last stored checkpoint (never one whose storing the death cut off), the one not
+yet begun runs; the RayJob entrypoint as KubeRay runs it."""
 
 from __future__ import annotations
 
 import contextlib
 import json
 import os
+import shutil
 import signal
 import time
+from pathlib import Path
 
 import pytest
 
@@ -39,6 +42,17 @@ def sweep_config(storage) -> RunConfig:
     )
 
 
+def cut_off_upload(trial: Path) -> Path:
+    """What a job that died while storing a checkpoint leaves in the trial's folder: a newer checkpoint folder
+    without its weights, which Ray Train had not registered (it registers one once it is stored)."""
+    last = max(trial.glob("checkpoint_*"), key=lambda p: p.stat().st_mtime_ns)
+    partial = trial / "checkpoint_9999-12-31_23-59-59.999999"
+    shutil.copytree(last, partial)
+    for weights in partial.rglob("adapter_model.safetensors"):
+        weights.unlink()
+    return partial
+
+
 def test_a_sweep_whose_job_died_is_restored_without_training_a_finished_trial_again(tmp_path):
     store = tmp_path / "store"
     cfg = sweep_config(store)
@@ -59,6 +73,7 @@ def test_a_sweep_whose_job_died_is_restored_without_training_a_finished_trial_ag
     with contextlib.suppress(AssertionError):
         finish(proc, first_log, timeout=30)
     assert not (trials / "trial-001" / "result.json").exists(), "trial-001 finished before the job was killed"
+    partial = cut_off_upload(trials / "trial-001")
 
     second_log = tmp_path / "second.log"
     finish(start_job(cfg, "sweep-resume", second_log), second_log)
@@ -70,6 +85,9 @@ def test_a_sweep_whose_job_died_is_restored_without_training_a_finished_trial_ag
     swept = {t["trial_id"]: t for t in result["sweep"]["trials"]}
     assert sorted(swept) == ["trial-000", "trial-001", "trial-002"]
     assert all(t["state"] == "finished" for t in swept.values()), swept
+    # The upload the job's death cut off was never resumed from (its weights missing, the resume would have
+    # failed), and is gone once the trial finished.
+    assert not partial.exists() and "deleted 1 checkpoint(s) an earlier attempt did not finish storing" in log
     resumed = json.loads((trials / "trial-001" / "result.json").read_text())["metrics"]
     assert resumed["resumed"] is True and resumed["resumed_from_step"] in range(4, 40, 4)
     assert resumed["global_step"] == 40
