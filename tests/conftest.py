@@ -24,6 +24,8 @@ settings.register_profile(
 )
 settings.load_profile("raytune")
 
+pytest_plugins = ["tests.cpu_account"]  # the suite's CPU by tier, printed at the end
+
 ROOT = Path(__file__).resolve().parents[1]
 RUN_DIR = ROOT / ".raytune" / "test-services"
 # Every `raytune local` a story starts stops all it started at its end (each story holds that nothing is left);
