@@ -85,13 +85,13 @@ def test_three_nights(tmp_path):
                 "training": {
                     "epochs": 4,
                     "learning_rate": 0.01,
-                    "per_device_batch_size": 2,
+                    "per_device_batch_size": 4,  # one node: the batches two workers of 2 would take
                     "optim": "adamw_torch",
                     "max_length": 256,
                     "logging_steps": 2,
                     "init_adapter": "champion",
                 },
-                "scaling": {"nodes": 2, "gpus_per_node": 0, "max_failures": 1},
+                "scaling": {"nodes": 1, "gpus_per_node": 0, "max_failures": 1},
                 "cluster": {"dependencies": "image"},
                 "evaluation": {"samples": 3, "max_new_tokens": 16},
                 # The embedded default's MLflow store (the workdir's SQLite file): each night a tracked run, and

@@ -25,6 +25,9 @@ pytestmark = pytest.mark.slow
 def tracked_quickstart(tmp_path: Path, tracking: dict) -> Path:
     config = yaml.safe_load((ROOT / "examples" / "tracking.yaml").read_text())
     config["tracking"] = tracking
+    # One node, batches twice as large: the same 14 steps and curve (the subject is the trackers, not the nodes).
+    config["scaling"]["nodes"] = 1
+    config["training"]["per_device_batch_size"] *= 2
     path = tmp_path / "tracked.json"
     path.write_text(json.dumps(config))
     return path

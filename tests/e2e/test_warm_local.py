@@ -13,7 +13,16 @@ import time
 import pytest
 
 from functions.local.session import KEEP_WARM_ENV, KEEP_WARM_S
-from tests.e2e.test_local import RAYTUNE, finish, interrupt_after, marked_processes, processes_text, reaped, start
+from tests.e2e.test_local import (
+    RAYTUNE,
+    finish,
+    interrupt_after,
+    marked_processes,
+    one_node,
+    processes_text,
+    reaped,
+    start,
+)
 
 pytestmark = pytest.mark.slow
 __all__ = ["reaped"]  # its clean-up applies here too
@@ -31,7 +40,8 @@ def test_the_next_run_reuses_the_warm_head_and_stop_or_idle_stops_it(tmp_path):
     home = tmp_path / "home"
     home.mkdir()
     workdir = tmp_path / "w"
-    first, mark = start(workdir, "--keep-warm", "120", "--timings", "--json", home=home)
+    config = one_node(tmp_path)  # the subject is the head: one training worker is enough
+    first, mark = start(workdir, config, "--keep-warm", "120", "--timings", "--json", home=home)
     out, err = finish(first)
     assert first.returncode == 0 and json.loads(out)["state"] == "SUCCEEDED", err[-3000:]
     assert "local: starting the Ray head" in err and "stays up 120s" in err
@@ -39,7 +49,7 @@ def test_the_next_run_reuses_the_warm_head_and_stop_or_idle_stops_it(tmp_path):
     assert head["head_pid"] in marked_processes(mark) and head["warm_until"] > time.time() + 60
     # The next run attaches: no head started, its own run on the same head. Told nothing of how long to keep it,
     # it keeps it long: a run on a warm head shows a person iterating (session.keep_warm_for).
-    second, _ = start(workdir, "--timings", "--json", home=home, without=(KEEP_WARM_ENV,))
+    second, _ = start(workdir, config, "--timings", "--json", home=home, without=(KEEP_WARM_ENV,))
     out, err = finish(second)
     assert second.returncode == 0 and json.loads(out)["state"] == "SUCCEEDED", err[-3000:]
     assert f"reusing the warm local Ray cluster an earlier run left (head pid {head['head_pid']})" in err
@@ -54,7 +64,7 @@ def test_the_next_run_reuses_the_warm_head_and_stop_or_idle_stops_it(tmp_path):
     )
     assert not (left := gone(mark, 15)), "left after --stop:\n" + processes_text(left)
     # Idle: the keeper stops it by itself once its time is up.
-    third, mark = start(workdir, "--keep-warm", "3", "--json", home=home)
+    third, mark = start(workdir, config, "--keep-warm", "3", "--json", home=home)
     out, err = finish(third)
     assert third.returncode == 0 and "stays up 3s" in err, err[-3000:]
     assert not (left := gone(mark, 30)), "left after the idle time:\n" + processes_text(left)
@@ -65,10 +75,11 @@ def test_an_interrupt_on_a_warm_cluster_leaves_nothing_behind(tmp_path):
     home = tmp_path / "home"
     home.mkdir()
     workdir = tmp_path / "w"
-    first, mark = start(workdir, "--keep-warm", "120", "--json", home=home)  # --json: the console on stderr
+    config = one_node(tmp_path)
+    first, mark = start(workdir, config, "--keep-warm", "120", "--json", home=home)  # --json: the console on stderr
     _, err = finish(first)
     assert first.returncode == 0 and "stays up 120s" in err, err[-3000:]
-    second, _ = start(workdir, "--keep-warm", "120", "--json", home=home)
+    second, _ = start(workdir, config, "--keep-warm", "120", "--json", home=home)
     console = interrupt_after(second, ": RUNNING", signal.SIGINT)
     second.wait(timeout=300)
     console.join(timeout=60)
