@@ -72,7 +72,7 @@ def run(repeats: int, workdir: Path) -> None:
         for i in range(count):
             data.blob(f"shards-{count}/part-{i:05d}.parquet").upload_from_string(b"PAR1")
     events = Events()
-    platform = LocalRay(workdir, uuid.uuid4().hex)  # starts nothing: a skipped night never reaches it
+    platform = LocalRay.claimed(workdir, uuid.uuid4().hex)  # starts nothing: a skipped night never reaches it
     ctx = Context(
         settings=Settings(
             project="bench",

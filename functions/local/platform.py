@@ -7,27 +7,21 @@ group's resource that each of its GKE pods has): the controller sizes, scales an
 RayCluster's group, Ray Train places one worker per unit as on GKE, and a local run pays one node's start and
 upkeep (its `ray start`, raylet and agents: about 4 s of CPU and 1-2 s of wall a node here) instead of N.
 
-Made for a fresh or a busy machine: the cluster has an auth token of its own (under the workdir, given
-to every node and to the Jobs client; nothing from the home directory), every port is chosen free, and
-every process carries a tag, so stopping the run stops exactly what it started.
+The processes themselves (the head, a node per group, their start and stop) are functions/local/cluster.py's;
+this module answers the controller's Platform questions on them through the Ray Jobs API.
 """
 
 from __future__ import annotations
 
 import contextlib
 import datetime as dt
-import json
 import os
 import re
-import secrets
 import shutil
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Collection, Iterator, Mapping
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -38,11 +32,12 @@ from functions.core.allocation import group_name, key_path
 from functions.core.config import ClusterSpec, RunConfig
 from functions.core.errors import NotFound, PermanentError, TransientError, from_status
 from functions.core.platform import ClusterReadiness, NodeSeen, RayObject, Waiting, Workers
-from functions.core.result import TRIAL_DRIVER_RESOURCE, TRIAL_DRIVERS, WORKER_RESOURCE_ENV
-from functions.local import emulators, nodes, session
-from functions.local.nodes import GroupNode, NodeShape
+from functions.core.result import WORKER_RESOURCE_ENV
+from functions.local import session
+from functions.local.cluster import LocalCluster
+from functions.local.nodes import NodeShape
 from functions.local.workdirs import mlflow_store
-from trainer.codehash import ROOT, code_files, code_sha256
+from trainer.codehash import code_files, code_sha256
 
 JOB_DEPLOYMENT = {
     "PENDING": "Initializing",
@@ -51,9 +46,6 @@ JOB_DEPLOYMENT = {
     "STOPPED": "Complete",
     "FAILED": "Failed",
 }
-# Ray Train's controller looks at its workers every 2 s by default, and the end of a run waits for several of
-# those looks (the last report to fit() returning: 6.8 s). Four times a second costs a local run nothing it notices.
-TRAIN_HEALTH_CHECK_INTERVAL_S = "0.25"
 # Regions, comma-separated, where the local platform never gets GPUs: runs there wait, and move on where their
 # config lists fallback regions (docs/regions.md).
 NO_CAPACITY_ENV = "RAYTUNE_LOCAL_NO_CAPACITY"
@@ -105,19 +97,6 @@ def jobs_api(what: str) -> Iterator[None]:
         raise from_status(int(status.group(1)), f"Ray Jobs API, {what}: {err}") from err
 
 
-def auth_token(workdir: Path) -> Path:
-    """The local cluster's Ray auth token, made once per workdir, readable by its owner alone (mode 0600, one made
-    by an earlier release or by hand included)."""
-    path = workdir / "ray-auth-token"
-    if not path.exists():
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as out:
-            out.write(secrets.token_hex(32))
-    elif path.stat().st_mode & 0o077:
-        path.chmod(0o600)
-    return path
-
-
 def live_driver_log(workdir: Path, run_id: str) -> Path | None:
     """A local job's driver log in Ray's session folder, the file the Jobs API serves (copied to logs/ when
     the run ends). Any Ray session of the workdir's cluster: an idle teardown and a new head start another."""
@@ -129,126 +108,62 @@ def live_driver_log(workdir: Path, run_id: str) -> Path | None:
 
 
 class LocalRay:
-    """Platform on a Ray cluster of local processes, driven through the Ray Jobs API."""
+    """Platform on a Ray cluster of local processes (a LocalCluster), driven through the Ray Jobs API."""
 
-    def __init__(
-        self,
-        workdir: Path,
-        tag: str,
-        gpus: int | None = None,
-        no_capacity: Collection[str] = (),
-        warm: session.Session | None = None,
-    ):
-        """`warm`: the session whose head an earlier clean run left warm (session.warm), attached to instead of
-        starting a head; its tag is `tag`."""
-        self.workdir = workdir
+    def __init__(self, cluster: LocalCluster, gpus: int, no_capacity: Collection[str] = ()):
+        """Built without I/O: `claimed` makes the cluster and counts the machine's GPUs."""
+        self.cluster = cluster
+        self.workdir, self.logs = cluster.workdir, cluster.logs
+        self.gpus = gpus
         # Regions where GPUs never come (the local stand-in for GKE out of stock there): a run's group there is
         # sized but never started, and its job waits, as a RayJob whose worker pods stay Pending.
         self.no_capacity = frozenset(no_capacity)
-        self.logs = workdir / "logs"
-        self.tag = tag
-        self.gpus = machine_gpus() if gpus is None else gpus
-        self.ray_tmp = warm.ray_tmp if warm else session.new_ray_tmp()
-        # In use from here (no warm_until): a keeper leaves it alone, and a run that dies leaves it to be stopped.
-        session.write(workdir, replace(warm, warm_until=None) if warm else session.Session(tag, self.ray_tmp))
-        self.env = {
-            "RAY_AUTH_MODE": "token",
-            "RAY_AUTH_TOKEN_PATH": str(auth_token(workdir)),
-            "RAY_TMPDIR": self.ray_tmp,
-            # What the cluster's processes make in the temp folder goes with the cluster, even a killed worker's.
-            "TMPDIR": session.scratch(self.ray_tmp),
-            "RAY_USAGE_STATS_ENABLED": "0",
-            "PYTHONPATH": str(ROOT),  # every process of the cluster imports this checkout's trainer
-            # Ray Train's preemption watcher polls for the nodes GKE drains; a local node is never drained.
-            "RAY_TRAIN_ENABLE_PREEMPTION_WATCHER": "0",
-            "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": TRAIN_HEALTH_CHECK_INTERVAL_S,
-            emulators.TAG: tag,
-        }
-        # The Jobs client in this process authenticates with the same token.
-        os.environ.update({k: self.env[k] for k in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN_PATH")})
-        self.ray = str(Path(sys.executable).parent / "ray")  # the ray CLI of this environment
-        self.head: emulators.Service | None = None
-        self.dashboard_port = 0
-        if warm is not None and warm.head_pid and warm.head_port and warm.dashboard_port:
-            self.head = emulators.Service(emulators.Adopted(warm.head_pid, tag), warm.head_port, "ray-head")
-            self.dashboard_port = warm.dashboard_port
-        self.shapes: dict[str, NodeShape] = {}  # each run's worker group: its nodes' shape
-        self.groups: dict[str, GroupNode | None] = {}  # each run's worker group: its local node (None at zero)
         # Every region's RayCluster is this one Ray cluster: each group belongs to one of them (its allocation's
         # key_path), so sizing one region's RayCluster never touches another's groups.
         self.owner: dict[str, str] = {}
         self.starved: dict[str, dict[str, int]] = {}  # a RayCluster in a region without capacity: its groups' sizes
         self.waiting: dict[str, str] = {}  # jobs applied there, never started: job -> region
         self.stamps: dict[str, int] = {}  # each RayCluster's allocation version its groups were last sized for
-        self.departed: list[tuple[str, dt.datetime, str]] = []  # nodes that died and were replaced: group, when, what
-        # worker nodes started so far in the cluster's Ray folder (a warm one has those of earlier runs): each gets a
-        # folder of its own
-        self.started = len(list(Path(self.ray_tmp).glob("n[0-9]*")))
         self.generation = 0  # bumped on every scale: the precondition size()/scale() check
         self.lock = threading.RLock()
         self._client: Any = None
         self._code_sha256: str | None = None
-        self.timings: dict[str, float] = {}  # the cluster's own start and stop (raytune local --timings)
 
-    @contextlib.contextmanager
-    def timed(self, what: str) -> Iterator[None]:
-        started = time.monotonic()
-        yield
-        self.timings[what] = round(self.timings.get(what, 0.0) + time.monotonic() - started, 2)
+    @classmethod
+    def claimed(
+        cls,
+        workdir: Path,
+        tag: str,
+        gpus: int | None = None,
+        no_capacity: Collection[str] = (),
+        warm: session.Session | None = None,
+    ) -> LocalRay:
+        """The platform on the workdir's cluster (LocalCluster.claimed): `warm`, the session whose head an earlier
+        clean run left warm (session.warm), attached to instead of starting a head; its tag is `tag`."""
+        found = machine_gpus() if gpus is None else gpus
+        return cls(LocalCluster.claimed(workdir, tag, warm), found, no_capacity)
 
-    def _ray_start(
-        self, args: list[str], env: dict[str, str], port: int, name: str, taken: tuple[int, ...] = ()
-    ) -> emulators.Service:
-        """One node of this cluster (nodes.start), its log logs/<name>.log."""
-        return nodes.start(self.ray, args, {**self.env, **env}, port, self.logs / f"{name}.log", taken)
+    @property
+    def timings(self) -> dict[str, float]:
+        return self.cluster.timings
+
+    @property
+    def node_count(self) -> int:
+        return self.cluster.node_count
 
     def ensure_cluster(self, cfg: RunConfig) -> ClusterReadiness:
         with self.lock:
-            if self.head is None:
-                with self.timed("starting the Ray head"):
-                    self._start_head()
+            if self.cluster.head is None:
+                with self.cluster.timed("starting the Ray head"):
+                    self.cluster.start_head()
         return ClusterReadiness("ready")
-
-    def _start_head(self) -> None:
-        port, self.dashboard_port, client_port = emulators.free_ports(3)
-        self.head = self._ray_start(
-            [
-                "--head",
-                f"--port={port}",
-                "--num-cpus=0",
-                f"--resources={json.dumps({TRIAL_DRIVER_RESOURCE: TRIAL_DRIVERS})}",
-                f"--dashboard-port={self.dashboard_port}",
-                f"--ray-client-server-port={client_port}",
-                f"--temp-dir={self.ray_tmp}",
-                "--no-monitor",  # Ray's autoscaler: the controller sizes the local cluster, as KubeRay's on GKE
-            ],
-            {},
-            port,
-            "ray-head",
-            taken=(self.dashboard_port, client_port),
-        )
-        emulators.wait_until(lambda: emulators.port_open(self.dashboard_port), "dashboard up", 120)
-        session.write(self.workdir, self._session())
-
-    def _session(self) -> session.Session:
-        """The session as it stands: its head's pid and ports once it has one."""
-        head = self.head
-        return session.Session(
-            self.tag,
-            self.ray_tmp,
-            head.proc.pid if head else None,
-            head.port if head else None,
-            self.dashboard_port or None,
-        )
 
     def left_warm(self) -> session.Session | None:
         """At a clean end: every worker group stopped, the head left running for the next run of the workdir; the
         session to keep warm, or None without a live head."""
         with self.lock:
             self._scale_to({})
-            if self.head is None or self.head.proc.poll() is not None:
-                return None
-            return self._session()
+            return self.cluster.session() if self.cluster.head_alive else None
 
     @property
     def client(self) -> Any:
@@ -256,39 +171,8 @@ class LocalRay:
 
         with self.lock:
             if self._client is None:
-                self._client = JobSubmissionClient(f"http://127.0.0.1:{self.dashboard_port}")
+                self._client = JobSubmissionClient(f"http://127.0.0.1:{self.cluster.dashboard_port}")
             return self._client
-
-    @property
-    def node_count(self) -> int:
-        """The worker nodes the live groups stand for (the controller's count, as on GKE)."""
-        return sum(node.replicas for node in self.groups.values() if node is not None and node.alive)
-
-    def _node_args(self, group: str, slots: tuple[int, ...]) -> tuple[list[str], dict[str, str]]:
-        """The local node of `group` standing for len(`slots`) of its nodes: their resources together, the
-        group's own resource (one unit per training worker, as on GKE: functions/core/manifests.py worker_group)
-        and, on a GPU machine, their GPU slices (Ray would otherwise give every local node the same devices)."""
-        assert self.head is not None, "the head starts before any worker"
-        shape, replicas = self.shapes[group], len(slots)
-        self.started += 1
-        args = [
-            f"--address=127.0.0.1:{self.head.port}",
-            f"--num-cpus={shape.cpus * replicas}",
-            f"--num-gpus={shape.gpus * replicas}",
-            # A Ray folder of its own (under the cluster's, short: socket paths are length-limited): Ray names a
-            # node's sockets `raylet`, `raylet.1`, ... by looking which exist, so two nodes started at once in one
-            # folder take the same name and the second never registers with the GCS (its 30 s time-out).
-            f"--temp-dir={self.ray_tmp}/n{self.started}",
-        ]
-        env = {}
-        if shape.gpus:
-            devices = [d for slot in slots for d in range(slot * shape.gpus, (slot + 1) * shape.gpus)]
-            env["CUDA_VISIBLE_DEVICES"] = ",".join(str(d) for d in devices)
-        resources = {group: (shape.gpus or 1) * replicas}
-        if shape.accelerator:
-            resources[f"accelerator_type:{shape.accelerator}"] = 1
-        args.append(f"--resources={json.dumps(resources)}")
-        return args, env
 
     def _scale_to(self, groups: dict[str, int], spec: ClusterSpec | None = None) -> None:
         """The groups of one RayCluster (`spec`; None: all of them) each at its size: a dead node is replaced, one
@@ -300,55 +184,31 @@ class LocalRay:
             self.generation += 1
             return
         owner = key_path(spec) if spec is not None else None
-        mine = {g: node for g, node in self.groups.items() if owner is None or self.owner.get(g) == owner}
-        leaving: list[emulators.Service] = []
-        for group, node in mine.items():
-            replicas = groups.get(group, 0)
-            if node is None or (node.alive and node.replicas == replicas):
-                continue
-            if not node.alive:
-                self.departed.append((group, dt.datetime.now(dt.UTC), self._death(node.service)))
-            leaving.append(node.service)  # a dead node's process group may have left something: stop() takes it
-            self.groups[group] = None
-        nodes.stop_together(leaving)
+        nodes = self.cluster.groups
+        mine = {g: node for g, node in nodes.items() if owner is None or self.owner.get(g) == owner}
+        # a node of another size, or a dead one (replaced below)
+        resized = [g for g, n in mine.items() if n is not None and not (n.alive and n.replicas == groups.get(g, 0))]
+        self.cluster.stop_groups(resized)
         for group in [g for g in mine if g not in groups]:
-            del self.groups[group]
+            del nodes[group]
             self.owner.pop(group, None)
         for group, replicas in groups.items():
             if owner is not None:
                 self.owner[group] = owner
-            if self.groups.get(group) is None and replicas > 0:
-                with self.timed("starting worker nodes"):
-                    self._start_group_node(group, replicas)
-            self.groups.setdefault(group, None)
+            if nodes.get(group) is None and replicas > 0:
+                with self.cluster.timed("starting worker nodes"):
+                    self.cluster.start_group(group, replicas)
+            nodes.setdefault(group, None)
         self.generation += 1
-
-    def _start_group_node(self, group: str, replicas: int) -> None:
-        """The local node standing for `replicas` of `group`'s nodes, with GPU slices no other node holds. A
-        node that misses Ray's GCS registration on a busy machine is started again by _ray_start. Started in a
-        thread: an interrupt while it starts lets the start finish and the node join its group, so stopping the
-        cluster stops it."""
-        assert self.head is not None, "the head starts before any worker"
-        held = {slot for node in self.groups.values() if node is not None for slot in node.slots}
-        slots = tuple(sorted(set(range(len(held) + replicas)) - held)[:replicas])
-        args, env = self._node_args(group, slots)
-        pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ray-start")
-        started = pool.submit(self._ray_start, args, env, self.head.port, f"ray-worker-{group}-{self.started}")
-        try:
-            started.result()
-        finally:
-            pool.shutdown(wait=True)
-            if started.exception() is None:
-                self.groups[group] = GroupNode(started.result(), replicas, slots)
 
     def size(self, cfg: RunConfig, run_id: str, workers: Workers | None, groups: dict[str, int], stamp: int) -> bool:
         scaling = cfg.scaling
         if scaling.use_gpu:
             check_fits(cfg, self.gpus)
         with self.lock:
-            if self.head is None or (workers is not None and workers.handle != self.generation):
+            if self.cluster.head is None or (workers is not None and workers.handle != self.generation):
                 return False
-            self.shapes[group_name(run_id)] = NodeShape(
+            self.cluster.shapes[group_name(run_id)] = NodeShape(
                 cpus=scaling.cpus_per_worker
                 if not scaling.use_gpu
                 else scaling.cpus_per_worker * scaling.gpus_per_node,
@@ -377,7 +237,7 @@ class LocalRay:
         variables = {
             # Every process of the job talks to this cluster only, never to another local one on the
             # machine (Ray's address "auto" finds them all: "Found multiple active Ray instances").
-            "RAY_ADDRESS": f"127.0.0.1:{self.head.port}" if self.head else "",
+            "RAY_ADDRESS": f"127.0.0.1:{self.cluster.head.port}" if self.cluster.head else "",
             "RAYTUNE_CODE_SHA256": self.code_sha256(),
             WORKER_RESOURCE_ENV: group_name(run_id),
             **self.tracking_env(cfg),
@@ -397,7 +257,7 @@ class LocalRay:
         return {"MLFLOW_TRACKING_URI": mlflow_store(self.workdir)}
 
     def job_status(self, cfg: RunConfig | None, job: str) -> dict[str, Any] | None:
-        if self.head is None:
+        if self.cluster.head is None:
             return None  # no cluster, no job
         if job in self.waiting and (cfg is None or cfg.cluster.region == self.waiting[job]):
             return {"jobStatus": "PENDING", "jobDeploymentStatus": JOB_DEPLOYMENT["PENDING"]}
@@ -450,7 +310,7 @@ class LocalRay:
         if job in self.waiting and (spec is None or spec.region == self.waiting[job]):
             del self.waiting[job]
             return
-        if self.head is not None:
+        if self.cluster.head is not None:
             with contextlib.suppress(NotFound), jobs_api(f"stop {job}"):  # never submitted: nothing to stop
                 self.client.stop_job(job)
 
@@ -490,31 +350,28 @@ class LocalRay:
         the local stand-in for a preempted or vanished GKE node. Nodes this platform stops leave its list first."""
         group = group_name(run_id)
         with self.lock:
-            replaced = [line for g, at, line in self.departed if g == group and (since is None or at >= since)]
-            node = self.groups.get(group)
-            return replaced + ([self._death(node.service)] if node is not None and not node.alive else [])
+            replaced = [line for g, at, line in self.cluster.departed if g == group and (since is None or at >= since)]
+            node = self.cluster.groups.get(group)
+            return replaced + ([self.cluster.death(node.service)] if node is not None and not node.alive else [])
 
     def worker_nodes(self, cfg: RunConfig, run_id: str) -> dict[str, NodeSeen]:
         with self.lock:
-            node = self.groups.get(group_name(run_id))
+            node = self.cluster.groups.get(group_name(run_id))
             if node is None or not node.alive:
                 return {}
             return {node.service.name: NodeSeen("local", f"pid/{node.service.proc.pid}")}
-
-    def _death(self, node: emulators.Service) -> str:
-        return f"node {node.name} exited with {node.proc.returncode} (its log: {self.logs / node.name}.log)"
 
     def workers(self, spec: ClusterSpec, listed: object = None) -> Workers | None:
         """One RayCluster's worker groups; a group at zero is drained at once (its nodes were stopped, not asked to
         go)."""
         owner = key_path(spec)
         with self.lock:
-            if self.head is None:
+            if self.cluster.head is None:
                 return None
             if spec.region in self.no_capacity:
                 starved = self.starved.get(owner)
                 return None if starved is None else Workers(dict(starved), self.stamps[owner], self.generation)
-            mine = {group: node for group, node in self.groups.items() if self.owner.get(group) == owner}
+            mine = {group: node for group, node in self.cluster.groups.items() if self.owner.get(group) == owner}
             if not mine and owner not in self.stamps:
                 return None  # never sized: no RayCluster there
             # A node that died counts no more (as KubeRay's worker pods gone): the next sizing starts another.
@@ -542,7 +399,7 @@ class LocalRay:
             self.stamps.pop(owner, None)
             self._scale_to({}, spec)
             self.starved.pop(owner, None)
-            if not self.groups and not self.starved:
+            if not self.cluster.groups and not self.starved:
                 self._stop_all()
             return True
 
@@ -553,7 +410,7 @@ class LocalRay:
         """Stop every node and the head; Ray's temp dir goes too."""
         with self.lock:
             self._stop_all()
-            shutil.rmtree(self.ray_tmp, ignore_errors=True)
+            shutil.rmtree(self.cluster.ray_tmp, ignore_errors=True)
 
     def _stop_all(self) -> None:
         self._scale_to({})
@@ -561,7 +418,6 @@ class LocalRay:
         self.starved.clear()
         self.stamps.clear()
         self.waiting.clear()
-        if self.head:
-            self.head.stop(grace_s=0)  # the last of the cluster: nothing is left to tell that it goes
-            self.head = None
+        if self.cluster.head:
+            self.cluster.stop_head()
             self._client = None

@@ -68,7 +68,7 @@ class RunSession:
             self.say(f"stopped {len(orphans)} processes an earlier raytune local of this workdir left")
         starved = [r.strip() for r in os.environ.get(NO_CAPACITY_ENV, "").split(",") if r.strip()]
         # starts nothing yet; marks the session in use first
-        self.platform = LocalRay(self.workdir, self.tag, no_capacity=starved, warm=warm)
+        self.platform = LocalRay.claimed(self.workdir, self.tag, no_capacity=starved, warm=warm)
         logs = self.workdir / "logs"
         self.gcs = emulators.fake_gcs(
             logs / "fake-gcs.log", data_dir=self.workdir / "gcs", env={emulators.TAG: self.tag}
@@ -151,10 +151,10 @@ class RunSession:
             if self.record is not None:
                 self.platform.save_job_log(self.record.job_name)
             if self.clean and error is None and keep_warm_s > 0:
-                with self.platform.timed("stopping the worker nodes"):
+                with self.platform.cluster.timed("stopping the worker nodes"):
                     warm = self.platform.left_warm()
             if warm is None:
-                with self.platform.timed("stopping the cluster"):
+                with self.platform.cluster.timed("stopping the cluster"):
                     self.platform.shutdown()
         if self.gcs is not None:
             self.gcs.stop()

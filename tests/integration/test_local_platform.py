@@ -20,9 +20,10 @@ import requests
 from functions.core.config import RunConfig
 from functions.core.errors import NotFound, PermanentError, TransientError
 from functions.local import emulators, session
+from functions.local.cluster import LocalCluster, auth_token
 from functions.local.emulators import Service
 from functions.local.nodes import NodeShape
-from functions.local.platform import LocalRay, auth_token, check_fits, jobs_api, live_driver_log
+from functions.local.platform import LocalRay, check_fits, jobs_api, live_driver_log
 
 
 def gpu_config(nodes: int, gpus: int) -> RunConfig:
@@ -30,24 +31,24 @@ def gpu_config(nodes: int, gpus: int) -> RunConfig:
 
 
 def test_a_groups_node_has_its_nodes_resources_and_gpus_and_stands_in_for_the_accelerator(tmp_path):
-    platform = LocalRay(tmp_path, "tag", gpus=8)
-    platform.head = Service(proc=None, port=1234)  # type: ignore[arg-type]
-    platform.shapes["run-a"] = NodeShape(cpus=2, gpus=2, accelerator="H100")
-    args, env = platform._node_args("run-a", (0, 1))  # the local node of a group of 2 nodes x 2 GPUs
+    # Built without I/O: nothing is started, written or read until it is asked to start a node.
+    head = Service(proc=None, port=1234)  # type: ignore[arg-type]
+    cluster = LocalCluster(tmp_path, "tag", str(tmp_path / "ray"), {}, head=head)
+    cluster.shapes["run-a"] = NodeShape(cpus=2, gpus=2, accelerator="H100")
+    args, env = cluster.node_args("run-a", (0, 1))  # the local node of a group of 2 nodes x 2 GPUs
     assert env["CUDA_VISIBLE_DEVICES"] == "0,1,2,3"
     assert "--num-gpus=4" in args and "--num-cpus=4" in args and "--address=127.0.0.1:1234" in args
     [resources] = [a for a in args if a.startswith("--resources=")]
     # the run's own resource, one unit per training worker (as its group's two pods on GKE have together)
     assert json.loads(resources.removeprefix("--resources=")) == {"run-a": 4, "accelerator_type:H100": 1}
-    _, env = platform._node_args("run-a", (1, 3))  # the slices it was given, wherever they lie
+    _, env = cluster.node_args("run-a", (1, 3))  # the slices it was given, wherever they lie
     assert env["CUDA_VISIBLE_DEVICES"] == "2,3,6,7"
-    platform.shapes["run-b"] = NodeShape(cpus=1, gpus=0, accelerator=None)
-    args, env = platform._node_args("run-b", (0, 1, 2))
+    cluster.shapes["run-b"] = NodeShape(cpus=1, gpus=0, accelerator=None)
+    args, env = cluster.node_args("run-b", (0, 1, 2))
     [resources] = [a for a in args if a.startswith("--resources=")]
     assert "--num-gpus=0" in args and "--num-cpus=3" in args and not env
     assert json.loads(resources.removeprefix("--resources=")) == {"run-b": 3}
-    platform.head = None
-    platform.shutdown()
+    assert not list(tmp_path.iterdir())
 
 
 @pytest.mark.parametrize(
@@ -180,12 +181,12 @@ def test_a_driver_log_is_found_in_any_ray_session_of_the_workdir(tmp_path):
 def alive_resources(platform: LocalRay) -> list[dict]:
     """Ray's own view of the live nodes' resources, from a driver of that cluster (its token, its address only)."""
     probe = (
-        f"import json, ray; ray.init(address='127.0.0.1:{platform.head.port}', log_to_driver=False); "
+        f"import json, ray; ray.init(address='127.0.0.1:{platform.cluster.head.port}', log_to_driver=False); "
         "print(json.dumps([n['Resources'] for n in ray.nodes() if n['Alive']]))"
     )
     out = subprocess.run(
         [sys.executable, "-c", probe],
-        env={**os.environ, **platform.env},
+        env={**os.environ, **platform.cluster.env},
         capture_output=True,
         text=True,
         timeout=120,
@@ -220,18 +221,18 @@ def test_a_node_that_misses_its_start_is_started_again_and_leaves_nothing(tmp_pa
     ray = tmp_path / "ray"
     ray.write_text(FLAKY_RAY)
     ray.chmod(0o755)
-    platform = LocalRay(tmp_path / "work", "tag", gpus=0)
-    platform.ray = str(ray)
-    platform.env["FAILURES"] = str(failures)
+    platform = LocalRay.claimed(tmp_path / "work", "tag", gpus=0)
+    platform.cluster.ray = str(ray)
+    platform.cluster.env["FAILURES"] = str(failures)
     try:
         if failures < 3:
-            node = platform._ray_start([], {}, 0, "ray-worker-x")
+            node = platform.cluster._ray_start([], {}, 0, "ray-worker-x")
             assert node.proc.poll() is None and "starting it again" in caplog.text
             node.stop(grace_s=1)
         else:
             # transient: the submission is tried again on the next tick, the run does not fail
             with pytest.raises(TransientError, match=r"ray-worker-x did not start \(Exception: The current node timed"):
-                platform._ray_start([], {}, 0, "ray-worker-x")
+                platform.cluster._ray_start([], {}, 0, "ray-worker-x")
         assert int((tmp_path / "ray.count").read_text()) == min(failures + 1, 3)
         orphans = [int(pid) for pid in (tmp_path / "ray.orphans").read_text().split()]
         time.sleep(0.2)
@@ -256,10 +257,10 @@ def test_a_node_start_that_times_out_is_started_again_not_a_permanent_failure(tm
     ray = tmp_path / "ray"
     ray.write_text(HANGING_RAY)
     ray.chmod(0o755)
-    platform = LocalRay(tmp_path / "work", "tag", gpus=0)
-    platform.ray = str(ray)
+    platform = LocalRay.claimed(tmp_path / "work", "tag", gpus=0)
+    platform.cluster.ray = str(ray)
     try:
-        node = platform._ray_start([], {}, 0, "ray-worker-x")
+        node = platform.cluster._ray_start([], {}, 0, "ray-worker-x")
         assert node.proc.poll() is None and "ray-worker-x did not start" in caplog.text
         assert int((tmp_path / "ray.count").read_text()) == 2
         node.stop(grace_s=1)
@@ -277,7 +278,7 @@ def test_each_worker_group_is_one_ray_node_with_its_nodes_resources_and_is_relea
 
     from functions.core.allocation import group_name
 
-    platform = LocalRay(tmp_path, uuid.uuid4().hex, gpus=0)
+    platform = LocalRay.claimed(tmp_path, uuid.uuid4().hex, gpus=0)
     two = RunConfig.model_validate({"scaling": {"nodes": 2, "gpus_per_node": 0}})
     one = RunConfig.model_validate({"scaling": {"nodes": 1, "gpus_per_node": 0}})
     a, b = group_name("run-a"), group_name("run-b")
@@ -291,7 +292,7 @@ def test_each_worker_group_is_one_ray_node_with_its_nodes_resources_and_is_relea
         [of_b] = [r for r in alive if b in r]
         assert (of_a[a], of_a["CPU"], of_b[b], of_b["CPU"]) == (2, 2, 1, 1), alive
         # run-a ends: exactly its node stops, run-b's keeps running, and Ray counts run-b's resource only
-        ended, kept = platform.groups[a].service, platform.groups[b].service
+        ended, kept = platform.cluster.groups[a].service, platform.cluster.groups[b].service
         assert platform.scale(two.cluster, platform.workers(two.cluster), {a: 0, b: 1}, 3)
         assert ended.proc.poll() is not None and kept.proc.poll() is None, "only the ended run's node stopped"
         assert platform.workers(two.cluster).drained == frozenset({a})
@@ -299,16 +300,18 @@ def test_each_worker_group_is_one_ray_node_with_its_nodes_resources_and_is_relea
         assert any(b in r for r in alive) and not any(a in r for r in alive), alive
         # run-a's next attempt: its node back, then lost
         assert platform.size(two, "run-a", platform.workers(two.cluster), {a: 2, b: 1}, 4)
-        first = platform.groups[a].service
+        first = platform.cluster.groups[a].service
         first.stop(grace_s=0)  # lost, as a preempted node
         assert platform.workers(two.cluster).groups == {a: 0, b: 1}
         assert "exited with" in platform.disruptions(two, "run-a", None)[0]
         assert platform.size(two, "run-a", platform.workers(two.cluster), {a: 2, b: 1}, 5)
-        second = platform.groups[a].service
+        second = platform.cluster.groups[a].service
         assert second is not first and second.name != first.name and platform.workers(two.cluster).groups[a] == 2
         assert any("exited with" in line for line in platform.disruptions(two, "run-a", None))  # remembered
         assert platform.scale(two.cluster, platform.workers(two.cluster), {a: 0, b: 1}, 6)
-        assert second.proc.poll() is not None and platform.groups[b].service is kept and kept.proc.poll() is None
+        assert (
+            second.proc.poll() is not None and platform.cluster.groups[b].service is kept and kept.proc.poll() is None
+        )
         assert platform.workers(two.cluster).drained == frozenset({a})
     finally:
         platform.shutdown()

@@ -13,7 +13,7 @@ import tempfile
 from pathlib import Path
 
 from functions.core.config import RunConfig
-from functions.local.platform import TRAIN_HEALTH_CHECK_INTERVAL_S, auth_token
+from functions.local.cluster import TRAIN_HEALTH_CHECK_INTERVAL_S, auth_token
 from trainer.codehash import code_files, code_sha256
 
 ROOT = Path(__file__).resolve().parents[2]
