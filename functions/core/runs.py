@@ -195,6 +195,7 @@ class RunRecord(Stamped, BaseModel):
     settled: bool = False  # terminal and its run-finished event published
     generation: int = Field(0, exclude=True)  # GCS generation this copy was read at
     _validated: tuple[dict[str, Any], RunConfig] | None = PrivateAttr(None)  # run_config() of `config`
+    _placed: tuple[RunConfig, str, RunConfig] | None = PrivateAttr(None)  # run_config(): accepted, region, placed
 
     @model_validator(mode="before")
     @classmethod
@@ -256,10 +257,14 @@ class RunRecord(Stamped, BaseModel):
 
     def run_config(self) -> RunConfig:
         """The run's accepted config (never rejected now for a rule added since it was accepted), validated once
-        per config (a tick asks for it at every step of every run), as applied in the region the run is in now
-        (regions.placed: its cluster there and the capacity offered there)."""
+        per config and placed once per region (a tick asks for it at every step of every run), as applied in the
+        region the run is in now (regions.placed: its cluster there and the capacity offered there)."""
         accepted = self.accepted_config()
-        return placed(accepted, self.region or accepted.cluster.region)
+        region = self.region or accepted.cluster.region
+        found = self._placed
+        if found is None or found[0] is not accepted or found[1] != region:  # placed anew only when either moved
+            found = self._placed = (accepted, region, placed(accepted, region))
+        return found[2]
 
     def accepted_config(self) -> RunConfig:
         """The run's config as accepted, in its first region."""
