@@ -45,7 +45,8 @@ def sweep_config(storage) -> RunConfig:
 def cut_off_upload(trial: Path) -> Path:
     """What a job that died while storing a checkpoint leaves in the trial's folder: a newer checkpoint folder
     without its weights, which Ray Train had not registered (it registers one once it is stored)."""
-    last = max(trial.glob("checkpoint_*"), key=lambda p: p.stat().st_mtime_ns)
+    # Ray Train's checkpoint folders, named by the time they were made (its snapshot file shares the prefix)
+    last = max(p for p in trial.glob("checkpoint_*") if p.is_dir())
     partial = trial / "checkpoint_9999-12-31_23-59-59.999999"
     shutil.copytree(last, partial)
     for weights in partial.rglob("adapter_model.safetensors"):
