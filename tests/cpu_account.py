@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
 import uuid
 from collections import defaultdict
 from pathlib import Path
@@ -41,11 +42,15 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     global _group
     if _group is None:
         return
-    for pid in (_group / "cgroup.procs").read_text().split():  # this process, and whatever outlived its tests
-        with contextlib.suppress(OSError):
-            (CPUACCT / "cgroup.procs").write_text(pid)
-    with contextlib.suppress(OSError):
-        _group.rmdir()
+    for _ in range(5):  # a process forked meanwhile joins the group after the listing: list again
+        for pid in (_group / "cgroup.procs").read_text().split():  # this process, and what outlived its tests
+            with contextlib.suppress(OSError):
+                (CPUACCT / "cgroup.procs").write_text(pid)
+        try:
+            _group.rmdir()  # cgroup v1 keeps an empty group until someone removes it
+            break
+        except OSError:
+            time.sleep(0.2)
     _group = None
 
 
