@@ -4,7 +4,6 @@ the checks run in the command's own process, before any cluster starts or anythi
 from __future__ import annotations
 
 import datetime as dt
-from dataclasses import fields
 from pathlib import Path
 
 from functions.cli.settings import ENV, CliSettings
@@ -54,15 +53,15 @@ def launch_refusals(settings: CliSettings, path: str, named: str) -> list[str]:
     """Why the deployment's launch would refuse the config, judged by the launch's own judge (core/acceptance.py)
     under the deployment settings this command has (raytune.toml or RAYTUNE_*: the project, buckets, prices and the
     policy's capacity settings; the deployed function may have more of its policy, which `raytune doctor CONFIG`
-    reads). None without deployment settings: a local run has no launch to pass."""
-    if not settings.cloud:
+    reads). None without the deployment's project and runs bucket (the launch needs both): a local run has no
+    launch to pass."""
+    if not (settings.cloud and settings.project):
         return []
     from functions.core import acceptance
     from functions.core.events import LaunchRequest
     from functions.handlers.settings import Settings
 
-    env = {ENV[f.name]: value for f in fields(settings) if f.name in ENV and (value := getattr(settings, f.name))}
-    rules = Settings.from_env({"RAYTUNE_PROJECT": "", **env})
+    rules = Settings.from_env({var: value for name, var in ENV.items() if (value := getattr(settings, name))})
     request = LaunchRequest(
         named, {"kind": "upload", "ref": "raytune validate"}, None, config_format=config_file.config_format(path)
     )

@@ -355,6 +355,9 @@ def test_validate_says_what_the_launch_would_refuse_judged_by_the_launchs_own_ju
     yours.write_text(edited.replace("my-a4-reservation", "team-a4"))
     assert cli(["validate", str(yours)]) == 0
     assert "the launch would refuse it" not in capsys.readouterr().err
+    toml.write_text('runs_bucket = "r"\n')  # no project: the launch cannot be judged (it was a RuntimeError)
+    assert cli(["validate", str(ROOT / "examples" / "nightly.yaml")]) == 0
+    assert "the launch would refuse it" not in capsys.readouterr().err
     monkeypatch.setenv("RAYTUNE_CLI_CONFIG", str(tmp_path / "none.toml"))
     monkeypatch.chdir(tmp_path)
     assert cli(["validate", str(ROOT / "examples" / "nightly.yaml")]) == 0  # no deployment: no launch to judge
