@@ -101,7 +101,9 @@ class TorchBackend(Backend):
             worker_group.execute(_set_rendezvous, addr=master_addr, port=master_port)
             url = "env://"
         elif init_method == "tcp":
-            url = f"tcp://{master_addr}:{master_port}"
+            from ray._common.network_utils import build_address
+
+            url = f"tcp://{build_address(master_addr, master_port)}"  # as Ray's: an IPv6 address in brackets
         else:
             raise ValueError(
                 f"The provided init_method ({init_method}) is not supported. Must be either 'env' or 'tcp'."
