@@ -8,7 +8,7 @@ import datetime as dt
 import functools
 import tempfile
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import TypeVar
 
 from functions.adapters.gke_clusters import READY, GkeClusters
@@ -16,7 +16,7 @@ from functions.adapters.kube import Kube, RayClusterSeen, api_client
 from functions.core import capacity, disruption, errors, kuberay_lag, kubetime, manifests, stuck
 from functions.core.allocation import group_name
 from functions.core.config import ClusterSpec, RunConfig
-from functions.core.platform import ClusterReadiness, NodeSeen, RayObject, Waiting, Workers
+from functions.core.platform import AttemptSpan, ClusterReadiness, NodeSeen, RayObject, Waiting, Workers
 
 JOB_ENDED = {"SUCCEEDED", "FAILED", "STOPPED"}
 
@@ -256,14 +256,7 @@ class GkePlatform:
     def job_log(self, cfg: RunConfig, job: str, limit: int | None = None) -> str:
         return self._kube(cfg.cluster).job_log(cfg.cluster.namespace, job, limit)
 
-    def disruptions(
-        self,
-        cfg: RunConfig,
-        run_id: str,
-        since: dt.datetime | None,
-        nodes: Mapping[str, str] | None = None,
-        until: dt.datetime | None = None,
-    ) -> list[str]:
+    def disruptions(self, cfg: RunConfig, run_id: str, span: AttemptSpan) -> list[str]:
         kube = self._kube(cfg.cluster)
         namespace = cfg.cluster.namespace
         pods = kube.pods(namespace, f"{manifests.RUN_LABEL}={run_id}")
@@ -271,10 +264,10 @@ class GkePlatform:
         # (while the recorder's budget for the object lasts: disruption's docstring).
         group = group_name(run_id)
         events = [e for e in kube.events(namespace) if f"-{group}-" in (e.get("involvedObject") or {}).get("name", "")]
-        found = disruption.from_pods(pods, events, since)
-        found += disruption.from_kuberay(kube.events(namespace, cfg.cluster.ray_cluster), group, since)
-        recorded = dict(nodes or {})
-        return found + disruption.node_changes(recorded, {name: kube.node(name) for name in recorded}, until)
+        found = disruption.from_pods(pods, events, span.since)
+        found += disruption.from_kuberay(kube.events(namespace, cfg.cluster.ray_cluster), group, span.since)
+        recorded = dict(span.nodes)
+        return found + disruption.node_changes(recorded, {name: kube.node(name) for name in recorded}, span.until)
 
     def worker_nodes(self, cfg: RunConfig, run_id: str) -> dict[str, NodeSeen]:
         kube = self._kube(cfg.cluster)

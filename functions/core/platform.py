@@ -19,6 +19,17 @@ class ClusterReadiness:
 
 
 @dataclass(frozen=True)
+class AttemptSpan:
+    """An attempt, as the question "what took its nodes?" needs it: from its submission (`since`; None: all that
+    is remembered) to its job's end (`until`; None: still running), on the nodes it was seen running on, each with
+    its identity then (NodeSeen.identity)."""
+
+    since: dt.datetime | None = None
+    nodes: Mapping[str, str] = field(default_factory=dict)
+    until: dt.datetime | None = None
+
+
+@dataclass(frozen=True)
 class Workers:
     groups: dict[str, int]  # worker group -> replicas: one group per run holding nodes (allocation.group_name)
     stamp: int  # the allocation version the groups were last sized for (0: never stamped)
@@ -100,18 +111,11 @@ class Platform(Protocol):
     def job_status(self, cfg: RunConfig, job: str) -> dict[str, Any] | None:
         """The job's status in RayJob terms (jobStatus, jobDeploymentStatus, reason, message, ...); None if gone."""
 
-    def disruptions(
-        self,
-        cfg: RunConfig,
-        run_id: str,
-        since: dt.datetime | None,
-        nodes: Mapping[str, str] | None = None,
-        until: dt.datetime | None = None,
-    ) -> list[str]:
-        """What took the run's worker nodes away since `since` (preemption, a node shut down or gone, an eviction),
-        one line each naming the node and when, as Kubernetes (or the local cluster) says it; [] when nothing did.
-        `nodes`: the ones the attempt was seen running on, each with its identity then (NodeSeen.identity): those
-        gone, made again or booted again since, or no longer Ready before the job ended (`until`), are lost too."""
+    def disruptions(self, cfg: RunConfig, run_id: str, span: AttemptSpan) -> list[str]:
+        """What took the run's worker nodes away during the attempt (preemption, a node shut down or gone, an
+        eviction), one line each naming the node and when, as Kubernetes (or the local cluster) says it; [] when
+        nothing did. The nodes it was seen running on that are gone, made again or booted again since, or no longer
+        Ready before its job ended, are lost too."""
 
     def job_log(self, cfg: RunConfig, job: str, limit: int | None = None) -> str:
         """The job's driver log so far ('' when there is none yet or any more); given `limit`, its last `limit`

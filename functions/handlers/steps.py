@@ -12,7 +12,7 @@ from functions.core import joblog, kuberay_lag, kubetime
 from functions.core.config import RunConfig
 from functions.core.decide import Action, Facts, JobSeen, Move
 from functions.core.errors import ClusterGone, NotFound, PermanentError, TransientError, describe, is_transient
-from functions.core.platform import NodeSeen, Waiting
+from functions.core.platform import AttemptSpan, NodeSeen, Waiting
 from functions.core.result import ATTEMPT_ENV, INPUTS_ENV, RESULT_FILE, RunResult, SweepResult, run_folder
 from functions.core.runs import Attempt, RunRecord, State
 from functions.core.secrets import redact, redact_json, redact_log
@@ -171,7 +171,7 @@ def lost(ctx: Context, cfg: RunConfig, record: RunRecord, job: dict[str, Any] | 
     lines: list[str] = best_effort(
         record.run_id,
         "what happened to its nodes",
-        lambda: ctx.platform.disruptions(cfg, record.run_id, record.submitted_at, identities, ended),
+        lambda: ctx.platform.disruptions(cfg, record.run_id, AttemptSpan(record.submitted_at, identities, ended)),
         [],
     )
     return tuple(redact(line) for line in lines)

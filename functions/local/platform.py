@@ -21,7 +21,7 @@ import shutil
 import subprocess
 import sys
 import threading
-from collections.abc import Collection, Iterator, Mapping
+from collections.abc import Collection, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +31,7 @@ from functions.core import joblog, manifests
 from functions.core.allocation import group_name, key_path
 from functions.core.config import ClusterSpec, RunConfig
 from functions.core.errors import NotFound, PermanentError, TransientError, from_status
-from functions.core.platform import ClusterReadiness, NodeSeen, RayObject, Waiting, Workers
+from functions.core.platform import AttemptSpan, ClusterReadiness, NodeSeen, RayObject, Waiting, Workers
 from functions.core.result import WORKER_RESOURCE_ENV
 from functions.local import session
 from functions.local.cluster import LocalCluster
@@ -338,19 +338,14 @@ class LocalRay:
     def ask_status(self, spec: ClusterSpec, now: dt.datetime) -> None:
         raise AssertionError("the local platform has no KubeRay status to ask about (status_lag is never set)")
 
-    def disruptions(
-        self,
-        cfg: RunConfig,
-        run_id: str,
-        since: dt.datetime | None,
-        nodes: Mapping[str, str] | None = None,
-        until: dt.datetime | None = None,
-    ) -> list[str]:
+    def disruptions(self, cfg: RunConfig, run_id: str, span: AttemptSpan) -> list[str]:
         """The run's worker nodes that exited without being asked to (a killed raylet, an OOM-killed node):
         the local stand-in for a preempted or vanished GKE node. Nodes this platform stops leave its list first."""
         group = group_name(run_id)
         with self.lock:
-            replaced = [line for g, at, line in self.cluster.departed if g == group and (since is None or at >= since)]
+            replaced = [
+                line for g, at, line in self.cluster.departed if g == group and (span.since is None or at >= span.since)
+            ]
             node = self.cluster.groups.get(group)
             return replaced + ([self.cluster.death(node.service)] if node is not None and not node.alive else [])
 

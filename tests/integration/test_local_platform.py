@@ -19,6 +19,7 @@ import requests
 
 from functions.core.config import RunConfig
 from functions.core.errors import NotFound, PermanentError, TransientError
+from functions.core.platform import AttemptSpan
 from functions.local import emulators, session
 from functions.local.cluster import LocalCluster, auth_token
 from functions.local.emulators import Service
@@ -303,11 +304,11 @@ def test_each_worker_group_is_one_ray_node_with_its_nodes_resources_and_is_relea
         first = platform.cluster.groups[a].service
         first.stop(grace_s=0)  # lost, as a preempted node
         assert platform.workers(two.cluster).groups == {a: 0, b: 1}
-        assert "exited with" in platform.disruptions(two, "run-a", None)[0]
+        assert "exited with" in platform.disruptions(two, "run-a", AttemptSpan())[0]
         assert platform.size(two, "run-a", platform.workers(two.cluster), {a: 2, b: 1}, 5)
         second = platform.cluster.groups[a].service
         assert second is not first and second.name != first.name and platform.workers(two.cluster).groups[a] == 2
-        assert any("exited with" in line for line in platform.disruptions(two, "run-a", None))  # remembered
+        assert any("exited with" in line for line in platform.disruptions(two, "run-a", AttemptSpan()))  # remembered
         assert platform.scale(two.cluster, platform.workers(two.cluster), {a: 0, b: 1}, 6)
         assert (
             second.proc.poll() is not None and platform.cluster.groups[b].service is kept and kept.proc.poll() is None
