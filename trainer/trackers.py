@@ -148,16 +148,7 @@ class MlflowRun(Logger):
         return None
 
     def close(self) -> TrackedRun:
-        points, lost, error = self.delivery.close()
-        return TrackedRun(
-            run_id=self.run_id,
-            experiment_id=self.experiment_id,
-            url=self.url,
-            uri=self.uri,
-            points=points,
-            undelivered=lost,
-            error=error,
-        )
+        return self.delivery.tracked(run_id=self.run_id, experiment_id=self.experiment_id, url=self.url, uri=self.uri)
 
 
 def open_loggers(cfg: RunConfig, who: Identity, with_params: bool = True) -> list[Logger]:

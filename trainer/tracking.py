@@ -157,6 +157,12 @@ class Delivery:
             self.closed = (self.put_points, self.lost + unsent, self.error)
             return self.closed
 
+    def tracked(self, **where: str | None) -> TrackedRun:
+        """The run in its destination once delivery is closed: `where` it is (TrackedRun's run_id,
+        experiment_id, url, uri) and what of its points did not reach it."""
+        points, lost, error = self.close()
+        return TrackedRun(points=points, undelivered=lost, error=error, **where)
+
 
 class Logger:
     """One destination's run as a worker and a driver use it. Every method is best-effort: a destination that

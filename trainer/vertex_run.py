@@ -124,15 +124,7 @@ class VertexRun(Logger):
         return f"{where}/runs/{self.experiment}-{self.run_name}?project={self.project}"
 
     def close(self) -> TrackedRun:
-        points, lost, error = self.delivery.close()
-        return TrackedRun(
-            run_id=self.run_name,
-            experiment_id=self.experiment,
-            url=self.url,
-            points=points,
-            undelivered=lost,
-            error=error,
-        )
+        return self.delivery.tracked(run_id=self.run_name, experiment_id=self.experiment, url=self.url)
 
 
 def tag_best(cfg: RunConfig, who: Identity, run_name: str) -> None:
