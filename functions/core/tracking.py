@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, StringConstraints, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, StringConstraints
 
 # The tags every destination's run carries: how the trainer finds a run's tracked run again on its next attempt
 # (a tracker's run id is its own), and how a sweep's trials and a nightly's versions are told apart.
@@ -42,10 +42,29 @@ MLFLOW_CREDENTIALS = ("MLFLOW_TRACKING_TOKEN", "MLFLOW_TRACKING_USERNAME", "MLFL
 WANDB_CREDENTIALS = ("WANDB_API_KEY",)
 
 _Name = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")]
+
+
+def _shaped(pattern: str, what: str) -> AfterValidator:
+    """A string of `pattern`'s shape, refused as "'value' is not `what`" (pydantic's own pattern error quotes the
+    regular expression, which tells a user nothing)."""
+    shape = re.compile(pattern)
+
+    def check(value: str) -> str:
+        if not shape.match(value):
+            raise ValueError(f"{value!r} is not {what}")
+        return value
+
+    return AfterValidator(check)
+
+
 # An MLflow tracking server (http, https) or Databricks; a local path or sqlite store only for `raytune local`.
-_MLFLOW_URI = re.compile(
-    r"^(https?://[A-Za-z0-9.-]+(:[0-9]{1,5})?(/[A-Za-z0-9._~/-]*)?|databricks(://[A-Za-z0-9_-]+)?)$"
-)
+_MlflowUri = Annotated[
+    str,
+    _shaped(
+        r"^(https?://[A-Za-z0-9.-]+(:[0-9]{1,5})?(/[A-Za-z0-9._~/-]*)?|databricks(://[A-Za-z0-9_-]+)?)$",
+        "an MLflow tracking server: http(s)://host[:port][/path] or databricks",
+    ),
+]
 
 
 class _Section(BaseModel):
@@ -53,7 +72,7 @@ class _Section(BaseModel):
 
 
 class MlflowSpec(_Section):
-    uri: str | None = None
+    uri: _MlflowUri | None = None
     """The MLflow tracking server (http:// or https://, or databricks); None: the deployment's
     (the operator's policy), and under `raytune local` an MLflow store in the workdir."""
     experiment: _Name | None = None
@@ -63,13 +82,6 @@ class MlflowSpec(_Section):
     None: the line's name (the config's name)."""
     copy_adapter: bool = False
     """Upload the adapter to the run's artifacts too (by default the run gets its gs:// location)."""
-
-    @field_validator("uri")
-    @classmethod
-    def a_tracking_server(cls, uri: str | None) -> str | None:
-        if uri is not None and not _MLFLOW_URI.match(uri):
-            raise ValueError(f"{uri!r} is not an MLflow tracking server: http(s)://host[:port][/path] or databricks")
-        return uri
 
 
 class WandbSpec(_Section):
@@ -83,10 +95,22 @@ class WandbSpec(_Section):
 
 # A Vertex AI experiment's and run's name: lowercase letters, digits and hyphens, 128 at most (Vertex AI's rule).
 _VertexName = Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9-]{0,127}$")]
-_VERTEX_ENDPOINT = re.compile(r"^(https://[A-Za-z0-9.-]+|http://(127\.0\.0\.1|localhost))(:[0-9]{1,5})?$")
+_VertexEndpoint = Annotated[
+    str,
+    _shaped(
+        r"^(https://[A-Za-z0-9.-]+|http://(127\.0\.0\.1|localhost))(:[0-9]{1,5})?$",
+        "an endpoint: https://host[:port], or http://127.0.0.1:port",
+    ),
+]
 # A container image reference: [registry/]path[:tag][@sha256:digest]
 _IMAGE = r"^[a-z0-9]([a-z0-9.-]*[a-z0-9])?(:[0-9]+)?(/[a-z0-9._-]+)+(:[A-Za-z0-9._-]{1,128})?(@sha256:[a-f0-9]{64})?$"
-_TENSORBOARD = re.compile(r"^projects/[^/]+/locations/[a-z0-9-]+/tensorboards/[0-9]+$")
+_Tensorboard = Annotated[
+    str,
+    _shaped(
+        r"^projects/[^/]+/locations/[a-z0-9-]+/tensorboards/[0-9]+$",
+        "a TensorBoard instance: projects/P/locations/L/tensorboards/N",
+    ),
+]
 
 
 class VertexSpec(_Section):
@@ -96,7 +120,7 @@ class VertexSpec(_Section):
     """The project of the experiment; None: the project the trainer's credentials are in (its Workload Identity)."""
     location: Annotated[str, StringConstraints(pattern=r"^[a-z]+-[a-z]+[0-9]+$")] | None = None
     """The Vertex AI region of the experiment; None: the region the run is in (us-central1 locally)."""
-    tensorboard: str | None = None
+    tensorboard: _Tensorboard | None = None
     """The Vertex AI TensorBoard instance the run's curves go to (projects/P/locations/L/tensorboards/N); None:
     the experiment's backing TensorBoard, which Vertex AI's client makes the project's default one if it has none."""
     serving_image: Annotated[str, StringConstraints(pattern=_IMAGE, max_length=512)] | None = None
@@ -105,23 +129,9 @@ class VertexSpec(_Section):
     follows the line's champion. None: champions are not registered in Vertex AI."""
     registered_model: _Name | None = None
     """The Vertex AI model (display name) a line's champions are versions of; None: the line's name."""
-    endpoint: str | None = None
+    endpoint: _VertexEndpoint | None = None
     """Vertex AI's API endpoint (https://, e.g. a Private Service Connect one); None: Google's regional one. An
     http:// one on this machine (127.0.0.1, localhost) is an emulator: no credentials are sent to it."""
-
-    @field_validator("endpoint")
-    @classmethod
-    def an_endpoint(cls, endpoint: str | None) -> str | None:
-        if endpoint is not None and not _VERTEX_ENDPOINT.match(endpoint):
-            raise ValueError(f"{endpoint!r} is not an endpoint: https://host[:port], or http://127.0.0.1:port")
-        return endpoint
-
-    @field_validator("tensorboard")
-    @classmethod
-    def a_tensorboard(cls, name: str | None) -> str | None:
-        if name is not None and not _TENSORBOARD.match(name):
-            raise ValueError(f"{name!r} is not a TensorBoard instance: projects/P/locations/L/tensorboards/N")
-        return name
 
 
 class TrackingSpec(_Section):
