@@ -21,9 +21,9 @@ from functions.core.config_file import config_format, parse_config
 from functions.core.errors import Unreadable
 from functions.core.policy import CANCEL_DIGEST_ATTRIBUTE, OPERATOR_KEY_ATTRIBUTE
 from functions.core.runs import RunRecord
-from functions.local import driver, workdirs
+from functions.local import command, workdirs
 from functions.local.dirblobs import DirBlobs
-from functions.local.local_run import BUCKET
+from functions.local.eventing import BUCKET
 from functions.local.platform import live_driver_log
 
 
@@ -202,7 +202,7 @@ class LocalBackend:
         if pid is not None:
             workdirs.ask_cancel(self.workdir, pid, "raytune cancel (from another terminal)")
             return
-        if driver.run(None, self.workdir, settle_only=True) != 0:
+        if command.run(None, self.workdir, settle_only=True) != 0:
             raise RuntimeError(f"could not settle the runs left in {self.workdir}: see its logs/")
 
     def orphaned(self, record: RunRecord) -> str | None:
@@ -216,7 +216,7 @@ class LocalBackend:
 
     def retry(self, record: RunRecord, token: str | None = None) -> None:
         """A local run's next attempt needs its cluster again: the driver starts it and follows it."""
-        code = driver.run(None, self.workdir, retry=record.run_id)
+        code = command.run(None, self.workdir, retry=record.run_id)
         if code:
             raise RetryEnded(code)
 

@@ -23,7 +23,7 @@ def seconds(text: str) -> float:
 
 
 def cmd_local(args: argparse.Namespace) -> int:
-    from functions.local import driver as local
+    from functions.local import command as local
 
     workdir = Path(args.workdir) if args.workdir else None
     if args.stop:
@@ -54,7 +54,7 @@ def print_estimate(path: str | None) -> None:
     """What the run will take, as validate says it (its time; no money on this machine), before it starts."""
     from functions.cli.config_commands import priced
     from functions.cli.settings import CliSettings
-    from functions.local.driver import QUICKSTART
+    from functions.local.command import QUICKSTART
 
     _, lines = priced(CliSettings(), load(path or str(QUICKSTART)))
     for line in lines:

@@ -179,13 +179,13 @@ def cmd_submit(args: argparse.Namespace) -> int:
             print(f"error: {error}", file=sys.stderr)
         return 2
     if args.local or args.workdir:
-        from functions.local import driver
+        from functions.local import command
 
         if args.name or args.via_topic:
             raise RuntimeError("--name and --via-topic are the deployment's: a local run is named by its config")
         print(f"submit --local: running {config} on the local default (raytune local)", file=sys.stderr)
         print_estimate(str(config))
-        return driver.run(str(config), Path(args.workdir) if args.workdir else None)
+        return command.run(str(config), Path(args.workdir) if args.workdir else None)
     if left := placeholders(str(config)):
         raise RuntimeError("; ".join(left) + ": edit it first (nothing was uploaded)")
     backend = targets.deployment_for(args)

@@ -69,12 +69,12 @@ class LocalCluster:
         self.timings: dict[str, float] = {}  # the cluster's own start and stop (raytune local --timings)
 
     @classmethod
-    def claimed(cls, workdir: Path, tag: str, warm: session.Session | None = None) -> LocalCluster:
+    def claimed(cls, workdir: Path, tag: str, warm: session.WorkdirSession | None = None) -> LocalCluster:
         """The workdir's cluster, marked in use by this run (no warm_until: a keeper leaves it alone, and a run that
         dies leaves it to be stopped): the warm session's head adopted, else a new Ray folder; the Jobs client of
         this process given the cluster's token."""
         ray_tmp = warm.ray_tmp if warm else session.new_ray_tmp()
-        session.write(workdir, replace(warm, warm_until=None) if warm else session.Session(tag, ray_tmp))
+        session.write(workdir, replace(warm, warm_until=None) if warm else session.WorkdirSession(tag, ray_tmp))
         env = {
             "RAY_AUTH_MODE": "token",
             "RAY_AUTH_TOKEN_PATH": str(auth_token(workdir)),
@@ -129,10 +129,10 @@ class LocalCluster:
         emulators.wait_until(lambda: emulators.port_open(self.dashboard_port), "dashboard up", 120)
         session.write(self.workdir, self.session())
 
-    def session(self) -> session.Session:
+    def session(self) -> session.WorkdirSession:
         """The session as it stands: its head's pid and ports once it has one."""
         head = self.head
-        return session.Session(
+        return session.WorkdirSession(
             self.tag,
             self.ray_tmp,
             head.proc.pid if head else None,

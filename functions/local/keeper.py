@@ -26,7 +26,7 @@ log = logging.getLogger(__name__)
 def keep(workdir: Path, tag: str) -> None:
     kept = session.read(workdir)  # what it keeps, remembered: the workdir may be deleted under it
     if kept is None or kept.tag != tag:
-        kept = session.Session(tag, ray_tmp="")
+        kept = session.WorkdirSession(tag, ray_tmp="")
     _log_to(workdir)
     while True:
         try:
@@ -55,7 +55,7 @@ def _log_to(workdir: Path) -> None:
         pass  # its workdir is gone already: there is nothing to log to, and its processes still go
 
 
-def _stop_what_is_left(kept: session.Session) -> None:
+def _stop_what_is_left(kept: session.WorkdirSession) -> None:
     if not kept.ray_tmp:  # not known: only what carries the tag (never "whatever holds a file under /")
         stopped = emulators.kill_all(lambda: emulators.tagged(kept.tag))
     else:

@@ -136,7 +136,7 @@ class LocalRay:
         tag: str,
         gpus: int | None = None,
         no_capacity: Collection[str] = (),
-        warm: session.Session | None = None,
+        warm: session.WorkdirSession | None = None,
     ) -> LocalRay:
         """The platform on the workdir's cluster (LocalCluster.claimed): `warm`, the session whose head an earlier
         clean run left warm (session.warm), attached to instead of starting a head; its tag is `tag`."""
@@ -158,7 +158,7 @@ class LocalRay:
                     self.cluster.start_head()
         return ClusterReadiness("ready")
 
-    def left_warm(self) -> session.Session | None:
+    def left_warm(self) -> session.WorkdirSession | None:
         """At a clean end: every worker group stopped, the head left running for the next run of the workdir; the
         session to keep warm, or None without a live head."""
         with self.lock:

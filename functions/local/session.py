@@ -39,7 +39,10 @@ RAY_TMP_PREFIX = "rt-"  # Ray's socket paths are length-limited: its temp dir is
 
 
 @dataclass(frozen=True)
-class Session:
+class WorkdirSession:
+    """What logs/session.json holds of a workdir's processes (one run's, or a warm head's): the tag each carries, Ray's
+    temp dir, and the head a next run may attach to."""
+
     tag: str
     ray_tmp: str
     head_pid: int | None = None  # the head's `ray start` (its session leader), once started
@@ -99,12 +102,12 @@ def scratch(ray_tmp: str) -> str:
     return str(path)
 
 
-def write(workdir: Path, session: Session) -> None:
+def write(workdir: Path, session: WorkdirSession) -> None:
     _path(workdir).parent.mkdir(parents=True, exist_ok=True)
     _path(workdir).write_text(json.dumps(asdict(session)))
 
 
-def warm(workdir: Path) -> Session | None:
+def warm(workdir: Path) -> WorkdirSession | None:
     """The session a clean run left warm, if its head still runs (its pid carries the tag, its port answers)."""
     found = read(workdir)
     if found is None or found.warm_until is None or found.head_pid is None or found.head_port is None:
@@ -114,7 +117,7 @@ def warm(workdir: Path) -> Session | None:
     return found
 
 
-def keep_warm(workdir: Path, left: Session, seconds: float) -> None:
+def keep_warm(workdir: Path, left: WorkdirSession, seconds: float) -> None:
     """Leave the session's head warm for `seconds` of idle time; the keeper stops it then (one per session)."""
     write(workdir, replace(left, warm_until=time.time() + seconds))
     keepers = [pid for pid in emulators.tagged(left.tag, variable=KEEPER) if pid != os.getpid()]
@@ -131,14 +134,14 @@ def keep_warm(workdir: Path, left: Session, seconds: float) -> None:
     )
 
 
-def read(workdir: Path) -> Session | None:
+def read(workdir: Path) -> WorkdirSession | None:
     try:
-        return Session(**json.loads(_path(workdir).read_text()))
+        return WorkdirSession(**json.loads(_path(workdir).read_text()))
     except (OSError, ValueError, TypeError):
         return None
 
 
-def processes(session: Session, sessions: set[int] | None = None) -> list[int]:
+def processes(session: WorkdirSession, sessions: set[int] | None = None) -> list[int]:
     """The session's live processes: those carrying its tag, and those holding a file in its Ray temp dir in a
     process session of theirs (`sessions`: the ids seen so far; the head's, `ray start`'s, from the first)."""
     seen = sessions if sessions is not None else set()
@@ -159,7 +162,7 @@ def stop(workdir: Path) -> list[int]:
     return stopped
 
 
-def stop_processes(recorded: Session) -> list[int]:
+def stop_processes(recorded: WorkdirSession) -> list[int]:
     """Stop the session's processes and remove its Ray temp dir, whatever became of its workdir (the keeper of a
     warm head whose workdir was deleted stops what it kept this way). Returns the pids it stopped."""
     sessions: set[int] = set()  # kept across kill_all's passes: an orphan keeps its session id

@@ -142,7 +142,7 @@ def bystander(path: str) -> subprocess.Popen:
 def test_what_a_killed_session_left_is_stopped_and_removed(tmp_path):
     tag = "killed-" + os.urandom(4).hex()
     ray_tmp = session.new_ray_tmp()
-    recorded = session.Session(tag, ray_tmp)
+    recorded = session.WorkdirSession(tag, ray_tmp)
     parent = tagged_tree(tag, f"{ray_tmp}/dashboard_agent.log")
     emulators.wait_until(lambda: len(session.processes(recorded)) == 3, "the session's processes up", 30)
     reader = bystander(f"{ray_tmp}/dashboard_agent.log")
@@ -161,14 +161,14 @@ def test_what_a_killed_session_left_is_stopped_and_removed(tmp_path):
 def test_a_session_file_never_makes_it_remove_a_folder_it_did_not_make(tmp_path):
     precious = tmp_path / "precious"
     precious.mkdir()
-    session.write(tmp_path, session.Session("gone-" + os.urandom(4).hex(), str(precious)))
+    session.write(tmp_path, session.WorkdirSession("gone-" + os.urandom(4).hex(), str(precious)))
     assert session.stop(tmp_path) == [] and precious.is_dir()
 
 
 def test_a_driver_log_is_found_in_any_ray_session_of_the_workdir(tmp_path):
     """After an idle teardown a new head starts a new Ray session; the earlier job's log is still found."""
     ray_tmp = tmp_path / "ray"
-    session.write(tmp_path, session.Session("t", str(ray_tmp)))
+    session.write(tmp_path, session.WorkdirSession("t", str(ray_tmp)))
     assert live_driver_log(tmp_path, "r-1") is None
     old = ray_tmp / "session_2026-12-01_02-00-00_000000_1" / "logs" / "job-driver-r-1.log"
     new = ray_tmp / "session_2026-12-01_03-00-00_000000_2" / "logs" / "job-driver-r-2.log"
@@ -325,8 +325,8 @@ def test_a_warm_heads_keeper_stops_it_when_its_workdir_is_deleted(tmp_path):
     ray_tmp = session.new_ray_tmp()
     workdir = tmp_path / "clone" / ".raytune" / "local"
     parent = tagged_tree(tag, f"{ray_tmp}/dashboard_agent.log")
-    emulators.wait_until(lambda: len(session.processes(session.Session(tag, ray_tmp))) == 3, "the head up", 30)
-    session.write(workdir, session.Session(tag, ray_tmp, head_pid=parent.pid, warm_until=time.time() + 600))
+    emulators.wait_until(lambda: len(session.processes(session.WorkdirSession(tag, ray_tmp))) == 3, "the head up", 30)
+    session.write(workdir, session.WorkdirSession(tag, ray_tmp, head_pid=parent.pid, warm_until=time.time() + 600))
     env = {k: v for k, v in os.environ.items() if k != emulators.TAG}
     keeper = subprocess.Popen(
         [sys.executable, "-m", "functions.local.keeper", str(workdir), tag],

@@ -1,6 +1,6 @@
 """`raytune local`'s follow loop on a busy machine: a tick that meets a transient error (the dashboard or the
 bucket slow to answer) is tried again, as Pub/Sub would redeliver; a permanent error, or nothing but
-transient ones for STALLED_S, ends it (the driver then cancels the run and prints its record)."""
+transient ones for STALLED_S, ends it (`raytune local` then cancels the run and prints its record)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 
 from functions.core.errors import PermanentError, TransientError
 from functions.core.runs import RunRecord, State, Transition
-from functions.local import local_run as runs_here
+from functions.local import eventing
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -49,9 +49,9 @@ class Store:
         return self.record
 
 
-def local_run(said: list[str]) -> runs_here.LocalRun:
+def eventing_for(said: list[str]) -> eventing.Eventing:
     ctx = SimpleNamespace(store=Store())
-    return runs_here.LocalRun(ctx, Platform(), None, said.append)  # type: ignore[arg-type]
+    return eventing.Eventing(ctx, Platform(), None, said.append)  # type: ignore[arg-type]
 
 
 def ticks(monkeypatch, *outcomes: Exception | None) -> list[int]:
@@ -66,15 +66,15 @@ def ticks(monkeypatch, *outcomes: Exception | None) -> list[int]:
             raise outcome
         ctx.store.record = ctx.store.record.model_copy(update={"state": State.SUCCEEDED, "settled": True})
 
-    monkeypatch.setattr(runs_here.watch, "handle", handle)
-    monkeypatch.setattr(runs_here, "TICK_S", 0.01)
+    monkeypatch.setattr(eventing.watch, "handle", handle)
+    monkeypatch.setattr(eventing, "TICK_S", 0.01)
     return count
 
 
 def test_transient_tick_errors_are_tried_again(monkeypatch, caplog):
     count = ticks(monkeypatch, TransientError("HTTP 503: busy"), ConnectionResetError("reset"), None)
     said: list[str] = []
-    record = local_run(said).follow(running_record())
+    record = eventing_for(said).follow(running_record())
     assert record.state == State.SUCCEEDED and count[0] == 3
     assert "tick failed, tried again: HTTP 503: busy" in caplog.text
     assert not any("SUCCEEDED" in s for s in said), "the end is said once, by the summary after the follow"
@@ -83,14 +83,14 @@ def test_transient_tick_errors_are_tried_again(monkeypatch, caplog):
 def test_a_permanent_tick_error_ends_the_follow(monkeypatch):
     ticks(monkeypatch, PermanentError("HTTP 403: forbidden"))
     with pytest.raises(PermanentError):
-        local_run([]).follow(running_record())
+        eventing_for([]).follow(running_record())
 
 
 def test_only_transient_errors_for_too_long_end_the_follow(monkeypatch):
     ticks(monkeypatch, *[TransientError("HTTP 503: busy")] * 1000)
-    monkeypatch.setattr(runs_here, "STALLED_S", 0.05)
+    monkeypatch.setattr(eventing, "STALLED_S", 0.05)
     with pytest.raises(TransientError):
-        local_run([]).follow(running_record())
+        eventing_for([]).follow(running_record())
 
 
 def test_a_night_run_again_after_it_failed_says_how_to_retry_it(tmp_path):
@@ -98,13 +98,13 @@ def test_a_night_run_again_after_it_failed_says_how_to_retry_it(tmp_path):
         update={"run_id": "nightly-20261203", "state": State.FAILED, "settled": True, "created_at": NOW}
     )
     later = NOW + dt.timedelta(hours=1)
-    hint = runs_here.retry_hint(failed, later, tmp_path)
+    hint = eventing.retry_hint(failed, later, tmp_path)
     assert hint == (
         f"nightly-20261203 ran before and is FAILED: `raytune retry nightly-20261203 --workdir {tmp_path}` "
         "starts its next attempt (from its last checkpoint, if it saved one)"
     )
-    assert runs_here.retry_hint(failed, NOW - dt.timedelta(seconds=1), tmp_path) is None  # created by this launch
-    assert runs_here.retry_hint(failed.model_copy(update={"state": State.SUCCEEDED}), later, tmp_path) is None
+    assert eventing.retry_hint(failed, NOW - dt.timedelta(seconds=1), tmp_path) is None  # created by this launch
+    assert eventing.retry_hint(failed.model_copy(update={"state": State.SUCCEEDED}), later, tmp_path) is None
 
 
 def test_raytune_local_says_what_the_run_will_take_before_it_starts(capsys):
@@ -120,12 +120,12 @@ def test_raytune_local_says_what_the_run_will_take_before_it_starts(capsys):
 
 def test_submit_local_says_the_estimate_before_it_runs(capsys, monkeypatch):
     """`submit --local` is `raytune local` by another name: the same estimate first, then the run (here its
-    driver is not started: what is tested is what the command says before it)."""
+    run is not started: what is tested is what the command says before it)."""
     from functions.cli import main as cli
-    from functions.local import driver
+    from functions.local import command
 
     ran = []
-    monkeypatch.setattr(driver, "run", lambda config, workdir: ran.append(config) or 0)
+    monkeypatch.setattr(command, "run", lambda config, workdir: ran.append(config) or 0)
     quickstart = str(ROOT / "examples" / "quickstart.json")
     assert cli(["submit", quickstart, "--local"]) == 0
     said = capsys.readouterr()

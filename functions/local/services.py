@@ -25,8 +25,8 @@ from functions.core.story import exit_code, summary
 from functions.handlers.context import Context
 from functions.handlers.settings import Settings
 from functions.local import emulators, session
+from functions.local.eventing import BUCKET, ConsolePublisher, Eventing, newest_run
 from functions.local.interrupts import Interrupted
-from functions.local.local_run import BUCKET, ConsolePublisher, LocalRun, newest_run
 from functions.local.platform import NO_CAPACITY_ENV, LocalRay
 from functions.local.workdirs import cancel_asked, write_record
 
@@ -36,7 +36,7 @@ LOCAL_RETRY_BACKOFF_S = 2  # a local node lost is a process that died, not a rec
 SIMULATED_NIGHTS_S = 10 * 365 * 86400
 
 
-class RunSession:
+class RunServices:
     """Owns what the run starts: `start` brings it up, leaving the context manager stops it all (the job's driver
     log kept, the cluster shut down, fake-gcs-server stopped, any process of the session swept)."""
 
@@ -50,13 +50,13 @@ class RunSession:
         self.started = time.monotonic()
         self.gcs: emulators.Service | None = None
         self.platform: LocalRay | None = None
-        self.local: LocalRun | None = None
+        self.eventing: Eventing | None = None
         self.record: RunRecord | None = None
 
-    def __enter__(self) -> RunSession:
+    def __enter__(self) -> RunServices:
         return self
 
-    def start(self, night: dt.date | None) -> LocalRun:
+    def start(self, night: dt.date | None) -> Eventing:
         """What a run needs, brought up: what a killed raytune local of this workdir left stopped first, then the
         bucket and the cluster, and the earlier runs it left live settled."""
         warm = session.warm(self.workdir)
@@ -98,9 +98,9 @@ class RunSession:
             add_secret(secret)  # the run's processes have them from this shell; what it says never does
         publisher = ConsolePublisher(self.say)
         ctx = Context(settings=settings, store=RunStore(Bucket(BUCKET)), platform=self.platform, publisher=publisher)
-        self.local = LocalRun(ctx, self.platform, self.workdir, self.say)
-        self.local.settle_earlier_runs()
-        return self.local
+        self.eventing = Eventing(ctx, self.platform, self.workdir, self.say)
+        self.eventing.settle_earlier_runs()
+        return self.eventing
 
     def conclude(self, failure: BaseException | None, interrupted: Interrupted | None) -> int:
         """The exit code, once the run stopped following: its outcome, or the run cancelled (and why) when a
@@ -127,17 +127,17 @@ class RunSession:
 
     def _ended(self) -> RunRecord | None:
         """The run as stored, if it had ended and settled (its end published) by the time a signal came."""
-        if self.local is None or self.record is None:
+        if self.eventing is None or self.record is None:
             return None
-        current = self.local.ctx.store.get(self.record.run_id)
+        current = self.eventing.ctx.store.get(self.record.run_id)
         return current if current is not None and current.state.terminal and current.settled else None
 
     def _cancel(self, why: str) -> None:
-        run_id = self.record.run_id if self.record else newest_run(self.local) if self.local else None
-        if self.local is None or not run_id:
+        run_id = self.record.run_id if self.record else newest_run(self.eventing) if self.eventing else None
+        if self.eventing is None or not run_id:
             return
         try:
-            self.record = self.local.cancel(run_id, why) or self.record
+            self.record = self.eventing.cancel(run_id, why) or self.record
         except Exception as again:  # the platform that failed may fail again: the record says why
             log.error("cancelling %s: %s", run_id, describe(again))
 

@@ -45,8 +45,9 @@ class ConsolePublisher:
         return "local"
 
 
-class LocalRun:
-    """One `raytune local` run: the handlers driven by hand, as Eventarc and the scheduler would."""
+class Eventing:
+    """The cloud's eventing for one `raytune local` run: the launch and watch handlers driven by hand, as Eventarc,
+    Pub/Sub and Cloud Scheduler drive them in the cloud."""
 
     def __init__(self, ctx: Context, platform: LocalRay, workdir: Path, say: Callable[[str], None]):
         self.ctx, self.platform, self.workdir, self.say = ctx, platform, workdir, say
@@ -150,7 +151,7 @@ def retry_hint(record: RunRecord, asked: dt.datetime, workdir: Path) -> str | No
     )
 
 
-def newest_run(local: LocalRun) -> str | None:
+def newest_run(local: Eventing) -> str | None:
     """The run this process created if the interrupt came before `launch` returned."""
     live = [r for r in local.ctx.store.active() if not r.state.terminal]
     return live[-1].run_id if live else None

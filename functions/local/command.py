@@ -24,7 +24,7 @@ from functions.core.config_file import config_format, parse_config
 from functions.local import session
 from functions.local.interrupts import Interrupted, Interrupts
 from functions.local.platform import check_fits, machine_gpus
-from functions.local.run_session import RunSession
+from functions.local.services import RunServices
 from functions.local.workdirs import (
     DEFAULT_WORKDIR,
     candidates,
@@ -170,14 +170,14 @@ def _run(
     timings: bool = False,
     keep_warm_s: float | None = 0,
 ) -> int:
-    with RunSession(workdir, say, keep_warm_s) as ran:
+    with RunServices(workdir, say, keep_warm_s) as ran:
 
         def start_and_follow() -> None:
-            local = ran.start(night)
+            eventing = ran.start(night)
             if settle_only:
                 return
-            ran.record = local.retry(retry) if retry else local.launch(config, night)
-            ran.record = local.follow(ran.record)
+            ran.record = eventing.retry(retry) if retry else eventing.launch(config, night)
+            ran.record = eventing.follow(ran.record)
 
         failure, interrupted = interrupts.guard(start_and_follow)
         code = ran.conclude(failure, interrupted)
