@@ -30,13 +30,14 @@ import sys
 import tempfile
 import threading
 import time
-import uuid
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 STAMP = re.compile(r"^\[\s*([0-9.]+)s\] (.*)$")
-CPUACCT = Path("/sys/fs/cgroup/cpuacct")
+sys.path.insert(0, str(ROOT))
+from tests.cgroup import CpuGroup  # noqa: E402  (the suite measures with the same group)
+
 CLI = "import sys; from functions.cli import main; sys.exit(main())"  # raytune, from the code on PYTHONPATH
 
 
@@ -70,35 +71,23 @@ def cpu_meter() -> Iterator[tuple[dict, callable, callable]]:
     that cgroup's CPU time so far; result["cpu_s"] is its CPU time once the block ends. Where no cgroup can be
     made, the machine's busy time stands for it."""
     result: dict = {}
-    group = CPUACCT / f"raytune-bench-{uuid.uuid4().hex[:8]}"
-    try:
-        group.mkdir()
-    except OSError:
-        group = None
+    group = CpuGroup.made("raytune-bench")
     busy = machine_busy_s()
 
     def join(pid: int) -> None:
         if group is not None:
-            (group / "cgroup.procs").write_text(str(pid))
+            group.join(pid)
 
     def used() -> float:
-        return int((group / "cpuacct.usage").read_text()) / 1e9 if group is not None else machine_busy_s() - busy
+        return group.used_s() if group is not None else machine_busy_s() - busy
 
     try:
         yield result, join, used
     finally:
+        result.setdefault("cpu_s", used())  # the caller's reading at the run's end, where it took one
+        result["cpu_of"] = "cgroup" if group is not None else "machine"
         if group is not None:
-            result.setdefault("cpu_s", used())  # the caller's reading at the run's end, where it took one
-            result["cpu_of"] = "cgroup"
-            # What outlives the run (a head left warm) goes back to the parent group, or the group could not be
-            # removed: cgroup v1 keeps an empty group until someone removes it.
-            for pid in (group / "cgroup.procs").read_text().split():
-                with contextlib.suppress(OSError):  # it exited meanwhile
-                    (CPUACCT / "cgroup.procs").write_text(pid)
-            group.rmdir()
-        else:
-            result.setdefault("cpu_s", machine_busy_s() - busy)
-            result["cpu_of"] = "machine"
+            group.remove()
 
 
 # A process's kind, from its command line (Ray's workers write their title over it: "ray::TrainController.run").

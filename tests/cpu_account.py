@@ -8,49 +8,29 @@ leaves running (a warm head, a session's emulator) is counted with the tests tha
 
 from __future__ import annotations
 
-import contextlib
 import os
-import time
-import uuid
 from collections import defaultdict
-from pathlib import Path
 
 import pytest
 
-CPUACCT = Path("/sys/fs/cgroup/cpuacct")
-_group: Path | None = None
+from tests.cgroup import CpuGroup
+
+_group: CpuGroup | None = None
 
 
 def _usage() -> float | None:
-    return int((_group / "cpuacct.usage").read_text()) / 1e9 if _group is not None else None
+    return _group.used_s() if _group is not None else None
 
 
 def pytest_configure(config: pytest.Config) -> None:
     global _group
-    group = CPUACCT / f"raytune-tests-{uuid.uuid4().hex[:8]}"
-    try:
-        group.mkdir()
-        (group / "cgroup.procs").write_text(str(os.getpid()))
-    except OSError:
-        with contextlib.suppress(OSError):
-            group.rmdir()
-        return
-    _group = group
+    _group = CpuGroup.made("raytune-tests", os.getpid())
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     global _group
-    if _group is None:
-        return
-    for _ in range(5):  # a process forked meanwhile joins the group after the listing: list again
-        for pid in (_group / "cgroup.procs").read_text().split():  # this process, and what outlived its tests
-            with contextlib.suppress(OSError):
-                (CPUACCT / "cgroup.procs").write_text(pid)
-        try:
-            _group.rmdir()  # cgroup v1 keeps an empty group until someone removes it
-            break
-        except OSError:
-            time.sleep(0.2)
+    if _group is not None:
+        _group.remove()
     _group = None
 
 
@@ -58,9 +38,10 @@ _started: dict[str, float] = {}
 
 
 @pytest.hookimpl(tryfirst=True)
-def pytest_runtest_logstart(nodeid: str, location: object) -> None:
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    """Read where the test runs (an xdist worker; xdist's controller only hears of it)."""
     if (now := _usage()) is not None:
-        _started[nodeid] = now
+        _started[item.nodeid] = now
 
 
 @pytest.hookimpl(hookwrapper=True)
