@@ -379,6 +379,20 @@ def test_a_raycluster_a_launch_creates_during_the_tick_is_not_swept(controller, 
     assert "newcomer-cluster" in h.kube.names("rayclusters") and h.events_of("leak") == []
 
 
+def pulling(name: str, labels: dict[str, str], image: str, reason: str, message: str) -> dict:
+    """A Ray worker pod whose image does not come, as the kubelet reports it."""
+    return {
+        "metadata": {"name": name, "labels": labels},
+        "spec": {"containers": [{"name": "ray-worker", "image": image}]},
+        "status": {
+            "phase": "Pending",
+            "containerStatuses": [
+                {"name": "ray-worker", "image": image, "state": {"waiting": {"reason": reason, "message": message}}}
+            ],
+        },
+    }
+
+
 def test_a_stuck_job_names_its_cause(controller, bucket):
     """A job waiting on a pod that cannot pull its image says so in the record, and the FAILED reason at
     the pending deadline names it; another run's pods on the same RayCluster are its own business (issue 63)."""
@@ -389,34 +403,17 @@ def test_a_stuck_job_names_its_cause(controller, bucket):
     own = {"ray.io/cluster": "gemma3-tuning", "ray.io/node-type": "worker", "ray.io/group": group_name(record.run_id)}
     others = {**own, "ray.io/group": group_name("another-run")}
     h.kube.put(
-        "pods",
-        {
-            "metadata": {"name": "gemma3-tuning-other-worker-xyz", "labels": others},
-            "spec": {"containers": [{"name": "ray-worker", "image": "example.com/other:1"}]},
-            "status": {
-                "phase": "Pending",
-                "containerStatuses": [
-                    {"name": "ray-worker", "state": {"waiting": {"reason": "ErrImagePull", "message": "not found"}}}
-                ],
-            },
-        },
+        "pods", pulling("gemma3-tuning-other-worker-xyz", others, "example.com/other:1", "ErrImagePull", "not found")
     )
     h.kube.put(
         "pods",
-        {
-            "metadata": {"name": "gemma3-tuning-gpu-group-worker-abc", "labels": own},
-            "spec": {"containers": [{"name": "ray-worker", "image": "rayproject/ray:2.60.0-py311-gpu"}]},
-            "status": {
-                "phase": "Pending",
-                "containerStatuses": [
-                    {
-                        "name": "ray-worker",
-                        "image": "rayproject/ray:2.60.0-py311-gpu",
-                        "state": {"waiting": {"reason": "ImagePullBackOff", "message": "Back-off pulling image"}},
-                    }
-                ],
-            },
-        },
+        pulling(
+            "gemma3-tuning-gpu-group-worker-abc",
+            own,
+            "rayproject/ray:2.60.0-py311-gpu",
+            "ImagePullBackOff",
+            "Back-off pulling image",
+        ),
     )
     h.kube.put(
         "pods",
