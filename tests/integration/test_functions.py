@@ -47,6 +47,16 @@ def only_record(h):
     return record
 
 
+def wait_for(condition, timeout=60):
+    """condition()'s first truthy value, polled (pushed deliveries arrive when the emulator sends them)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if found := condition():
+            return found
+        time.sleep(0.2)
+    raise AssertionError("timed out")
+
+
 def workers(h):
     """The RayCluster's worker nodes: in all (`replicas`) and per run's group (`groups`)."""
     specs = h.kube.get("rayclusters", "gemma3-tuning")["spec"]["workerGroupSpecs"]
