@@ -23,7 +23,7 @@ from typing import Any, Literal
 from functions.core import disruption, joblog, regions
 from functions.core.allocation import Admission
 from functions.core.champion import Promotion
-from functions.core.config import DeadlineSpec, RunConfig
+from functions.core.config import RunConfig
 from functions.core.fingerprint import Inputs
 from functions.core.platform import ClusterReadiness, NodeSeen
 from functions.core.regions import Placement
@@ -113,6 +113,19 @@ class JobSeen:
 
 
 @dataclasses.dataclass(frozen=True)
+class Run:
+    """A live run as one decision reads it: its record, and the config it runs under where it is now, read once
+    (RunRecord.run_config: the accepted config placed in its current region)."""
+
+    record: RunRecord
+    cfg: RunConfig
+
+    @property
+    def pending_s(self) -> int:
+        return pending_seconds(self.cfg)
+
+
+@dataclasses.dataclass(frozen=True)
 class Rules:
     """The deployment's rules a decision follows: bound once per handler from its settings, never observed."""
 
@@ -157,8 +170,8 @@ def decide(record: RunRecord, facts: Facts, rules: Rules = Rules()) -> Step:
     if facts.error:
         return move(State.FAILED, f"controller error: {facts.error}")
     if record.state in (State.RECEIVED, State.QUEUED, State.PROVISIONING):
-        return _before_submission(record, facts)
-    return _submitted(record, facts, rules)
+        return _before_submission(Run(record, record.run_config()), facts)
+    return _submitted(Run(record, record.run_config()), facts, rules)
 
 
 def _after_end(record: RunRecord, facts: Facts, rules: Rules) -> Step:
@@ -192,29 +205,26 @@ def claim_expired(record: RunRecord, now: dt.datetime) -> bool:
     return (now - record.updated_at).total_seconds() > CLAIM_SECONDS
 
 
-def deadlines(record: RunRecord) -> DeadlineSpec:
-    return record.run_config().deadlines
-
-
-def pending_seconds(record: RunRecord) -> int:
+def pending_seconds(cfg: RunConfig) -> int:
     """How long the run may wait for its nodes: deadlines.pending_seconds, or longer where an option of its
     capacity list allows more (a flex-start request waits in GKE's queue)."""
-    options = record.run_config().scaling.capacity or []
-    return max([deadlines(record).pending_seconds, *(o.pending_seconds for o in options if o.pending_seconds)])
+    options = cfg.scaling.capacity or []
+    return max([cfg.deadlines.pending_seconds, *(o.pending_seconds for o in options if o.pending_seconds)])
 
 
-def _missed_deadline(record: RunRecord, now: dt.datetime) -> str | None:
+def _missed_deadline(run: Run, now: dt.datetime) -> str | None:
     """Waiting in line counts against deadlines.queue_seconds from arrival; getting the cluster ready and
     submitting counts against deadlines.pending_seconds from arrival or from leaving the queue."""
+    record = run.record
     moved = _moved_in(record)
     if moved is not None:
-        limit = pending_seconds(record)
+        limit = run.pending_s
         waited = (now - moved).total_seconds()
         if waited > limit:
             return f"not submitted in {record.region} within deadlines.pending_seconds ({limit}s) of its move there"
         return None
     if record.state == State.QUEUED:
-        limit = deadlines(record).queue_seconds
+        limit = run.cfg.deadlines.queue_seconds
         waited = (now - record.arrived).total_seconds()
         if waited > limit:
             return (
@@ -222,7 +232,7 @@ def _missed_deadline(record: RunRecord, now: dt.datetime) -> str | None:
                 f"(deadlines.queue_seconds {limit}): {record.reason}"
             )
         return None
-    limit = pending_seconds(record)
+    limit = run.pending_s
     left_queue = record.left(State.QUEUED)
     if (now - max(left_queue or record.arrived, record.arrived)).total_seconds() > limit:
         return f"not submitted within deadlines.pending_seconds ({limit}s)"
@@ -239,9 +249,10 @@ def _moved_in(record: RunRecord) -> dt.datetime | None:
     return arrived if entered is not None and arrived >= entered else None
 
 
-def _before_submission(record: RunRecord, facts: Facts) -> Step:
+def _before_submission(run: Run, facts: Facts) -> Step:
     """RECEIVED belongs to the handler that created it until its claim expires; QUEUED and PROVISIONING
     to the watcher (a duplicate launch delivery leaves them alone)."""
+    record = run.record
     if (
         record.state == State.RECEIVED
         and not facts.created
@@ -252,27 +263,27 @@ def _before_submission(record: RunRecord, facts: Facts) -> Step:
     if record.state != State.RECEIVED and facts.handler == "launch":
         return NOTHING
     if record.cancel_requested:
-        return _end(record, facts, State.CANCELLED, f"{record.cancel_why}, before submission")
-    if missed := _missed_deadline(record, facts.now):
-        return _end(record, facts, State.FAILED, missed)
+        return _end(run, facts, State.CANCELLED, f"{record.cancel_why}, before submission")
+    if missed := _missed_deadline(run, facts.now):
+        return _end(run, facts, State.FAILED, missed)
     waiting = record.current.not_before
     if waiting is not None and facts.now < waiting:
         return NOTHING  # an attempt after lost nodes backs off first
     if record.nightly and record.state == State.RECEIVED and record.inputs is None:
         return _fingerprinted(record, facts)
     if facts.submit_error:
-        return _end(record, facts, State.FAILED, f"cannot submit: {facts.submit_error}")
+        return _end(run, facts, State.FAILED, f"cannot submit: {facts.submit_error}")
     if facts.admission is None:
         return Step(Action.ADMIT)
     if not facts.admission.admitted:
-        reason = facts.admission.describe(record.run_config().group_nodes)
+        reason = facts.admission.describe(run.cfg.group_nodes)
         if record.state == State.QUEUED and record.reason == reason:
             return NOTHING
         return move(State.QUEUED, reason, queue_position=facts.admission.position)
     if facts.cluster is None:
         return Step(Action.ENSURE_CLUSTER)
     if facts.cluster.state == "error":
-        return _end(record, facts, State.FAILED, facts.cluster.message)
+        return _end(run, facts, State.FAILED, facts.cluster.message)
     if facts.cluster.state == "provisioning":
         if record.state == State.PROVISIONING and record.reason == facts.cluster.message:
             return NOTHING
@@ -310,26 +321,27 @@ def _fingerprinted(record: RunRecord, facts: Facts) -> Step:
     return move(record.state, inputs=inputs)
 
 
-def _submitted(record: RunRecord, facts: Facts, rules: Rules) -> Step:
+def _submitted(run: Run, facts: Facts, rules: Rules) -> Step:
     """SUBMITTED and RUNNING runs are the watcher's to follow."""
+    record = run.record
     if facts.handler == "launch":
         return NOTHING
     if record.cancel_requested:
         if not facts.job_stopped:
             return Step(Action.STOP_JOB)
-        return _end(record, facts, State.CANCELLED, record.cancel_why, collect_result=True)
+        return _end(run, facts, State.CANCELLED, record.cancel_why, collect_result=True)
     if facts.cluster_gone:
-        return _cluster_gone(record, facts)
+        return _cluster_gone(run, facts)
     seen = facts.job
     if seen is None:
         return Step(Action.OBSERVE_JOB)
     job = seen.status
-    if (elsewhere := _move_region(record, facts, rules, seen)) is not None:
+    if (elsewhere := _move_region(run, facts, rules, seen)) is not None:
         return elsewhere
     if seen.lag and facts.status_asked is None:
         return Step(Action.ASK_STATUS)
     why = seen.stuck or (f"{seen.lag}: {facts.status_asked}" if seen.lag else None)
-    state, reason = job_outcome(record, job, facts.now, pending_seconds(record), why)
+    state, reason = job_outcome(record, job, facts.now, run.pending_s, why)
     summary = job_summary(job)
     if not state.terminal:
         known = record.seen_nodes
@@ -348,11 +360,11 @@ def _submitted(record: RunRecord, facts: Facts, rules: Rules) -> Step:
         return Step(Action.STOP_JOB)  # a stuck or half-failed job must not hold the GPUs
     lost = [*seen.lost, *disruption.from_ray(job)] if state == State.FAILED else []
     if lost:
-        return _lost_nodes(record, facts, rules, reason, lost, summary)
+        return _lost_nodes(run, facts, rules, reason, lost, summary)
     if state == State.FAILED and record.nightly and joblog.transient_cause(reason):
         # A nightly's day has one run id: a passing outage (the Hub, GCS, a 503) must not lose the night.
         return _again(
-            record,
+            run,
             facts,
             rules,
             f"failed for a cause that may pass: {reason}",
@@ -361,26 +373,25 @@ def _submitted(record: RunRecord, facts: Facts, rules: Rules) -> Step:
             summary,
             "transient failure",
         )
-    return _end(record, facts, state, reason, job=summary, collect_result=True)
+    return _end(run, facts, state, reason, job=summary, collect_result=True)
 
 
-def _move_region(record: RunRecord, facts: Facts, rules: Rules, seen: JobSeen) -> Step | None:
+def _move_region(run: Run, facts: Facts, rules: Rules, seen: JobSeen) -> Step | None:
     """A submitted run whose job still waits for its nodes longer than it may wait in one region moves to the next
     of its regions (regions.next_region): its job there is stopped first, then the record moves it (the tick's
     housekeeping releases its group in the region it left), and it is applied there as the same attempt, queued for
     that region's RayCluster. In its last region, or with nothing else to try, the pending deadline ends it."""
-    status = seen.status
+    record, cfg, status = run.record, run.cfg, seen.status
     entered = record.entered(State.SUBMITTED)
     if record.state != State.SUBMITTED or status is None or entered is None:
         return None
     if (status.get("jobStatus") or None) not in WAITING:
         return None
-    cfg = record.run_config()
     here = cfg.cluster.region
     tried = {p.region for p in record.placements if p.attempt == record.attempt}
     after = regions.next_region(record.accepted_config(), here, tried)
     waited = int((facts.now - entered).total_seconds())
-    bound = regions.wait_bound(cfg, rules.region_seconds, pending_seconds(record))
+    bound = regions.wait_bound(cfg, rules.region_seconds, run.pending_s)
     if after is None or waited <= bound or seen.bound or facts.move_refused:
         return None  # a run whose nodes came, or whose job changed as it was to be stopped, stays
     if not facts.job_stopped:
@@ -406,14 +417,14 @@ def _move_region(record: RunRecord, facts: Facts, rules: Rules, seen: JobSeen) -
 
 
 def _lost_nodes(
-    record: RunRecord, facts: Facts, rules: Rules, reason: str | None, lost: list[str], summary: dict[str, Any] | None
+    run: Run, facts: Facts, rules: Rules, reason: str | None, lost: list[str], summary: dict[str, Any] | None
 ) -> Step:
     """A job that failed because it lost its nodes (not because training failed) is submitted again as the
     next attempt, which resumes from the run's last checkpoint (Ray Train restores the run of the same name
     from its storage), after a backoff, while scaling.max_attempts allows; the run keeps its worker group."""
     more = f" (+{len(lost) - 1} more)" if len(lost) > 1 else ""
     return _again(
-        record,
+        run,
         facts,
         rules,
         f"lost its nodes: {lost[0]}{more}",
@@ -425,7 +436,7 @@ def _lost_nodes(
 
 
 def _again(
-    record: RunRecord,
+    run: Run,
     facts: Facts,
     rules: Rules,
     why: str,
@@ -435,12 +446,12 @@ def _again(
     by: str,
 ) -> Step:
     """The next attempt after a failure that may pass (`why`), bounded by scaling.max_attempts, after a backoff."""
-    limit = record.run_config().scaling.max_attempts
+    record, limit = run.record, run.cfg.scaling.max_attempts
     number = record.attempt
     why = f"attempt {number} of {limit} {why}"
     if number >= limit:
         return _end(
-            record,
+            run,
             facts,
             State.FAILED,
             f"{why}; no attempts left (scaling.max_attempts {limit})",
@@ -451,7 +462,7 @@ def _again(
     backoff = retry_backoff(number + 1, rules.retry_backoff_s)
     now = facts.now
     attempts = [
-        *record.closed_attempts(now, outcome, lost, _held_now(record, now)),
+        *record.closed_attempts(now, outcome, lost, _held_now(run, now)),
         record.next_attempt(now, by, now + dt.timedelta(seconds=backoff), keeps_nodes=True),
     ]
     return move(
@@ -460,41 +471,41 @@ def _again(
         job=summary,
         attempts=attempts,
         nodes={},
-        gpu_node_seconds=held(record, now),
+        gpu_node_seconds=held(run, now),
     )
 
 
 def _end(
-    record: RunRecord, facts: Facts, state: State, reason: str | None, lost: list[str] | None = None, **details: Any
+    run: Run, facts: Facts, state: State, reason: str | None, lost: list[str] | None = None, **details: Any
 ) -> Step:
     """A move to a terminal state; a run that reached its cluster counts its GPU time over all its attempts,
     and one with attempts has the last one closed."""
+    record = run.record
     if record.submitted_at is None and not record.attempts:
         return move(state, reason, **details)
     now = facts.now
     attempts = (
-        record.closed_attempts(
-            now, f"{state.value}: {reason or state.value.lower()}", lost or [], _held_now(record, now)
-        )
+        record.closed_attempts(now, f"{state.value}: {reason or state.value.lower()}", lost or [], _held_now(run, now))
         if record.attempts
         else None
     )
-    return move(state, reason, attempts=attempts, gpu_node_seconds=held(record, now), **details)
+    return move(state, reason, attempts=attempts, gpu_node_seconds=held(run, now), **details)
 
 
-def _cluster_gone(record: RunRecord, facts: Facts) -> Step:
+def _cluster_gone(run: Run, facts: Facts) -> Step:
     """A submitted run whose GKE cluster is gone says so at once, and FAILS when it stays gone past
     deadlines.pending_seconds (counted from when it was first seen gone: a cluster recreated in time lets the
     next tick find the job, or its absence, again)."""
+    record = run.record
     gone = f"{facts.cluster_gone}: its RayJob cannot be followed"
     if record.reason != gone:
         return move(record.state, gone)
     waited = (facts.now - record.updated_at).total_seconds()
-    limit = pending_seconds(record)
+    limit = run.pending_s
     if waited <= limit:
         return NOTHING
     return _end(
-        record,
+        run,
         facts,
         State.FAILED,
         f"{gone}, for {int(waited)}s (deadlines.pending_seconds {limit})",
@@ -502,15 +513,15 @@ def _cluster_gone(record: RunRecord, facts: Facts) -> Step:
     )
 
 
-def held(record: RunRecord, now: dt.datetime) -> float:
+def held(run: Run, now: dt.datetime) -> float:
     """GPU node-seconds the run held over all its attempts: each attempt's nodes from its submission (or, kept
     from the attempt before, from that one's end) until its end or now (0 on CPU)."""
-    return round(record.earlier_gpu_node_seconds + _held_now(record, now), 1)
+    return round(run.record.earlier_gpu_node_seconds + _held_now(run, now), 1)
 
 
-def _held_now(record: RunRecord, now: dt.datetime) -> float:
+def _held_now(run: Run, now: dt.datetime) -> float:
     """GPU node-seconds of the current attempt so far."""
-    cfg = record.run_config()
+    record, cfg = run.record, run.cfg
     if not cfg.scaling.use_gpu:
         return 0.0
     since = record.current.held_since or record.submitted_at

@@ -336,7 +336,7 @@ def test_the_pending_deadline_is_the_longest_of_the_capacity_options():
     waiting = record(
         State.SUBMITTED, submitted=3 * 3600, config={**GPU, "scaling": {**GPU["scaling"], "capacity": capacity}}
     )
-    assert pending_seconds(waiting) == 4 * 3600
+    assert pending_seconds(waiting.run_config()) == 4 * 3600
     step = decide(
         waiting,
         Facts(now=NOW, job=JobSeen({"jobStatus": "PENDING"}, stuck="pod w: FailedScaleUp: GCE out of resources")),
