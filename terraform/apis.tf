@@ -1,8 +1,23 @@
 locals {
   # On what Terraform makes that takes labels: who made it, for billing and inventory.
   labels = { managed-by = "raytune" }
-  # The APIs the deployment needs, one list with `raytune doctor`'s (functions/core/doctor.py reads it too).
-  apis = jsondecode(file("${path.module}/../functions/core/required_apis.json"))
+  apis = [
+    "artifactregistry.googleapis.com",
+    "cloudbuild.googleapis.com",
+    "cloudfunctions.googleapis.com",
+    "cloudresourcemanager.googleapis.com",
+    "cloudscheduler.googleapis.com",
+    "compute.googleapis.com",
+    "container.googleapis.com",
+    "eventarc.googleapis.com",
+    "iam.googleapis.com",
+    "iamcredentials.googleapis.com",
+    "logging.googleapis.com",
+    "pubsub.googleapis.com",
+    "run.googleapis.com",
+    "secretmanager.googleapis.com",
+    "storage.googleapis.com",
+  ]
   # Vertex AI only where runs track there (var.tracking_vertex).
   optional_apis = var.tracking_vertex ? ["aiplatform.googleapis.com"] : []
 }

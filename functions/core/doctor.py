@@ -4,11 +4,9 @@ could not answer, is never reported as ok. functions/cli/doctor.py asks; this mo
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass
-from importlib.resources import files
 from typing import Any
 
 from functions.core import permissions as p
@@ -16,8 +14,24 @@ from functions.core.result import GpuDriverSeen
 
 OK, PROBLEM, UNKNOWN = "ok", "problem", "unknown"
 
-# The APIs a deployment needs: terraform/apis.tf enables the same list (it reads this file).
-REQUIRED_APIS: tuple[str, ...] = tuple(json.loads(files("functions.core").joinpath("required_apis.json").read_text()))
+# What terraform/apis.tf enables (tests/integration/test_terraform.py holds the two equal).
+REQUIRED_APIS = (
+    "artifactregistry.googleapis.com",
+    "cloudbuild.googleapis.com",
+    "cloudfunctions.googleapis.com",
+    "cloudresourcemanager.googleapis.com",
+    "cloudscheduler.googleapis.com",
+    "compute.googleapis.com",
+    "container.googleapis.com",
+    "eventarc.googleapis.com",
+    "iam.googleapis.com",
+    "iamcredentials.googleapis.com",
+    "logging.googleapis.com",
+    "pubsub.googleapis.com",
+    "run.googleapis.com",
+    "secretmanager.googleapis.com",
+    "storage.googleapis.com",
+)
 
 # terraform/functions.tf: the three functions and their entry points.
 FUNCTIONS = {"launch-upload": "launch", "launch-message": "launch", "watch": "watch"}

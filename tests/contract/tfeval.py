@@ -375,8 +375,6 @@ FUNCTIONS: dict[str, Any] = {
     "contains": lambda values, x: x in values,
     "lookup": lambda m, k, default=None: m.get(k, default),
     "jsonencode": lambda v: json.dumps(v, default=str, separators=(",", ":")),
-    "jsondecode": json.loads,
-    "file": lambda path: Path(path).read_text(),
     "base64encode": lambda s: base64.b64encode(s.encode()).decode(),
     "can": lambda v: True,
     "regex": lambda pattern, s: re.search(pattern, s).group(0),
