@@ -177,7 +177,8 @@ def serve(root: Path) -> None:
     profilers: dict = {}
 
     def profiled(what: str, call) -> dict:
-        """`call` measured; with BENCH_PROFILE=PATH also profiled, its cProfile stats written to PATH.<what>."""
+        """`call` measured; with BENCH_PROFILE=PATH also profiled, its cProfile stats written to
+        PATH.<what>.<the version's folder name>."""
         if not os.environ.get("BENCH_PROFILE"):
             return measured(call)
         import cProfile
@@ -188,7 +189,8 @@ def serve(root: Path) -> None:
             return measured(call)
         finally:
             profiler.disable()
-            profiler.dump_stats(f"{os.environ['BENCH_PROFILE']}.{what}")
+            # One file per version served (each is a process of its own): PATH.<what>.<its folder's name>
+            profiler.dump_stats(f"{os.environ['BENCH_PROFILE']}.{what}.{root.name}")
 
     def launch_next() -> dict:
         nonlocal launched
