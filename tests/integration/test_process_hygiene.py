@@ -90,9 +90,21 @@ def test_interrupted(tmp_path):
     job = start_job(RunConfig.model_validate(config), "interrupted", tmp_path / "job.log")
     time.sleep(5)  # its private Ray starting
     assert job.poll() is None, (tmp_path / "job.log").read_text()
-    Path(os.environ["JOB_PID"]).write_text(str(job.pid))
+    written = Path(os.environ["JOB_PID"] + ".part")
+    written.write_text(str(job.pid))
+    written.rename(os.environ["JOB_PID"])  # whole, or not there
     time.sleep(600)  # interrupted here, before the test's own finish()
 """
+
+# The inner test run as a terminal starts it: Ctrl-C handled by Python's default handler, and not blocked. A child
+# inherits an ignored or blocked SIGINT from this test's worker process (something earlier in a worker's life can
+# leave it so: CI once saw the inner run sleep its full 600 s through the SIGINT), and a user's terminal has neither.
+AS_A_TERMINAL = (
+    "import signal, sys, pytest; "
+    "signal.signal(signal.SIGINT, signal.default_int_handler); "
+    "signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT}); "
+    "sys.exit(pytest.main(sys.argv[1:]))"
+)
 
 
 def test_ctrl_c_on_a_test_run_ends_the_jobs_its_tests_started(tmp_path):
@@ -100,25 +112,28 @@ def test_ctrl_c_on_a_test_run_ends_the_jobs_its_tests_started(tmp_path):
     (tmp_path / "test_interrupted.py").write_text(INTERRUPTED)
     pid_file = tmp_path / "job.pid"
     run = subprocess.Popen(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_interrupted.py"],
+        [sys.executable, "-c", AS_A_TERMINAL, "-q", "-p", "no:cacheprovider", "test_interrupted.py"],
         cwd=tmp_path,
         env={**os.environ, "PYTHONPATH": str(ROOT), "JOB_PID": str(pid_file)},
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    deadline = time.monotonic() + 90
-    while not pid_file.exists() and time.monotonic() < deadline:
-        assert run.poll() is None, "the inner test run ended before its job was running"
-        time.sleep(0.1)
-    job = int(pid_file.read_text())
-    assert alive(job)
-    run.send_signal(signal.SIGINT)  # what Ctrl-C sends the test run (the job's session never gets it)
-    run.wait(timeout=60)
-    deadline = time.monotonic() + 10
-    while alive(job) and time.monotonic() < deadline:
-        time.sleep(0.1)
+    job = None
     try:
+        deadline = time.monotonic() + 90
+        while not pid_file.exists() and time.monotonic() < deadline:
+            assert run.poll() is None, "the inner test run ended before its job was running"
+            time.sleep(0.1)
+        job = int(pid_file.read_text())
+        assert alive(job)
+        run.send_signal(signal.SIGINT)  # what Ctrl-C sends the test run (the job's session never gets it)
+        run.wait(timeout=60)
+        deadline = time.monotonic() + 10
+        while alive(job) and time.monotonic() < deadline:
+            time.sleep(0.1)
         assert not alive(job), "the job outlived the interrupted test run"
-    finally:
-        with contextlib.suppress(ProcessLookupError):  # this test's failure leaves nothing either
-            os.killpg(job, signal.SIGKILL)
+    finally:  # this test's failure leaves nothing either: the inner run, the job and its private Ray
+        run.kill()
+        if job is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(job, signal.SIGKILL)
